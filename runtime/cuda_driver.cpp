@@ -1,0 +1,69 @@
+#include "runtime/cuda_driver.h"
+#include "runtime/error.h"
+
+#include <dlfcn.h>
+
+namespace optjit {
+namespace {
+
+using CUresult = int;
+using CUdevice = int;
+
+// Every driver entry point optjit uses, with the versioned symbol it is looked up by.
+#define OPTJIT_CUDA_FUNCTIONS(X)                                                                   \
+  X(cuInit, "cuInit", (unsigned))                                                                  \
+  X(cuDriverGetVersion, "cuDriverGetVersion", (int*))                                              \
+  X(cuDeviceGetCount, "cuDeviceGetCount", (int*))                                                  \
+  X(cuDeviceGet, "cuDeviceGet", (CUdevice*, int))                                                  \
+  X(cuGetErrorName, "cuGetErrorName", (CUresult, const char**))
+
+struct DriverTable {
+#define OPTJIT_DECLARE(name, symbol, params) CUresult(*name) params = nullptr;
+  OPTJIT_CUDA_FUNCTIONS(OPTJIT_DECLARE)
+#undef OPTJIT_DECLARE
+};
+
+std::string error_name(const DriverTable& table, CUresult result) {
+  const char* name = nullptr;
+  if (table.cuGetErrorName && table.cuGetErrorName(result, &name) == 0 && name)
+    return name;
+  return {};
+}
+
+void check(const DriverTable& table, CUresult result, const char* call) {
+  if (result != 0)
+    throw_cuda_error(call, result, error_name(table, result));
+}
+
+} // namespace
+
+void throw_cuda_error(const std::string& call, int result, const std::string& name) {
+  throw Error("CUDA driver call " + call + " failed with " + (name.empty() ? "error" : name) + " (" +
+              std::to_string(result) + ")");
+}
+
+CudaDriverInfo probe_cuda_driver(const std::string& library) {
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = dlerror();
+    throw Error("no CUDA driver: could not load " + library + " (" + (why ? why : "unknown reason") +
+                "); GPU devices need an NVIDIA driver, the CPU path works without one");
+  }
+  DriverTable table;
+#define OPTJIT_RESOLVE(name, symbol, params)                                                        \
+  table.name = reinterpret_cast<decltype(table.name)>(dlsym(handle, symbol));                       \
+  if (!table.name) {                                                                                \
+    dlclose(handle);                                                                                \
+    throw Error("CUDA driver " + library + " lacks the symbol " symbol " that optjit needs");        \
+  }
+  OPTJIT_CUDA_FUNCTIONS(OPTJIT_RESOLVE)
+#undef OPTJIT_RESOLVE
+  // The handle stays open for the process: driver state lives as long as the library.
+  check(table, table.cuInit(0), "cuInit");
+  CudaDriverInfo info;
+  check(table, table.cuDriverGetVersion(&info.driver_version), "cuDriverGetVersion");
+  check(table, table.cuDeviceGetCount(&info.device_count), "cuDeviceGetCount");
+  return info;
+}
+
+} // namespace optjit

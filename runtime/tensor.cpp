@@ -1,0 +1,178 @@
+#include "runtime/tensor.h"
+#include "runtime/allocator.h"
+#include "runtime/error.h"
+
+#include <atomic>
+#include <cstring>
+
+namespace optjit {
+
+class Storage {
+public:
+  Storage(std::size_t bytes, Device device) : bytes_(bytes) {
+    if (device.kind != DeviceKind::cpu)
+      throw Error("cannot allocate a tensor on " + device.to_string() +
+                  ": this build places tensors on the CPU only (the CUDA backend is not built yet)");
+    data_ = host_allocate(bytes);
+    owned_ = true;
+  }
+  Storage(void* user_data, std::size_t bytes) : data_(user_data), bytes_(bytes) {}
+  ~Storage() {
+    if (owned_)
+      host_release(data_, bytes_);
+  }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  bool owned_ = false;
+};
+
+namespace {
+
+uint64_t next_uid() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+void check_shape(const Shape& shape) {
+  for (int64_t extent : shape)
+    if (extent < 0)
+      throw Error("invalid shape " + shape_to_string(shape) + ": extents must be >= 0");
+}
+
+} // namespace
+
+std::string shape_to_string(const Shape& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t numel = 1;
+  for (int64_t extent : shape)
+    numel *= extent;
+  return numel;
+}
+
+Tensor Tensor::empty(const Shape& shape, Dtype dtype, Device device) {
+  check_shape(shape);
+  Tensor t;
+  t.impl_ = std::make_shared<TensorImpl>();
+  t.impl_->shape = shape;
+  t.impl_->numel = shape_numel(shape);
+  t.impl_->dtype = dtype;
+  t.impl_->uid = next_uid();
+  t.impl_->layout_id = next_uid();
+  t.impl_->device = device;
+  t.impl_->storage =
+      std::make_shared<Storage>(static_cast<std::size_t>(t.impl_->numel) * dtype_size(dtype), device);
+  t.impl_->data = t.impl_->storage->data();
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, Dtype dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  std::memset(t.data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, double value, Dtype dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, Dtype dtype) {
+  Tensor t = empty(shape, dtype);
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw Error("tensor of shape " + shape_to_string(shape) + " needs " + std::to_string(t.numel()) +
+                " values, got " + std::to_string(values.size()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.set_item(i, values[static_cast<std::size_t>(i)]);
+  return t;
+}
+
+Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype) {
+  check_shape(shape);
+  Tensor t;
+  t.impl_ = std::make_shared<TensorImpl>();
+  t.impl_->shape = shape;
+  t.impl_->numel = shape_numel(shape);
+  t.impl_->dtype = dtype;
+  t.impl_->uid = next_uid();
+  t.impl_->layout_id = next_uid();
+  t.impl_->storage = std::make_shared<Storage>(data, static_cast<std::size_t>(t.impl_->numel) * dtype_size(dtype));
+  t.impl_->data = data;
+  return t;
+}
+
+void Tensor::set_data(const Tensor& source) const {
+  if (source.impl_ == impl_)
+    return;
+  impl_->storage = source.impl_->storage;
+  impl_->data = source.impl_->data;
+  impl_->shape = source.impl_->shape;
+  impl_->numel = source.impl_->numel;
+  impl_->dtype = source.impl_->dtype;
+  impl_->device = source.impl_->device;
+  impl_->layout_id = next_uid();
+}
+
+Tensor Tensor::grad() const {
+  Tensor g;
+  g.impl_ = impl_->grad;
+  return g;
+}
+
+void Tensor::set_grad(const Tensor& grad) const { impl_->grad = grad.impl_; }
+
+double Tensor::item(int64_t index) const {
+  if (dtype() == Dtype::f32)
+    return data_as<float>()[index];
+  return data_as<double>()[index];
+}
+
+void Tensor::set_item(int64_t index, double value) const {
+  if (dtype() == Dtype::f32)
+    data_as<float>()[index] = static_cast<float>(value);
+  else
+    data_as<double>()[index] = value;
+}
+
+std::vector<double> Tensor::to_vector() const {
+  std::vector<double> values(static_cast<std::size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i)
+    values[static_cast<std::size_t>(i)] = item(i);
+  return values;
+}
+
+Tensor Tensor::clone() const {
+  Tensor copy = empty(shape(), dtype(), device());
+  std::memcpy(copy.data(), data(), nbytes());
+  return copy;
+}
+
+void Tensor::copy_from(const Tensor& source) const {
+  if (source.shape() != shape() || source.dtype() != dtype())
+    throw Error("cannot copy " + source.describe() + " into " + describe() + ": shape and dtype must match");
+  std::memcpy(data(), source.data(), nbytes());
+}
+
+void Tensor::fill(double value) const {
+  for (int64_t i = 0; i < numel(); ++i)
+    set_item(i, value);
+}
+
+std::string Tensor::describe() const {
+  if (!defined())
+    return "None";
+  return std::string(dtype_name(dtype())) + shape_to_string(shape()) + " on " + device().to_string();
+}
+
+} // namespace optjit

@@ -1,0 +1,86 @@
+// Tensor: a handle to shaped, typed memory (owned storage or a view of user memory) with a `grad` slot, as
+// torch.Tensor. Copies of a handle share the tensor; shape, dtype and storage never change after creation, so an
+// identity (uid) check proves that nothing about a tensor changed.
+#pragma once
+
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_to_string(const Shape& shape);
+int64_t shape_numel(const Shape& shape);
+
+class Storage;
+
+// The shared state behind Tensor handles. Fields are read inline on the per-step guard path.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  void* data = nullptr;
+  Shape shape;
+  int64_t numel = 0;
+  Dtype dtype = Dtype::f32;
+  Device device;
+  uint64_t uid = 0;        // identity of the tensor, never reused
+  uint64_t layout_id = 0;  // changes whenever storage, shape or dtype change (set_data); never reused
+  std::shared_ptr<TensorImpl> grad;
+};
+
+class Tensor {
+public:
+  Tensor() = default; // undefined, like a None grad
+
+  static Tensor empty(const Shape& shape, Dtype dtype, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, Dtype dtype, Device device = Device::cpu());
+  static Tensor full(const Shape& shape, double value, Dtype dtype, Device device = Device::cpu());
+  // Values are given as doubles and rounded to `dtype`; values.size() must equal the shape's element count.
+  static Tensor from_values(const Shape& shape, std::span<const double> values, Dtype dtype);
+  // A view of memory the caller owns (contiguous, row-major); the caller keeps it alive.
+  static Tensor from_blob(void* data, const Shape& shape, Dtype dtype);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl_->shape; }
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t numel() const { return impl_->numel; }
+  Dtype dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->device; }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype()); }
+  void* data() const { return impl_->data; }
+  template <class T> T* data_as() const { return static_cast<T*>(data()); }
+  // Process-unique identity of this tensor; never reused, unlike addresses.
+  uint64_t uid() const { return impl_->uid; }
+  // Changes whenever this tensor's storage, shape or dtype change; equal ids mean nothing about them changed.
+  uint64_t layout_id() const { return impl_->layout_id; }
+  // torch's `p.data = source`: this tensor now shares source's storage, shape and dtype (its grad and identity
+  // stay).
+  void set_data(const Tensor& source) const;
+  const TensorImpl* impl() const { return impl_.get(); }
+
+  // The grad slot (torch's .grad): undefined means None.
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;
+  void reset_grad() const { set_grad(Tensor()); }
+
+  double item(int64_t index = 0) const;        // element as double
+  void set_item(int64_t index, double value) const;
+  std::vector<double> to_vector() const;       // all elements as doubles
+  Tensor clone() const;
+  void copy_from(const Tensor& source) const;  // same shape and dtype required
+  void fill(double value) const;
+
+  bool same(const Tensor& other) const { return impl_ == other.impl_; }
+  std::string describe() const;                // "f32[10, 10] on cpu"
+
+private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+} // namespace optjit
