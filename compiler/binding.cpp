@@ -1,0 +1,63 @@
+#include "compiler/binding.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+
+namespace optjit {
+
+void Binding::bind(const KernelPlan& plan, const ListArguments& args, const LaunchShape& shape) {
+  const int64_t n = args.n_tensors();
+  std::vector<std::string> slot_order = plan.abi.tensor_slots;
+  slot_order.insert(slot_order.end(), plan.abi.scalar_slots.begin(), plan.abi.scalar_slots.end());
+  slots_.assign(slot_order.size() * static_cast<std::size_t>(n), nullptr);
+  for (std::size_t s = 0; s < slot_order.size(); ++s) {
+    const std::vector<Tensor>& tensors = args.slot(slot_order[s]);
+    OPTJIT_ASSERT(static_cast<int64_t>(tensors.size()) == n, "slot " + slot_order[s] + " has the wrong length");
+    for (int64_t t = 0; t < n; ++t)
+      slots_[s * static_cast<std::size_t>(n) + static_cast<std::size_t>(t)] = tensors[static_cast<std::size_t>(t)].data();
+  }
+  group_of_ = args.group_of;
+  hyper_source_.clear();
+  for (const std::string& name : plan.abi.hypers)
+    hyper_source_.push_back(args.hyper_index(name));
+  source_hyper_count_ = static_cast<int64_t>(args.hyper_names.size());
+  set_hyper(args.hyper);
+  scratch_.assign(std::max<std::size_t>(1, plan.scratch.size() * static_cast<std::size_t>(n)), 0);
+
+  // Work items: every tensor cut into chunks; the element phase hands whole items to threads.
+  items_.clear();
+  total_elements_ = 0;
+  const std::vector<Tensor>& reference = args.slot(plan.abi.tensor_slots.empty() ? slot_order.at(0)
+                                                                                 : plan.abi.tensor_slots.front());
+  for (int64_t t = 0; t < n; ++t) {
+    int64_t numel = plan.abi.tensor_slots.empty() ? 0 : reference[static_cast<std::size_t>(t)].numel();
+    for (int64_t begin = 0; begin < numel; begin += shape.chunk_elements)
+      items_.push_back({t, begin, std::min(numel, begin + shape.chunk_elements)});
+    total_elements_ += numel;
+  }
+  const int64_t average_item = items_.empty() ? 1 : std::max<int64_t>(1, total_elements_ / static_cast<int64_t>(items_.size()));
+  item_grain_ = std::max<int64_t>(1, shape.elements_per_task / average_item);
+  tensor_grain_ = shape.tensors_per_task;
+
+  args_.slots = slots_.data();
+  args_.n_tensors = n;
+  args_.group_of = group_of_.data();
+  args_.n_hyper = static_cast<int64_t>(plan.abi.hypers.size());
+  args_.scratch = scratch_.data();
+  args_.n_scratch = static_cast<int64_t>(plan.scratch.size());
+  args_.items = items_.data();
+  args_.n_items = static_cast<int64_t>(items_.size());
+}
+
+void Binding::set_hyper(const std::vector<double>& values_by_group) {
+  const std::size_t k = hyper_source_.size();
+  const std::size_t groups = source_hyper_count_ ? values_by_group.size() / static_cast<std::size_t>(source_hyper_count_) : 0;
+  hyper_.resize(std::max<std::size_t>(1, groups * k));
+  for (std::size_t g = 0; g < groups; ++g)
+    for (std::size_t h = 0; h < k; ++h)
+      hyper_[g * k + h] = values_by_group[g * static_cast<std::size_t>(source_hyper_count_) +
+                                          static_cast<std::size_t>(hyper_source_[h])];
+  args_.hyper = hyper_.data();
+}
+
+} // namespace optjit

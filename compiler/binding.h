@@ -1,0 +1,42 @@
+// Binding: the argument block of one kernel launch (runtime/kernel_abi.h), built from a step's ListArguments in
+// the kernel's ABI order and cut into work items. It is cached while the addresses it holds stay valid and only
+// the hyperparameters are rewritten each step.
+#pragma once
+
+#include "compiler/arguments.h"
+#include "compiler/kernel_plan.h"
+#include "runtime/kernel_abi.h"
+
+#include <vector>
+
+namespace optjit {
+
+struct LaunchShape {
+  int64_t chunk_elements = 32768;     // the largest work item
+  int64_t elements_per_task = 65536;  // what one thread takes at a time (whole items)
+  int64_t tensors_per_task = 512;     // tensor-phase grain
+};
+
+class Binding {
+public:
+  void bind(const KernelPlan& plan, const ListArguments& args, const LaunchShape& shape = {});
+  // Copies this step's hyperparameters (per group, in args.hyper_names order) into the ABI's order.
+  void set_hyper(const std::vector<double>& values_by_group);
+  const KernelArgs& args() const { return args_; }
+  int64_t item_grain() const { return item_grain_; }
+  int64_t tensor_grain() const { return tensor_grain_; }
+  int64_t total_elements() const { return total_elements_; }
+
+private:
+  std::vector<void*> slots_;
+  std::vector<int64_t> group_of_;
+  std::vector<double> hyper_;
+  std::vector<int> hyper_source_; // ABI hyper k comes from args hyper hyper_source_[k]
+  int64_t source_hyper_count_ = 0;
+  std::vector<uint64_t> scratch_;
+  std::vector<WorkItem> items_;
+  KernelArgs args_{};
+  int64_t item_grain_ = 1, tensor_grain_ = 1, total_elements_ = 0;
+};
+
+} // namespace optjit

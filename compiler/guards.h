@@ -1,0 +1,30 @@
+// Compile guards: the facts compiled code depends on. Per parameter: whether its grad is present (None grads are
+// skipped), its dtype and device; per param group: its structural options (amsgrad, maximize, nesterov,
+// momentum != 0, weight_decay != 0, ...). Hyperparameter values are never guard facts: they are arguments.
+#pragma once
+
+#include "runtime/tensor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+struct GuardFacts {
+  std::vector<uint8_t> params;       // per parameter, packed by param_fact()
+  std::vector<std::string> groups;   // per group, the structure key ("amsgrad=1,maximize=0,...")
+
+  bool operator==(const GuardFacts&) const = default;
+};
+
+inline uint8_t param_fact(const TensorImpl& param) {
+  const bool has_grad = param.grad != nullptr;
+  return static_cast<uint8_t>(has_grad | (static_cast<unsigned>(param.dtype) << 1) |
+                              (static_cast<unsigned>(param.device.kind) << 3));
+}
+
+// The first guard that differs between `before` and `now`, in words: "param 3: grad became None".
+std::string explain_guard_failure(const GuardFacts& before, const GuardFacts& now);
+
+} // namespace optjit

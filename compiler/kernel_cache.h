@@ -1,0 +1,83 @@
+// The process-wide kernel cache: compiled kernels keyed by the text of their kernel plan and the target, so
+// optimizers of the same structure share code (the text holds no addresses, sizes or hyperparameter values). It
+// never holds user tensors. It is bounded (OPTJIT_KERNEL_CACHE_SIZE, default 256) and logs when it evicts, which
+// means a workload is thrashing it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace optjit {
+
+struct KernelCacheStats {
+  int64_t hits = 0, misses = 0, evictions = 0;
+  std::size_t size = 0, capacity = 0;
+};
+
+std::size_t kernel_cache_capacity_from_env();
+void log_kernel_cache_eviction(const std::string& key_head, std::size_t capacity);
+
+template <class Kernel> class KernelCache {
+public:
+  static KernelCache& global() {
+    static KernelCache* cache = new KernelCache(kernel_cache_capacity_from_env());
+    return *cache;
+  }
+  explicit KernelCache(std::size_t capacity) : capacity_(capacity) {}
+
+  // The cached kernel for `key`, or make() compiled and inserted; `hit` says which.
+  std::shared_ptr<Kernel> get_or_compile(const std::string& key, const std::function<std::shared_ptr<Kernel>()>& make,
+                                         bool& hit) {
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = index_.find(key); it != index_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        ++stats_.hits;
+        hit = true;
+        return it->second->second;
+      }
+      ++stats_.misses;
+    }
+    hit = false;
+    std::shared_ptr<Kernel> kernel = make(); // outside the lock: compiling takes milliseconds
+    std::lock_guard lock(mutex_);
+    if (index_.count(key))
+      return index_[key]->second;
+    lru_.emplace_front(key, kernel);
+    index_[key] = lru_.begin();
+    while (lru_.size() > capacity_) {
+      log_kernel_cache_eviction(lru_.back().first.substr(0, 60), capacity_);
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+      ++stats_.evictions;
+    }
+    return kernel;
+  }
+
+  KernelCacheStats stats() {
+    std::lock_guard lock(mutex_);
+    KernelCacheStats s = stats_;
+    s.size = lru_.size();
+    s.capacity = capacity_;
+    return s;
+  }
+  void clear() {
+    std::lock_guard lock(mutex_);
+    lru_.clear();
+    index_.clear();
+  }
+
+private:
+  std::size_t capacity_;
+  std::mutex mutex_;
+  std::list<std::pair<std::string, std::shared_ptr<Kernel>>> lru_;
+  std::unordered_map<std::string, typename decltype(lru_)::iterator> index_;
+  KernelCacheStats stats_;
+};
+
+} // namespace optjit

@@ -1,0 +1,33 @@
+#include "compiler/pipeline.h"
+#include "compiler/pass_manager.h"
+#include "passes/passes.h"
+
+namespace optjit {
+
+PipelineResult run_pipeline(Graph traced) {
+  PipelineResult result;
+  result.traced = std::move(traced);
+  PassManager passes({
+      {"fold_constants", fold_constants},
+      {"cse", eliminate_common_subexpressions},
+      {"dce", eliminate_dead_code},
+      {"hoist_scalars", hoist_scalars},
+  });
+  result.optimized = passes.run(result.traced);
+  result.fusion = plan_fusion(result.optimized);
+  result.kernels = apply_fusion(result.optimized, result.fusion);
+  result.stats = kernel_stats(result.optimized, result.kernels);
+  return result;
+}
+
+std::string print_fused(const PipelineResult& result) {
+  std::string text = "fusion of @" + result.optimized.name + ": " + std::to_string(result.stats.kernels) +
+                     " kernel(s) per step (op by op: " + std::to_string(result.stats.unfused_kernels) + ")\n";
+  for (const std::string& line : result.fusion.decisions)
+    text += "  " + line + "\n";
+  for (const KernelPlan& k : result.kernels)
+    text += print_kernel_plan(k);
+  return text;
+}
+
+} // namespace optjit

@@ -1,0 +1,20 @@
+// Every pass of the pipeline. One file each; the contract of each is at the top of its file. Graph passes return
+// a new graph and never mutate their input.
+#pragma once
+
+#include "compiler/ir.h"
+#include "compiler/kernel_plan.h"
+
+#include <vector>
+
+namespace optjit {
+
+Graph fold_constants(const Graph& graph);
+Graph eliminate_common_subexpressions(const Graph& graph);
+Graph eliminate_dead_code(const Graph& graph);
+Graph hoist_scalars(const Graph& graph);
+FusionPlan plan_fusion(const Graph& graph);
+std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan);
+KernelStats kernel_stats(const Graph& graph, const std::vector<KernelPlan>& kernels);
+
+} // namespace optjit
