@@ -1,0 +1,34 @@
+// Codegen's public face: kernel plans in, callable kernels or text out. No LLVM type appears here.
+#pragma once
+
+#include "compiler/kernel_plan.h"
+#include "runtime/kernel_abi.h"
+
+#include <memory>
+#include <string>
+
+namespace optjit {
+
+// A kernel compiled for the host CPU. Its code stays in the JIT as long as this object lives.
+class CpuKernel {
+public:
+  virtual ~CpuKernel() = default;
+  KernelPhaseFn tensor_phase = nullptr;   // per-tensor prologue over a tensor range
+  KernelPhaseFn element_phase = nullptr;  // element body over a work-item range
+  double compile_ms = 0;                  // LLVM time: emit, optimize, machine code
+};
+
+// Compiles a kernel plan for the host CPU through the process-wide ORC LLJIT. Throws optjit::Error when LLVM
+// rejects the module (an internal error: plans are verified).
+std::shared_ptr<CpuKernel> compile_cpu_kernel(const KernelPlan& plan);
+
+// The kernel's LLVM IR for the host CPU, after the O3 pipeline: what compile_cpu_kernel runs.
+std::string cpu_kernel_llvm_ir(const KernelPlan& plan);
+
+// "znver3 (+avx2,+fma,...)": the CPU name and the features the JIT targets.
+std::string host_cpu_description();
+
+// Elements per vector step of the element loop for `dtype` (64 bytes: one AVX-512 register, two AVX2).
+int cpu_vector_lanes(Dtype dtype);
+
+} // namespace optjit

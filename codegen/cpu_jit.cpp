@@ -1,0 +1,151 @@
+// The process-wide ORC LLJIT for the host CPU: each kernel is its own module under its own resource tracker, so a
+// kernel evicted from the cache gives its machine code back.
+#include "codegen/codegen.h"
+#include "codegen/kernel_emitter.h"
+#include "compiler/log.h"
+
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+namespace optjit {
+namespace {
+
+class CpuJit {
+public:
+  static CpuJit& instance() {
+    static CpuJit* jit = new CpuJit(); // lives for the process: kernels may be released during static destruction
+    return *jit;
+  }
+
+  std::unique_ptr<llvm::TargetMachine> target_machine() {
+    return check_llvm(builder_.createTargetMachine(), "creating the host target machine");
+  }
+
+  void optimize(llvm::Module& module) {
+    auto tm = target_machine();
+    module.setDataLayout(tm->createDataLayout());
+    module.setTargetTriple(tm->getTargetTriple().str());
+    for (llvm::Function& fn : module) {
+      if (fn.isDeclaration())
+        continue;
+      fn.addFnAttr("target-cpu", tm->getTargetCPU());
+      fn.addFnAttr("target-features", tm->getTargetFeatureString());
+    }
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
+  }
+
+  llvm::orc::LLJIT& jit() { return *jit_; }
+  std::mutex& mutex() { return mutex_; }
+  std::string next_symbol_prefix() { return "optjit_kernel_" + std::to_string(counter_++); }
+  const std::string& cpu_description() const { return description_; }
+
+private:
+  CpuJit() : builder_(detect()) {
+    builder_.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    jit_ = check_llvm(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(builder_).create(), "creating the JIT");
+    // Kernels call libm (pow, exp, log) from the process.
+    jit_->getMainJITDylib().addGenerator(check_llvm(
+        llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit_->getDataLayout().getGlobalPrefix()),
+        "exposing process symbols to the JIT"));
+    description_ = describe(builder_);
+  }
+
+  // "znver2 (avx2, fma)": the CPU name and the vector features that decide the kernels' width.
+  static std::string describe(const llvm::orc::JITTargetMachineBuilder& host) {
+    std::string features;
+    for (const std::string& f : host.getFeatures().getFeatures())
+      for (const char* wanted : {"+avx2", "+fma", "+avx512f"})
+        if (f == wanted)
+          features += (features.empty() ? "" : ", ") + f.substr(1);
+    return host.getCPU() + " (" + (features.empty() ? "no AVX2" : features) + ")";
+  }
+
+  static llvm::orc::JITTargetMachineBuilder detect() {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    return check_llvm(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
+  }
+
+  llvm::orc::JITTargetMachineBuilder builder_;
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  std::mutex mutex_;
+  std::atomic<uint64_t> counter_{0};
+  std::string description_;
+};
+
+class JitCpuKernel : public CpuKernel {
+public:
+  llvm::orc::ResourceTrackerSP tracker;
+  ~JitCpuKernel() override {
+    if (tracker) {
+      std::lock_guard lock(CpuJit::instance().mutex());
+      llvm::consumeError(tracker->remove());
+    }
+  }
+};
+
+std::unique_ptr<llvm::Module> build_module(const KernelPlan& plan, llvm::LLVMContext& ctx, const std::string& prefix,
+                                           EmittedKernel& names) {
+  auto module = std::make_unique<llvm::Module>(plan.name, ctx);
+  names = emit_cpu_kernel(plan, *module, prefix, cpu_vector_lanes(plan.graph.dtype));
+  CpuJit::instance().optimize(*module);
+  return module;
+}
+
+} // namespace
+
+int cpu_vector_lanes(Dtype dtype) { return static_cast<int>(64 / dtype_size(dtype)); }
+
+std::string host_cpu_description() { return CpuJit::instance().cpu_description(); }
+
+std::shared_ptr<CpuKernel> compile_cpu_kernel(const KernelPlan& plan) {
+  auto start = std::chrono::steady_clock::now();
+  CpuJit& jit = CpuJit::instance();
+  std::lock_guard lock(jit.mutex());
+  auto context = std::make_unique<llvm::LLVMContext>();
+  EmittedKernel names;
+  auto module = build_module(plan, *context, jit.next_symbol_prefix(), names);
+  auto kernel = std::make_shared<JitCpuKernel>();
+  kernel->tracker = jit.jit().getMainJITDylib().createResourceTracker();
+  check_llvm(jit.jit().addIRModule(kernel->tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
+             "adding kernel " + plan.name + " to the JIT");
+  kernel->tensor_phase = check_llvm(jit.jit().lookup(names.tensor_phase), "materialising " + names.tensor_phase)
+                             .toPtr<KernelPhaseFn>();
+  kernel->element_phase = check_llvm(jit.jit().lookup(names.element_phase), "materialising " + names.element_phase)
+                              .toPtr<KernelPhaseFn>();
+  kernel->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  OPTJIT_LOG(codegen, "compiled {} for {} in {:.2f} ms", plan.name, jit.cpu_description(), kernel->compile_ms);
+  return kernel;
+}
+
+std::string cpu_kernel_llvm_ir(const KernelPlan& plan) {
+  std::lock_guard lock(CpuJit::instance().mutex());
+  llvm::LLVMContext context;
+  EmittedKernel names;
+  auto module = build_module(plan, context, plan.name, names);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os, nullptr);
+  return text;
+}
+
+} // namespace optjit
