@@ -1,0 +1,55 @@
+// Adam and AdamW (torch.optim.Adam / AdamW): options, validation with torch's messages, the traced foreach
+// algorithm and the forloop reference.
+#pragma once
+
+#include "frontend/optimizer.h"
+
+#include <optional>
+
+namespace optjit {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool amsgrad = false;
+  bool maximize = false;
+  std::optional<bool> foreach; // default: false on the CPU, as torch
+  bool decoupled_weight_decay = false; // AdamW's decay
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  bool amsgrad = false;
+  bool maximize = false;
+  std::optional<bool> foreach;
+};
+
+class Adam : public Optimizer {
+public:
+  Adam(std::vector<Tensor> params, const AdamOptions& options = {});
+  Adam(std::vector<ParamGroupSpec> groups, const AdamOptions& options = {});
+
+  Structure structure(const ParamGroup& group) const override;
+  std::vector<StateSpec> state_specs(const Structure& structure) const override;
+  std::vector<std::string> hyper_names() const override;
+  void trace(Tracer& tracer, const Structure& structure) const override;
+  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                    ParamState& state) const override;
+
+protected:
+  Adam(std::string name, std::vector<ParamGroupSpec> groups, const AdamOptions& options);
+  void validate_options(const OptionMap& options) const override;
+};
+
+class AdamW : public Adam {
+public:
+  AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
+  AdamW(std::vector<ParamGroupSpec> groups, const AdamWOptions& options = {});
+};
+
+} // namespace optjit

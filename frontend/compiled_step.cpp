@@ -1,0 +1,234 @@
+#include "frontend/compiled_step.h"
+#include "codegen/codegen.h"
+#include "compiler/guards.h"
+#include "compiler/kernel_cache.h"
+#include "compiler/log.h"
+#include "compiler/pipeline.h"
+#include "compiler/printer.h"
+#include "frontend/validation.h"
+#include "runtime/error.h"
+#include "runtime/launch.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace optjit {
+
+Stage parse_stage(std::string_view text) {
+  if (text == "traced")
+    return Stage::Traced;
+  if (text == "optimized")
+    return Stage::Optimized;
+  if (text == "fused")
+    return Stage::Fused;
+  if (text == "llvm")
+    return Stage::LLVM;
+  throw Error("unknown stage '" + std::string(text) + "': expected traced, optimized, fused or llvm");
+}
+
+namespace {
+
+struct BucketProgram {
+  Optimizer::Bucket bucket;
+  PipelineResult pipeline;
+  std::shared_ptr<CpuKernel> kernel;
+  Binding binding;
+};
+
+// Compiled code for one set of guard facts, and the binding it last ran with.
+struct Program {
+  GuardFacts facts;
+  std::vector<BucketProgram> buckets;
+  bool bound = false;
+  uint64_t bound_state_version = 0;
+  std::vector<uint64_t> bound_param_layout; // per flat param: the layouts the binding holds
+  std::vector<uint64_t> bound_grad_layout;
+};
+
+std::string kernel_cache_key(const KernelPlan& plan) { return "cpu|" + print_kernel_plan(plan); }
+
+} // namespace
+
+struct CompiledStep::Impl {
+  Optimizer& opt;
+  CompileOptions options;
+  StepMetrics metrics;
+  std::vector<std::unique_ptr<Program>> programs;
+  Program* current = nullptr;
+  GuardFacts facts; // reused every step
+
+  Impl(Optimizer& o, CompileOptions opts) : opt(o), options(std::move(opts)) {}
+
+  void read_facts() {
+    facts.params.resize(static_cast<std::size_t>(opt.param_count()));
+    for (int64_t i = 0; i < opt.param_count(); ++i)
+      facts.params[static_cast<std::size_t>(i)] = param_fact(*opt.flat_param(i).impl());
+    const auto& groups = opt.param_groups();
+    facts.groups.resize(groups.size());
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      facts.groups[g] = opt.structure(groups[g]).key();
+  }
+
+  Program& program_for_facts() {
+    if (current && current->facts == facts)
+      return *current;
+    for (auto& p : programs)
+      if (p->facts == facts) {
+        ++metrics.guard_cache_hits;
+        return *(current = p.get());
+      }
+    return compile_program();
+  }
+
+  Program& compile_program() {
+    auto start = std::chrono::steady_clock::now();
+    if (metrics.compiles > 0) {
+      const GuardFacts& before = current ? current->facts : programs.back()->facts;
+      std::string reason = explain_guard_failure(before, facts);
+      ++metrics.recompiles;
+      metrics.recompile_reasons.push_back(reason);
+      OPTJIT_LOG(recompiles, "{}: recompiling step #{}: {}", opt.name(), metrics.steps, reason);
+    }
+    ++metrics.compiles;
+    auto program = std::make_unique<Program>();
+    program->facts = facts;
+    for (Optimizer::Bucket& bucket : opt.make_buckets()) {
+      if (bucket.device != Device::cpu())
+        throw Error("compiled steps on " + bucket.device.to_string() + " need the CUDA backend, not built yet");
+      BucketProgram bp;
+      bp.pipeline = run_pipeline(opt.trace_bucket(bucket));
+      OPTJIT_ASSERT(bp.pipeline.kernels.size() == 1, "a bucket fuses into one kernel");
+      bool hit = false;
+      const KernelPlan& plan = bp.pipeline.kernels.front();
+      bp.kernel = KernelCache<CpuKernel>::global().get_or_compile(
+          kernel_cache_key(plan), [&] { return compile_cpu_kernel(plan); }, hit);
+      ++(hit ? metrics.cache_hits : metrics.kernels_generated);
+      OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {})", opt.name(), hit ? "from cache" : "compiled",
+                 bucket.members.size(), dtype_name(bucket.dtype), bucket.structure_key);
+      bp.bucket = std::move(bucket);
+      program->buckets.push_back(std::move(bp));
+    }
+    metrics.compile_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (programs.size() >= options.max_variants) {
+      OPTJIT_LOG(recompiles, "{}: {} compiled variants kept, dropping the oldest", opt.name(), options.max_variants);
+      programs.erase(programs.begin());
+    }
+    programs.push_back(std::move(program));
+    return *(current = programs.back().get());
+  }
+
+  // Validates what changed since the last binding (before anything is mutated); returns why to rebind, or
+  // nullptr when the binding still holds.
+  const char* check_arguments(const Program& program) {
+    const auto& groups = opt.param_groups();
+    const std::vector<std::string> names = opt.hyper_names();
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      for (const std::string& name : names)
+        if (double v = groups[g].get(name); !std::isfinite(v))
+          throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
+                      ": hyperparameters must be finite");
+    const char* reason = !program.bound ? "first step of this variant"
+                         : program.bound_state_version != opt.state_version() ? "optimizer state created or replaced"
+                                                                               : nullptr;
+    for (int64_t i = 0; i < opt.param_count(); ++i) {
+      const TensorImpl& p = *opt.flat_param(i).impl();
+      const TensorImpl* g = p.grad.get();
+      if (!g)
+        continue;
+      if (program.bound && p.layout_id == program.bound_param_layout[static_cast<std::size_t>(i)] &&
+          g->layout_id == program.bound_grad_layout[static_cast<std::size_t>(i)])
+        continue;
+      if (!reason)
+        reason = "a param's data or grad buffer was replaced";
+      if (g->dtype != p.dtype || g->shape != p.shape || g->device != p.device)
+        throw Error("grad of param " + std::to_string(i) + " is " + opt.flat_param(i).grad().describe() +
+                    " but the param is " + opt.flat_param(i).describe() +
+                    ": a grad must have its param's shape, dtype and device");
+    }
+    return reason;
+  }
+
+  void bind(Program& program, const char* reason) {
+    OPTJIT_LOG(guards, "{}: rebinding arguments at step #{}: {}", opt.name(), metrics.steps, reason);
+    opt.ensure_state();
+    for (BucketProgram& bp : program.buckets)
+      bp.binding.bind(bp.pipeline.kernels.front(), opt.list_arguments(bp.bucket), options.launch);
+    program.bound_param_layout.assign(static_cast<std::size_t>(opt.param_count()), 0);
+    program.bound_grad_layout.assign(static_cast<std::size_t>(opt.param_count()), 0);
+    for (int64_t i = 0; i < opt.param_count(); ++i) {
+      const TensorImpl& p = *opt.flat_param(i).impl();
+      program.bound_param_layout[static_cast<std::size_t>(i)] = p.layout_id;
+      program.bound_grad_layout[static_cast<std::size_t>(i)] = p.grad ? p.grad->layout_id : 0;
+    }
+    program.bound_state_version = opt.state_version();
+    program.bound = true;
+    ++metrics.rebinds;
+  }
+
+  void step() {
+    auto start = std::chrono::steady_clock::now();
+    const int64_t compiles_before = metrics.compiles;
+    read_facts();
+    Program& program = program_for_facts();
+    if (const char* reason = check_arguments(program))
+      bind(program, reason);
+    const std::vector<double> hyper = opt.hyper_values();
+    for (BucketProgram& bp : program.buckets)
+      bp.binding.set_hyper(hyper);
+    if (metrics.compiles == compiles_before)
+      metrics.dispatch_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    for (BucketProgram& bp : program.buckets) {
+      launch_cpu_kernel(bp.kernel->tensor_phase, bp.kernel->element_phase, bp.binding.args(),
+                        bp.binding.tensor_grain(), bp.binding.item_grain());
+    }
+    ++metrics.steps;
+  }
+
+  Program& program_now() {
+    read_facts();
+    return program_for_facts();
+  }
+};
+
+CompiledStep::CompiledStep(Optimizer& optimizer, CompileOptions options)
+    : impl_(std::make_unique<Impl>(optimizer, std::move(options))) {}
+CompiledStep::~CompiledStep() = default;
+CompiledStep::CompiledStep(CompiledStep&&) noexcept = default;
+CompiledStep& CompiledStep::operator=(CompiledStep&&) noexcept = default;
+
+void CompiledStep::operator()() { impl_->step(); }
+
+int CompiledStep::kernel_count() {
+  int count = 0;
+  for (const BucketProgram& bp : impl_->program_now().buckets)
+    count += bp.pipeline.stats.kernels;
+  return count;
+}
+
+std::string CompiledStep::dump(Stage stage) {
+  std::string text;
+  for (const BucketProgram& bp : impl_->program_now().buckets) {
+    switch (stage) {
+    case Stage::Traced:
+      text += print_graph(bp.pipeline.traced);
+      break;
+    case Stage::Optimized:
+      text += print_graph(bp.pipeline.optimized);
+      break;
+    case Stage::Fused:
+      text += print_fused(bp.pipeline);
+      break;
+    case Stage::LLVM:
+      text += cpu_kernel_llvm_ir(bp.pipeline.kernels.front());
+      break;
+    }
+  }
+  return text;
+}
+
+const StepMetrics& CompiledStep::metrics() const { return impl_->metrics; }
+
+CompiledStep compile(Optimizer& optimizer, CompileOptions options) { return CompiledStep(optimizer, std::move(options)); }
+
+} // namespace optjit

@@ -1,0 +1,49 @@
+// compile(optimizer): the optimizer's step as a callable. Each call checks the compile guards (which grads are
+// present, dtypes, devices, each group's structure), traces and compiles on a miss (logging why with
+// OPTJIT_LOG=recompiles), rebinds when a grad, param or state buffer was replaced, writes this step's
+// hyperparameters and launches one kernel per (device, dtype, structure) bucket. Hyperparameter values are
+// arguments: changing lr never recompiles.
+#pragma once
+
+#include "compiler/binding.h"
+#include "compiler/metrics.h"
+#include "frontend/optimizer.h"
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace optjit {
+
+enum class Stage { Traced, Optimized, Fused, LLVM };
+// "traced", "optimized", "fused", "llvm"; throws optjit::Error otherwise.
+Stage parse_stage(std::string_view text);
+
+struct CompileOptions {
+  LaunchShape launch;
+  std::size_t max_variants = 8; // compiled variants kept per step (guard sets seen); the oldest goes first
+};
+
+class CompiledStep {
+public:
+  CompiledStep(Optimizer& optimizer, CompileOptions options = {});
+  ~CompiledStep();
+  CompiledStep(CompiledStep&&) noexcept;
+  CompiledStep& operator=(CompiledStep&&) noexcept;
+
+  // One optimizer step. Throws before anything changes when a grad or hyperparameter is invalid.
+  void operator()();
+  // Kernels launched per step with the grads present now (compiles for them if needed; runs nothing).
+  int kernel_count();
+  // A stage of the code for the grads present now, as text.
+  std::string dump(Stage stage);
+  const StepMetrics& metrics() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+CompiledStep compile(Optimizer& optimizer, CompileOptions options = {});
+
+} // namespace optjit

@@ -1,0 +1,276 @@
+#include "frontend/optimizer.h"
+#include "compiler/interpreter.h"
+#include "frontend/validation.h"
+#include "runtime/error.h"
+
+#include <cmath>
+#include <set>
+#include <spdlog/spdlog.h>
+
+namespace optjit {
+
+double ParamGroup::get(const std::string& name) const {
+  auto it = options.find(name);
+  if (it == options.end())
+    throw Error("param group has no option '" + name + "'");
+  return it->second;
+}
+
+void ParamGroup::set(const std::string& name, double value) {
+  auto it = options.find(name);
+  if (it == options.end())
+    throw Error("param group has no option '" + name + "'");
+  it->second = value;
+}
+
+bool Structure::operator[](const std::string& name) const {
+  for (const auto& [flag, value] : flags_)
+    if (flag == name)
+      return value;
+  OPTJIT_ASSERT(false, "structure has no flag " + name);
+}
+
+std::string Structure::key() const {
+  std::string key;
+  for (const auto& [flag, value] : flags_)
+    key += (key.empty() ? "" : ",") + flag + "=" + (value ? "1" : "0");
+  return key;
+}
+
+std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params) {
+  if (params.empty())
+    throw Error("optimizer got an empty parameter list");
+  return {ParamGroupSpec{std::move(params), {}}};
+}
+
+Tensor find_state(const ParamState& state, const std::string& key) {
+  for (const auto& [name, tensor] : state)
+    if (name == key)
+      return tensor;
+  return Tensor();
+}
+
+Optimizer::Optimizer(std::string name, OptionMap defaults, bool foreach)
+    : name_(std::move(name)), defaults_(std::move(defaults)), foreach_(foreach) {}
+
+void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
+  if (specs.empty())
+    throw Error("optimizer got an empty parameter list");
+  std::set<uint64_t> seen_in_other_groups;
+  for (std::size_t g = 0; g < specs.size(); ++g) {
+    ParamGroup group;
+    group.options = defaults_;
+    for (const auto& [key, value] : specs[g].options) {
+      if (!defaults_.count(key))
+        throw Error(name_ + " has no option '" + key + "' (param group " + std::to_string(g) + ")");
+      group.options[key] = value;
+    }
+    validate_options(group.options);
+    std::set<uint64_t> seen_here;
+    bool warned = false;
+    for (const Tensor& p : specs[g].params) {
+      if (!p.defined())
+        throw Error("params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
+                    "an undefined tensor in param group " + std::to_string(g));
+      if (seen_in_other_groups.count(p.uid()))
+        throw Error("some parameters appear in more than one parameter group");
+      if (!seen_here.insert(p.uid()).second) {
+        if (!warned)
+          spdlog::warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
+                       "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information "
+                       "(optjit keeps the first occurrence)");
+        warned = true;
+        continue;
+      }
+      group.params.push_back(p);
+    }
+    seen_in_other_groups.insert(seen_here.begin(), seen_here.end());
+    groups_.push_back(std::move(group));
+  }
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (const Tensor& p : groups_[g].params) {
+      flat_index_of_uid_[p.uid()] = static_cast<int64_t>(flat_params_.size());
+      flat_params_.push_back(p);
+      flat_group_.push_back(static_cast<int>(g));
+      states_.emplace_back();
+    }
+}
+
+const ParamState* Optimizer::state(const Tensor& param) const {
+  auto it = flat_index_of_uid_.find(param.uid());
+  if (it == flat_index_of_uid_.end())
+    return nullptr;
+  return &states_[static_cast<std::size_t>(it->second)];
+}
+
+ParamState Optimizer::visible_state(const Tensor& param) const {
+  ParamState visible;
+  const ParamState* all = state(param);
+  if (!all)
+    return visible;
+  for (const auto& entry : *all)
+    if (entry.first.empty() || entry.first[0] != '_')
+      visible.push_back(entry);
+  return visible;
+}
+
+void Optimizer::set_state(const Tensor& param, const std::string& key, const Tensor& value) {
+  auto it = flat_index_of_uid_.find(param.uid());
+  if (it == flat_index_of_uid_.end())
+    throw Error("set_state: the tensor is not a parameter of this optimizer");
+  for (auto& [name, tensor] : states_[static_cast<std::size_t>(it->second)])
+    if (name == key) {
+      if (value.shape() != tensor.shape() || value.dtype() != tensor.dtype() || value.device() != tensor.device())
+        throw Error("set_state: state '" + key + "' is " + tensor.describe() + ", the replacement is " +
+                    value.describe() + "; shape, dtype and device must match");
+      tensor = value;
+      ++state_version_;
+      return;
+    }
+  throw Error("set_state: the parameter has no state '" + key + "'");
+}
+
+void Optimizer::clear_state() {
+  for (ParamState& s : states_)
+    s.clear();
+  ++state_version_;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (const Tensor& p : flat_params_) {
+    if (set_to_none) {
+      p.reset_grad();
+    } else if (Tensor g = p.grad(); g.defined()) {
+      g.fill(0);
+    }
+  }
+}
+
+std::vector<double> Optimizer::hyper_values() const {
+  std::vector<std::string> names = hyper_names();
+  std::vector<double> values;
+  values.reserve(groups_.size() * names.size());
+  for (const ParamGroup& group : groups_)
+    for (const std::string& name : names)
+      values.push_back(group.get(name));
+  return values;
+}
+
+void Optimizer::check_step() const {
+  std::vector<std::string> names = hyper_names();
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (const std::string& name : names)
+      if (double v = groups_[g].get(name); !std::isfinite(v))
+        throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
+                    ": hyperparameters must be finite");
+  for (int64_t i = 0; i < param_count(); ++i) {
+    const Tensor& p = flat_param(i);
+    Tensor g = p.grad();
+    if (!g.defined())
+      continue;
+    if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
+      throw Error("grad of param " + std::to_string(i) + " is " + g.describe() + " but the param is " +
+                  p.describe() + ": a grad must have its param's shape, dtype and device");
+  }
+}
+
+bool Optimizer::ensure_state() {
+  bool created = false;
+  for (int64_t i = 0; i < param_count(); ++i) {
+    const Tensor& p = flat_param(i);
+    if (!p.grad().defined())
+      continue;
+    ParamState& s = states_[static_cast<std::size_t>(i)];
+    for (const StateSpec& spec : state_specs(structure(groups_[static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)])]))) {
+      if (find_state(s, spec.name).defined())
+        continue;
+      Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();
+      s.emplace_back(spec.name, Tensor::full(shape, spec.initial, p.dtype(), p.device()));
+      created = true;
+    }
+  }
+  if (created)
+    ++state_version_;
+  return created;
+}
+
+std::vector<Optimizer::Bucket> Optimizer::make_buckets() const {
+  std::vector<Bucket> buckets;
+  std::vector<Structure> structures;
+  for (const ParamGroup& group : groups_)
+    structures.push_back(structure(group));
+  for (int64_t i = 0; i < param_count(); ++i) {
+    const Tensor& p = flat_param(i);
+    if (!p.grad().defined())
+      continue;
+    int g = flat_group_[static_cast<std::size_t>(i)];
+    const Structure& s = structures[static_cast<std::size_t>(g)];
+    std::string key = s.key();
+    Bucket* bucket = nullptr;
+    for (Bucket& b : buckets)
+      if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key)
+        bucket = &b;
+    if (!bucket) {
+      buckets.push_back(Bucket{p.dtype(), p.device(), key, s, {}});
+      bucket = &buckets.back();
+    }
+    bucket->members.push_back({g, i});
+  }
+  return buckets;
+}
+
+Graph Optimizer::trace_bucket(const Bucket& bucket) const {
+  std::string graph_name = name_;
+  for (char& c : graph_name)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  Tracer tracer(graph_name, bucket.dtype);
+  trace(tracer, bucket.structure);
+  return tracer.finish();
+}
+
+ListArguments Optimizer::list_arguments(const Bucket& bucket) const {
+  ListArguments args;
+  args.hyper_names = hyper_names();
+  args.hyper = hyper_values();
+  args.slot_names = {"param", "grad"};
+  args.slot_tensors.resize(2);
+  for (const StateSpec& spec : state_specs(bucket.structure)) {
+    args.slot_names.push_back(spec.name);
+    args.slot_tensors.emplace_back();
+  }
+  for (const Member& m : bucket.members) {
+    const Tensor& p = flat_param(m.flat);
+    args.group_of.push_back(m.group);
+    args.slot_tensors[0].push_back(p);
+    args.slot_tensors[1].push_back(p.grad());
+    const ParamState& s = flat_state(m.flat);
+    for (std::size_t k = 2; k < args.slot_names.size(); ++k) {
+      Tensor t = find_state(s, args.slot_names[k]);
+      OPTJIT_ASSERT(t.defined(), "state " + args.slot_names[k] + " missing; ensure_state() runs first");
+      args.slot_tensors[k].push_back(t);
+    }
+  }
+  return args;
+}
+
+void Optimizer::step() {
+  check_step();
+  ensure_state();
+  if (!foreach_) {
+    for (int64_t i = 0; i < param_count(); ++i) {
+      const Tensor& p = flat_param(i);
+      if (Tensor g = p.grad(); g.defined())
+        forloop_step(groups_[static_cast<std::size_t>(group_of_flat(i))], p, g, states_[static_cast<std::size_t>(i)]);
+    }
+    return;
+  }
+  for (const Bucket& bucket : make_buckets()) {
+    std::string key = std::string(dtype_name(bucket.dtype)) + "|" + bucket.structure_key;
+    auto it = eager_graphs_.find(key);
+    if (it == eager_graphs_.end())
+      it = eager_graphs_.emplace(key, trace_bucket(bucket)).first;
+    interpret(it->second, list_arguments(bucket));
+  }
+}
+
+} // namespace optjit

@@ -1,0 +1,145 @@
+// The Optimizer base, as torch.optim.Optimizer: param groups with per-group options over the defaults, per-param
+// state created lazily on a param's first step with a grad, step() and zero_grad(). A subclass supplies its
+// algorithm three ways: traced foreach ops (trace), a plain scalar forloop reference (forloop_step), and the
+// structure of a group (the options that change the algorithm's shape rather than its numbers).
+#pragma once
+
+#include "compiler/arguments.h"
+#include "compiler/ir.h"
+#include "frontend/foreach.h"
+#include "runtime/tensor.h"
+
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace optjit {
+
+// A group's options: hyperparameters and flags (flags as 0 or 1), by torch's names (betas as beta1, beta2).
+using OptionMap = std::map<std::string, double>;
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  OptionMap options;
+
+  double get(const std::string& name) const; // throws optjit::Error for an unknown option
+  void set(const std::string& name, double value); // only options the optimizer has
+};
+
+// A param group as given to a constructor: its params and the options it overrides.
+struct ParamGroupSpec {
+  std::vector<Tensor> params;
+  OptionMap options;
+};
+
+// The flags a group's algorithm is traced with (amsgrad, maximize, weight_decay != 0, ...).
+class Structure {
+public:
+  void set(const std::string& name, bool value) { flags_.emplace_back(name, value); }
+  bool operator[](const std::string& name) const;
+  std::string key() const; // "amsgrad=1,maximize=0"
+
+private:
+  std::vector<std::pair<std::string, bool>> flags_;
+};
+
+enum class StateKind { Tensor, Scalar };
+
+struct StateSpec {
+  std::string name;
+  StateKind kind = StateKind::Tensor;
+  double initial = 0;   // every element starts at this value
+  bool visible = true;  // false: internal bookkeeping, not part of torch's state keys
+};
+
+// A param's state entries in torch's key order. Scalar entries are 1-element tensors of the param's dtype.
+using ParamState = std::vector<std::pair<std::string, Tensor>>;
+
+class Optimizer {
+public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  const std::string& name() const { return name_; }
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  const OptionMap& defaults() const { return defaults_; }
+  bool foreach() const { return foreach_; }
+
+  // One eager step: the forloop reference (foreach=false) or the interpreted foreach graph (foreach=true).
+  // Throws before anything changes when a grad or a hyperparameter is invalid.
+  void step();
+  void zero_grad(bool set_to_none = true);
+
+  // State, by param identity. Entries hidden from torch's key set are left out of visible_state().
+  const ParamState* state(const Tensor& param) const;
+  ParamState visible_state(const Tensor& param) const;
+  // Replaces one state buffer (same shape and dtype); compiled steps rebind to it.
+  void set_state(const Tensor& param, const std::string& key, const Tensor& value);
+  void clear_state();
+  uint64_t state_version() const { return state_version_; }
+
+  // What compiled and eager steps build on.
+  struct Member {
+    int group;
+    int64_t flat; // index over all params, in group order
+  };
+  struct Bucket {
+    Dtype dtype;
+    Device device;
+    std::string structure_key;
+    Structure structure;
+    std::vector<Member> members;
+  };
+  // Params with grads, grouped by (device, dtype, structure); one list graph (one kernel) each.
+  std::vector<Bucket> make_buckets() const;
+  Graph trace_bucket(const Bucket& bucket) const;
+  ListArguments list_arguments(const Bucket& bucket) const;
+  // This step's hyperparameters: groups x hyper_names(), read from the groups' options.
+  std::vector<double> hyper_values() const;
+  void check_step() const;
+  // Creates the missing state of every param that has a grad; returns whether any was created.
+  bool ensure_state();
+
+  int64_t param_count() const { return static_cast<int64_t>(flat_params_.size()); }
+  const Tensor& flat_param(int64_t i) const { return flat_params_[static_cast<std::size_t>(i)]; }
+  const ParamState& flat_state(int64_t i) const { return states_[static_cast<std::size_t>(i)]; }
+  int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
+
+  virtual Structure structure(const ParamGroup& group) const = 0;
+  virtual std::vector<StateSpec> state_specs(const Structure& structure) const = 0;
+  virtual std::vector<std::string> hyper_names() const = 0;
+  virtual void trace(Tracer& tracer, const Structure& structure) const = 0;
+  virtual void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                            ParamState& state) const = 0;
+
+protected:
+  Optimizer(std::string name, OptionMap defaults, bool foreach);
+  // Validates each group's options (the subclass's rules) and adds the groups. Call from the subclass
+  // constructor, where the subclass's validate_options is callable.
+  void add_param_groups(std::vector<ParamGroupSpec> groups);
+  virtual void validate_options(const OptionMap& options) const = 0;
+
+private:
+  std::string name_;
+  OptionMap defaults_;
+  bool foreach_;
+  std::vector<ParamGroup> groups_;
+  std::vector<Tensor> flat_params_;
+  std::vector<int> flat_group_;
+  std::vector<ParamState> states_;
+  std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
+  uint64_t state_version_ = 0;
+  mutable std::map<std::string, Graph> eager_graphs_;
+};
+
+// A constructor's plain list of params as one param group; an empty list is torch's error.
+std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params);
+
+// Looks up an entry of a param's state; undefined Tensor when absent.
+Tensor find_state(const ParamState& state, const std::string& key);
+
+} // namespace optjit

@@ -1,0 +1,17 @@
+// Constructor and step validation with PyTorch's exact messages. Values are printed as Python prints a float
+// (repr), so "Invalid learning rate: -0.01" reads as torch's does.
+#pragma once
+
+#include <string>
+
+namespace optjit {
+
+// Python's repr of a float: "1.0", "-0.5", "1e-08", "inf", "nan".
+std::string python_float(double value);
+
+// Throws optjit::Error("Invalid <what> value: <value>") unless 0 <= value (NaN fails, as `not 0.0 <= x`).
+void require_non_negative(double value, const std::string& message_prefix);
+// Throws unless 0 <= value < 1.
+void require_beta(double value, int index);
+
+} // namespace optjit
