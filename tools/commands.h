@@ -1,0 +1,38 @@
+// The optjit CLI's subcommands, callable from C++ (tools/main.cpp parses the command line).
+#pragma once
+
+#include "runtime/dtype.h"
+
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+// Compiles Adam for a 4-layer MLP and compares it with eager steps: kernels, compile time, step time, GB/s.
+int run_demo();
+
+struct BenchOptions {
+  bool json = false;
+};
+// Compiled Adam against a traffic probe, cold compile times and per-step dispatch overhead.
+int run_bench(const BenchOptions& options);
+
+// Kernels per step for every known optimizer configuration, beside PyTorch Inductor's counts.
+int run_counts(bool json);
+
+struct DumpOptions {
+  std::string optimizer = "adam";
+  std::string set;                        // "lr=0.01,amsgrad=true,betas=(0.8,0.9)"
+  std::string params = "10x10,10,10x10,10";
+  Dtype dtype = Dtype::f32;
+  std::string stage = "fused";
+};
+int run_dump(const DumpOptions& options);
+
+struct ReplayOptions {
+  std::string mode = "all"; // forloop, eager, compiled or all
+  std::vector<std::string> paths;
+};
+int run_replay(const ReplayOptions& options);
+
+} // namespace optjit

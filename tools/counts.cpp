@@ -1,0 +1,97 @@
+// optjit counts: kernels per step for every configuration PyTorch's OptimizerInfo lists (CPU rows, float lr),
+// compiled on the 4-param model of PyTorch's compiled-optimizer tests, beside Inductor's CPU counts.
+#include "frontend/compiled_step.h"
+#include "frontend/registry.h"
+#include "tools/commands.h"
+#include "tools/model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+namespace optjit {
+namespace {
+
+struct CountConfig {
+  std::string optimizer;
+  KeywordOptions options;
+};
+
+// torch's optim_inputs for Adam/AdamW and SGD (reference section C), CPU rows with a float lr.
+std::vector<CountConfig> known_configs() {
+  std::vector<CountConfig> configs;
+  for (const char* adam : {"adam", "adamw"})
+    for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
+                                                               {{"lr", {0.01}}},
+                                                               {{"weight_decay", {0.1}}},
+                                                               {{"weight_decay", {0.1}}, {"maximize", {1}}},
+                                                               {{"weight_decay", {0.1}}, {"amsgrad", {1}}}})
+      configs.push_back({adam, o});
+  for (const KeywordOptions& o :
+       std::vector<KeywordOptions>{{},
+                                   {{"lr", {0.01}}},
+                                   {{"weight_decay", {0.5}}},
+                                   {{"momentum", {0.9}}},
+                                   {{"weight_decay", {0.1}}, {"maximize", {1}}},
+                                   {{"momentum", {0.9}}, {"dampening", {0.5}}},
+                                   {{"momentum", {0.9}}, {"weight_decay", {0.1}}},
+                                   {{"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}}})
+    configs.push_back({"sgd", o});
+  return configs;
+}
+
+std::string config_name(const KeywordOptions& options) {
+  std::string name;
+  for (const auto& entry : options)
+    name += (name.empty() ? "" : ",") + entry.first;
+  return name.empty() ? "default" : name;
+}
+
+// Inductor's kernel count on the CPU (reference: inductor-kernel-counts.md). Every CPU run is "singletensor"
+// (8 kernels) unless an override row names the configuration.
+int inductor_cpu_kernels(const CountConfig& c, bool foreach) {
+  auto has = [&](const char* key) { return c.options.count(key) > 0; };
+  if (c.optimizer == "sgd") {
+    if (c.options.empty())
+      return 4;
+    if (c.options.size() == 2 && has("weight_decay") && has("maximize"))
+      return 4;
+    if (foreach && has("momentum") && has("weight_decay"))
+      return 16;
+  }
+  return 8;
+}
+
+} // namespace
+
+int run_counts(bool json_output) {
+  nlohmann::json rows = nlohmann::json::array();
+  if (!json_output)
+    std::printf("kernels per step on two Linear(10, 10) (params 10x10, 10, 10x10, 10), f32, cpu\n\n%-8s %-32s "
+                "%-8s %8s %17s\n",
+                "optimizer", "config", "foreach", "optjit", "inductor (cpu)");
+  for (const CountConfig& c : known_configs()) {
+    for (bool foreach : {false, true}) {
+      std::vector<Tensor> params = random_params(two_linear_shapes(), Dtype::f32, 0);
+      KeywordOptions options = c.options;
+      options["foreach"] = {foreach ? 1.0 : 0.0};
+      auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{params, {}}}, options);
+      CompiledStep step = compile(*opt);
+      const int kernels = step.kernel_count();
+      const int inductor = inductor_cpu_kernels(c, foreach);
+      rows.push_back({{"optimizer", c.optimizer},
+                      {"config", config_name(c.options)},
+                      {"foreach", foreach},
+                      {"kernels", kernels},
+                      {"inductor_kernels", inductor}});
+      if (!json_output)
+        std::printf("%-9s %-32s %-8s %8d %17d\n", c.optimizer.c_str(), config_name(c.options).c_str(),
+                    foreach ? "true" : "false", kernels, inductor);
+    }
+  }
+  if (json_output)
+    std::printf("%s\n", rows.dump(1).c_str());
+  return 0;
+}
+
+} // namespace optjit

@@ -1,0 +1,199 @@
+#include "tools/golden.h"
+#include "frontend/compiled_step.h"
+#include "frontend/registry.h"
+#include "runtime/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+namespace optjit {
+namespace {
+
+using json = nlohmann::json;
+
+KeywordOptions keyword_options(const json& object) {
+  KeywordOptions options;
+  for (const auto& [key, value] : object.items()) {
+    if (value.is_null())
+      continue;
+    if (value.is_boolean())
+      options[key] = {value.get<bool>() ? 1.0 : 0.0};
+    else if (value.is_number())
+      options[key] = {value.get<double>()};
+    else if (value.is_array())
+      options[key] = value.get<std::vector<double>>();
+    else
+      throw Error("option '" + key + "' has a value optjit cannot read: " + value.dump());
+  }
+  return options;
+}
+
+std::string format(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  return os.str();
+}
+
+struct Checker {
+  double rtol, atol;
+  std::string failure;
+
+  bool close(double got, double expected) const { return std::fabs(got - expected) <= atol + rtol * std::fabs(expected); }
+
+  bool values(const std::string& where, const std::vector<double>& got, const json& expected) {
+    if (got.size() != expected.size()) {
+      failure = where + ": got " + std::to_string(got.size()) + " values, expected " + std::to_string(expected.size());
+      return false;
+    }
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      double e = expected[i].get<double>();
+      if (!close(got[i], e)) {
+        failure = where + ", index " + std::to_string(i) + ", got " + format(got[i]) + ", expected " + format(e);
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+} // namespace
+
+ReplayMode parse_replay_mode(const std::string& text) {
+  if (text == "forloop")
+    return ReplayMode::Forloop;
+  if (text == "eager")
+    return ReplayMode::Eager;
+  if (text == "compiled")
+    return ReplayMode::Compiled;
+  throw Error("unknown replay mode '" + text + "': expected forloop, eager, compiled or all");
+}
+
+std::string replay_mode_name(ReplayMode mode) {
+  return mode == ReplayMode::Forloop ? "forloop" : mode == ReplayMode::Eager ? "eager" : "compiled";
+}
+
+std::vector<std::filesystem::path> collect_golden_files(const std::vector<std::string>& paths) {
+  std::vector<std::filesystem::path> files;
+  for (const std::string& p : paths) {
+    if (std::filesystem::is_directory(p)) {
+      for (const auto& entry : std::filesystem::directory_iterator(p))
+        if (entry.path().extension() == ".json")
+          files.push_back(entry.path());
+    } else if (std::filesystem::exists(p)) {
+      files.emplace_back(p);
+    } else {
+      throw Error("no golden case or directory at " + p);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mode) {
+  ReplayResult result;
+  result.name = file.stem().string();
+  try {
+    std::ifstream in(file);
+    if (!in)
+      throw Error("cannot read " + file.string());
+    json c = json::parse(in);
+    result.name = c.at("name").get<std::string>();
+    if (!c.at("scheduler").is_null())
+      throw Error("LR scheduler " + c["scheduler"].at("name").get<std::string>() + " is not implemented in optjit yet");
+    const Dtype dtype = parse_dtype(c.at("dtype").get<std::string>());
+    std::vector<Tensor> params;
+    for (const json& p : c.at("params"))
+      params.push_back(Tensor::from_values(p.at("shape").get<Shape>(), p.at("data").get<std::vector<double>>(), dtype));
+
+    std::vector<ParamGroupSpec> groups;
+    std::vector<KeywordOptions> group_options;
+    if (c.contains("param_groups") && !c["param_groups"].is_null()) {
+      for (const json& g : c["param_groups"]) {
+        ParamGroupSpec spec;
+        for (int index : g.at("params").get<std::vector<int>>())
+          spec.params.push_back(params.at(static_cast<std::size_t>(index)));
+        groups.push_back(std::move(spec));
+        group_options.push_back(keyword_options(g.value("options", json::object())));
+      }
+    } else {
+      groups.push_back(ParamGroupSpec{params, {}});
+    }
+    KeywordOptions options = keyword_options(c.at("options"));
+    options["foreach"] = {mode == ReplayMode::Forloop ? 0.0 : 1.0};
+    auto opt = make_optimizer(c.at("optimizer").get<std::string>(), std::move(groups), options, group_options);
+    std::optional<CompiledStep> compiled;
+    if (mode == ReplayMode::Compiled)
+      compiled.emplace(compile(*opt));
+
+    Checker check{c.at("rtol").get<double>(), c.at("atol").get<double>(), {}};
+    const json& steps = c.at("steps");
+    for (std::size_t t = 0; t < steps.size(); ++t) {
+      const json& rec = steps[t];
+      const std::string at_step = "step " + std::to_string(t);
+      std::vector<double> lrs;
+      for (const ParamGroup& g : opt->param_groups())
+        lrs.push_back(g.get("lr"));
+      if (!check.values(at_step + ", lr", lrs, rec.at("lr")))
+        throw Error(check.failure);
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const json& g = rec.at("grads")[i];
+        if (g.is_null())
+          params[i].reset_grad();
+        else
+          params[i].set_grad(Tensor::from_values(params[i].shape(), g.get<std::vector<double>>(), dtype));
+      }
+      if (compiled)
+        (*compiled)();
+      else
+        opt->step();
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const std::string where = at_step + ", param " + std::to_string(i);
+        if (!check.values(where, params[i].to_vector(), rec.at("expect_params")[i]))
+          throw Error(check.failure);
+        const json& expected_state = rec.at("expect_state")[i];
+        ParamState state = opt->visible_state(params[i]);
+        std::set<std::string> got_keys, expected_keys;
+        for (const auto& entry : state)
+          got_keys.insert(entry.first);
+        for (const auto& [key, value] : expected_state.items())
+          expected_keys.insert(key);
+        if (got_keys != expected_keys) {
+          std::string got_list, expected_list;
+          for (const auto& k : got_keys)
+            got_list += " " + k;
+          for (const auto& k : expected_keys)
+            expected_list += " " + k;
+          throw Error(where + ": state keys {" + got_list + " } expected {" + expected_list + " }");
+        }
+        for (const auto& [key, tensor] : state) {
+          const json& e = expected_state.at(key);
+          if (key == "step") {
+            if (tensor.item() != e.get<double>())
+              throw Error(where + " step: got " + format(tensor.item()) + ", expected " + format(e.get<double>()));
+          } else if (e.is_number()) {
+            if (!check.values(where + " " + key, {tensor.item()}, json::array({e})))
+              throw Error(check.failure);
+          } else if (!check.values(where + " " + key, tensor.to_vector(), e)) {
+            throw Error(check.failure);
+          }
+        }
+      }
+    }
+    if (compiled)
+      result.metrics = compiled->metrics();
+    result.passed = true;
+  } catch (const std::exception& e) {
+    result.passed = false;
+    result.failure = e.what();
+  }
+  return result;
+}
+
+} // namespace optjit

@@ -1,0 +1,59 @@
+// The optjit command line: demo, dump, counts, replay and bench (tools/commands.h does the work).
+#include "runtime/error.h"
+#include "tools/commands.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+  CLI::App app{"optjit: a tracing JIT compiler for deep-learning optimizer steps"};
+  app.require_subcommand(1);
+
+  app.add_subcommand("demo", "compile Adam for a 4-layer MLP and compare it with eager steps");
+
+  optjit::DumpOptions dump;
+  std::string dtype = "f32";
+  auto* dump_cmd = app.add_subcommand("dump", "print one stage of the code generated for an optimizer");
+  dump_cmd->add_option("--optimizer", dump.optimizer, "torch's optimizer name (adam, adamw, sgd, ...)")
+      ->capture_default_str();
+  dump_cmd->add_option("--set", dump.set, "options, e.g. lr=0.01,amsgrad=true,betas=(0.8,0.9)");
+  dump_cmd->add_option("--params", dump.params, "param shapes, e.g. 10x10,10,10x10,10")->capture_default_str();
+  dump_cmd->add_option("--dtype", dtype, "f32 or f64")->capture_default_str();
+  dump_cmd->add_option("--stage", dump.stage, "traced, optimized, fused or llvm")->capture_default_str();
+
+  bool counts_json = false;
+  auto* counts_cmd = app.add_subcommand("counts", "kernels per step for every known configuration");
+  counts_cmd->add_flag("--json", counts_json, "print a JSON array");
+
+  optjit::ReplayOptions replay;
+  auto* replay_cmd = app.add_subcommand("replay", "replay golden trajectories recorded from torch.optim");
+  replay_cmd->add_option("--mode", replay.mode, "forloop, eager, compiled or all")
+      ->check(CLI::IsMember({"forloop", "eager", "compiled", "all"}))
+      ->capture_default_str();
+  replay_cmd->add_option("paths", replay.paths, "golden .json files or directories")->required();
+
+  optjit::BenchOptions bench;
+  auto* bench_cmd = app.add_subcommand("bench", "compiled Adam vs a memory-traffic probe, compile and dispatch time");
+  bench_cmd->add_flag("--json", bench.json, "print a JSON array");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (app.got_subcommand("demo"))
+      return optjit::run_demo();
+    if (app.got_subcommand(dump_cmd)) {
+      dump.dtype = optjit::parse_dtype(dtype);
+      return optjit::run_dump(dump);
+    }
+    if (app.got_subcommand(counts_cmd))
+      return optjit::run_counts(counts_json);
+    if (app.got_subcommand(replay_cmd))
+      return optjit::run_replay(replay);
+    if (app.got_subcommand(bench_cmd))
+      return optjit::run_bench(bench);
+  } catch (const optjit::Error& e) {
+    std::fprintf(stderr, "optjit: error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,38 @@
+// optjit replay: golden trajectories through the forloop, eager or compiled path (or all three).
+#include "tools/commands.h"
+#include "tools/golden.h"
+
+#include <cstdio>
+
+namespace optjit {
+
+int run_replay(const ReplayOptions& options) {
+  std::vector<ReplayMode> modes;
+  if (options.mode == "all")
+    modes = {ReplayMode::Forloop, ReplayMode::Eager, ReplayMode::Compiled};
+  else
+    modes = {parse_replay_mode(options.mode)};
+  int passed = 0, failed = 0;
+  for (const auto& file : collect_golden_files(options.paths)) {
+    for (ReplayMode mode : modes) {
+      ReplayResult r = replay_golden_file(file, mode);
+      std::string name = r.name;
+      if (modes.size() > 1)
+        name += " [" + replay_mode_name(mode) + "]";
+      if (r.passed) {
+        ++passed;
+        if (mode == ReplayMode::Compiled)
+          std::printf("PASS %s  %s\n", name.c_str(), r.metrics.summary().c_str());
+        else
+          std::printf("PASS %s\n", name.c_str());
+      } else {
+        ++failed;
+        std::printf("FAIL %s: %s\n", name.c_str(), r.failure.c_str());
+      }
+    }
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+} // namespace optjit
