@@ -1,0 +1,68 @@
+// Shared helpers for the tests: random params, comparing params and state, message checks.
+#pragma once
+
+#include "frontend/optimizer.h"
+#include "runtime/error.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace optjit::test {
+
+// Largest |a - b| / (atol + rtol |b|) over two tensors' elements (<= 1 passes); NaNs must match.
+inline double scaled_error(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  REQUIRE(a.numel() == b.numel());
+  double worst = 0;
+  const std::vector<double> u = a.to_vector(), w = b.to_vector();
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (std::isnan(u[i]) || std::isnan(w[i])) {
+      worst = std::max(worst, std::isnan(u[i]) && std::isnan(w[i]) ? 0.0 : INFINITY);
+      continue;
+    }
+    worst = std::max(worst, std::fabs(u[i] - w[i]) / (atol + rtol * std::fabs(w[i])));
+  }
+  return worst;
+}
+
+// Params and every visible state entry of two optimizers agree within (rtol, atol), and the state keys match.
+inline void check_same_trajectory(const std::vector<Tensor>& a, const Optimizer& oa, const std::vector<Tensor>& b,
+                                  const Optimizer& ob, double rtol, double atol, const std::string& what) {
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO(what << ", param " << i);
+    CHECK(scaled_error(a[i], b[i], rtol, atol) <= 1.0);
+    ParamState sa = oa.visible_state(a[i]), sb = ob.visible_state(b[i]);
+    REQUIRE(sa.size() == sb.size());
+    for (std::size_t k = 0; k < sa.size(); ++k) {
+      INFO("state " << sa[k].first);
+      CHECK(sa[k].first == sb[k].first);
+      CHECK(scaled_error(sa[k].second, sb[k].second, rtol, atol) <= 1.0);
+    }
+  }
+}
+
+// Runs `fn`, which must throw optjit::Error whose message is exactly `message`.
+template <class Fn> void check_error(Fn&& fn, const std::string& message) {
+  try {
+    fn();
+    FAIL("no error, expected: " << message);
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == message);
+  }
+}
+
+// Runs `fn`, which must throw optjit::Error whose message contains `part`.
+template <class Fn> void check_error_contains(Fn&& fn, const std::string& part) {
+  try {
+    fn();
+    FAIL("no error, expected one containing: " << part);
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    INFO("message: " << message);
+    CHECK(message.find(part) != std::string::npos);
+  }
+}
+
+} // namespace optjit::test

@@ -1,0 +1,66 @@
+// Every shared golden case of the implemented optimizers, through all three execution paths.
+#include "frontend/registry.h"
+#include "tools/golden.h"
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+using namespace optjit;
+
+namespace {
+
+std::vector<std::filesystem::path> golden_cases_of(const std::vector<std::string>& prefixes) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& f : collect_golden_files({OPTJIT_TEST_GOLDEN_DIR}))
+    for (const std::string& prefix : prefixes)
+      if (f.filename().string().rfind(prefix, 0) == 0)
+        files.push_back(f);
+  return files;
+}
+
+void replay_all(const std::vector<std::string>& prefixes, std::size_t at_least) {
+  const auto files = golden_cases_of(prefixes);
+  CHECK(files.size() >= at_least);
+  for (const auto& file : files)
+    for (ReplayMode mode : {ReplayMode::Forloop, ReplayMode::Eager, ReplayMode::Compiled}) {
+      ReplayResult r = replay_golden_file(file, mode);
+      INFO(r.name << " [" << replay_mode_name(mode) << "]: " << r.failure);
+      CHECK(r.passed);
+      if (mode == ReplayMode::Compiled && r.passed) {
+        // Golden cases change neither structure nor dtype between steps, except when a grad turns None.
+        CHECK(r.metrics.steps == 7);
+        CHECK(r.metrics.kernels_generated + r.metrics.cache_hits >= 1);
+      }
+    }
+}
+
+} // namespace
+
+TEST_CASE("golden: every Adam case in forloop, eager and compiled modes") { replay_all({"adam_"}, 16); }
+TEST_CASE("golden: every AdamW case in forloop, eager and compiled modes") { replay_all({"adamw_"}, 14); }
+TEST_CASE("golden: every SGD case in forloop, eager and compiled modes") { replay_all({"sgd_"}, 16); }
+
+TEST_CASE("golden: a case of an optimizer not implemented yet fails with a clear message") {
+  for (const auto& file : golden_cases_of({"nadam_defaults_single", "asgd_defaults_single"})) {
+    ReplayResult r = replay_golden_file(file, ReplayMode::Compiled);
+    CHECK_FALSE(r.passed);
+    CHECK(r.failure.find("is not implemented in optjit yet") != std::string::npos);
+  }
+}
+
+TEST_CASE("golden: a wrong expectation is reported with step, param, index, got and expected") {
+  const auto files = golden_cases_of({"adam_defaults_single"});
+  REQUIRE(files.size() == 1);
+  std::ifstream in(files[0]);
+  nlohmann::json c = nlohmann::json::parse(in);
+  c["steps"][0]["expect_params"][0][0] = 1000.5;
+  const auto tmp = std::filesystem::temp_directory_path() / "optjit_corrupt_golden.json";
+  std::ofstream(tmp) << c.dump();
+  ReplayResult r = replay_golden_file(tmp, ReplayMode::Compiled);
+  std::filesystem::remove(tmp);
+  CHECK_FALSE(r.passed);
+  CHECK(r.failure.find("step 0, param 0, index 0, got ") != std::string::npos);
+  CHECK(r.failure.find("expected 1000.5") != std::string::npos);
+}

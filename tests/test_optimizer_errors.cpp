@@ -1,0 +1,116 @@
+// Constructor validation with torch's exact messages, and step-time errors that leave everything unchanged.
+#include "frontend/adam.h"
+#include "frontend/compiled_step.h"
+#include "frontend/registry.h"
+#include "frontend/sgd.h"
+#include "helpers.h"
+#include "tools/model.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace optjit;
+using optjit::test::check_error;
+using optjit::test::check_error_contains;
+
+namespace {
+
+std::vector<Tensor> sample_params() { return random_params({{1, 1}, {3}}, Dtype::f32, 5); }
+
+} // namespace
+
+TEST_CASE("errors: Adam and AdamW constructor messages, in torch's order") {
+  auto p = sample_params();
+  check_error([&] { Adam(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Adam(p, {.lr = std::nan("")}); }, "Invalid learning rate: nan");
+  check_error([&] { Adam(p, {.eps = -1e-8}); }, "Invalid epsilon value: -1e-08");
+  check_error([&] { Adam(p, {.lr = 1e-2, .betas = {1.0, 0.0}}); }, "Invalid beta parameter at index 0: 1.0");
+  check_error([&] { Adam(p, {.betas = {0.9, -0.5}}); }, "Invalid beta parameter at index 1: -0.5");
+  check_error([&] { Adam(p, {.lr = 1e-2, .weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
+  check_error([&] { AdamW(p, {.lr = 1e-2, .betas = {1.0, 0.0}}); }, "Invalid beta parameter at index 0: 1.0");
+  check_error([&] { AdamW(p, {.weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
+  // lr is checked before eps, eps before betas.
+  check_error([&] { Adam(p, {.lr = -1, .betas = {2, 2}, .eps = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Adam(p, {.betas = {2, 2}, .eps = -1}); }, "Invalid epsilon value: -1.0");
+}
+
+TEST_CASE("errors: SGD constructor messages, with torch's NaN-passing comparisons") {
+  auto p = sample_params();
+  check_error([&] { SGD(p, {.lr = -0.1}); }, "Invalid learning rate: -0.1");
+  check_error([&] { SGD(p, {.lr = 1e-2, .momentum = -0.5}); }, "Invalid momentum value: -0.5");
+  check_error([&] { SGD(p, {.weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
+  check_error([&] { SGD(p, {.nesterov = true}); }, "Nesterov momentum requires a momentum and zero dampening");
+  check_error([&] { SGD(p, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}); },
+              "Nesterov momentum requires a momentum and zero dampening");
+  CHECK_NOTHROW(SGD(p, {.lr = std::nan("")})); // `lr < 0.0` is false for NaN, as in torch
+}
+
+TEST_CASE("errors: param groups: empty, duplicates across groups, group options validated, unknown options") {
+  auto p = sample_params();
+  check_error([&] { Adam(std::vector<Tensor>{}); }, "optimizer got an empty parameter list");
+  check_error([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {}}, {{p[0], p[1]}, {}}}); },
+              "some parameters appear in more than one parameter group");
+  check_error([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {}}, {{p[1]}, {{"lr", -2}}}}); },
+              "Invalid learning rate: -2.0");
+  check_error_contains([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {{"momentum", 0.9}}}}); }, "momentum");
+  // Within one group a duplicate is a warning (torch's UserWarning) and the param is stepped once.
+  Adam dup(std::vector<Tensor>{p[0], p[0], p[1]}, {.foreach = true});
+  CHECK(dup.param_count() == 2);
+  check_error_contains([&] { make_optimizer("adam", {ParamGroupSpec{p, {}}}, {{"momentum", {0.9}}}); },
+                       "Adam has no option 'momentum'");
+  check_error_contains([&] { make_optimizer("lion", {ParamGroupSpec{p, {}}}, {}); }, "unknown optimizer 'lion'");
+  check_error_contains([&] { make_optimizer("nadam", {ParamGroupSpec{p, {}}}, {}); }, "not implemented");
+}
+
+namespace {
+
+struct Snapshot {
+  std::vector<std::vector<double>> values;
+  bool operator==(const Snapshot&) const = default;
+};
+
+Snapshot snapshot(const std::vector<Tensor>& params, const Optimizer& opt) {
+  Snapshot s;
+  for (const Tensor& p : params) {
+    s.values.push_back(p.to_vector());
+    for (const auto& [key, t] : opt.visible_state(p))
+      s.values.push_back(t.to_vector());
+  }
+  return s;
+}
+
+// Runs two good steps, then `break_it`, then a step on each path that must throw `message` and change nothing.
+template <class Break> void check_failed_step_changes_nothing(Break break_it, const std::string& message) {
+  for (int path = 0; path < 3; ++path) {
+    INFO("path " << (path == 0 ? "forloop" : path == 1 ? "eager foreach" : "compiled"));
+    auto params = random_params({{4, 3}, {5}, {}}, Dtype::f32, 11);
+    Adam opt(params, {.weight_decay = 0.1, .amsgrad = true, .foreach = path != 0});
+    CompiledStep compiled = compile(opt);
+    auto step = [&] { path == 2 ? compiled() : opt.step(); };
+    step();
+    step();
+    break_it(params, opt);
+    const Snapshot before = snapshot(params, opt);
+    check_error_contains(step, message);
+    CHECK(snapshot(params, opt) == before);
+  }
+}
+
+} // namespace
+
+TEST_CASE("errors: a grad whose shape, dtype or device does not match its param throws before any update") {
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) { params[2].set_grad(Tensor::zeros({2}, Dtype::f32)); },
+      "a grad must have its param's shape, dtype and device");
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) { params[1].set_grad(Tensor::zeros({5}, Dtype::f64)); },
+      "a grad must have its param's shape, dtype and device");
+}
+
+TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any update") {
+  check_failed_step_changes_nothing([](auto&, Optimizer& opt) { opt.param_groups()[0].set("lr", INFINITY); },
+                                    "hyperparameter lr of param group 0 is inf: hyperparameters must be finite");
+  check_failed_step_changes_nothing([](auto&, Optimizer& opt) { opt.param_groups()[0].set("beta2", std::nan("")); },
+                                    "hyperparameter beta2 of param group 0 is nan");
+}

@@ -1,0 +1,107 @@
+// The runtime: tensors, the host allocator, the thread pool, dtype/device parsing and the CUDA driver loader.
+#include "helpers.h"
+#include "runtime/allocator.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/tensor.h"
+#include "runtime/thread_pool.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdint>
+
+using namespace optjit;
+using optjit::test::check_error;
+using optjit::test::check_error_contains;
+
+TEST_CASE("tensor: shapes, 0-d and zero-size tensors, values round to the dtype") {
+  Tensor scalar = Tensor::full({}, 0.1, Dtype::f32);
+  CHECK(scalar.dim() == 0);
+  CHECK(scalar.numel() == 1);
+  CHECK(scalar.item() == static_cast<double>(0.1f));
+  Tensor empty = Tensor::zeros({0, 3}, Dtype::f64);
+  CHECK(empty.numel() == 0);
+  CHECK(empty.to_vector().empty());
+  Tensor t = Tensor::from_values({2, 2}, std::vector<double>{1, 2, 3, 4}, Dtype::f64);
+  CHECK(t.describe() == "f64[2, 2] on cpu");
+  CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
+  check_error_contains([] { Tensor::from_values({3}, std::vector<double>{1, 2}, Dtype::f32); }, "3");
+}
+
+TEST_CASE("tensor: set_data changes the layout id but keeps identity and grad") {
+  Tensor p = Tensor::zeros({4}, Dtype::f32);
+  p.set_grad(Tensor::zeros({4}, Dtype::f32));
+  const uint64_t uid = p.uid(), layout = p.layout_id();
+  p.set_data(Tensor::full({4}, 2.0, Dtype::f32));
+  CHECK(p.uid() == uid);
+  CHECK(p.layout_id() != layout);
+  CHECK(p.grad().defined());
+  CHECK(p.item(3) == 2.0);
+}
+
+TEST_CASE("tensor: views of user memory are written in place") {
+  std::vector<float> memory = {1, 2, 3};
+  Tensor view = Tensor::from_blob(memory.data(), {3}, Dtype::f32);
+  view.fill(7);
+  CHECK(memory == std::vector<float>{7, 7, 7});
+}
+
+TEST_CASE("tensor: cuda tensors need the CUDA backend") {
+  check_error_contains([] { Tensor::zeros({2}, Dtype::f32, parse_device("cuda:0")); }, "cuda:0");
+}
+
+TEST_CASE("allocator: 64-byte alignment and reuse instead of fresh pages") {
+  host_allocator_trim();
+  const AllocatorStats before = host_allocator_stats();
+  void* a = host_allocate(1000);
+  CHECK(reinterpret_cast<std::uintptr_t>(a) % 64 == 0);
+  host_release(a, 1000);
+  void* b = host_allocate(1000);
+  CHECK(b == a);
+  CHECK(host_allocator_stats().reused == before.reused + 1);
+  host_release(b, 1000);
+  void* big = host_allocate(8 << 20);
+  CHECK(reinterpret_cast<std::uintptr_t>(big) % (2 << 20) == 0); // huge-page aligned
+  host_release(big, 8 << 20);
+  host_allocator_trim();
+  CHECK(host_allocator_stats().bytes_cached == 0);
+}
+
+TEST_CASE("thread pool: parallel_for covers every index once, in grains, with any thread count") {
+  ThreadPool pool(4);
+  for (int threads : {1, 2, 4}) {
+    pool.set_active_threads(threads);
+    for (int64_t n : {0, 1, 7, 1000, 100003}) {
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+      std::atomic<int64_t> max_range{0};
+      pool.parallel_for(n, 64, [&](int64_t b, int64_t e) {
+        int64_t r = e - b, seen = max_range.load();
+        while (r > seen && !max_range.compare_exchange_weak(seen, r)) {
+        }
+        for (int64_t i = b; i < e; ++i)
+          hits[static_cast<std::size_t>(i)]++;
+      });
+      for (const auto& h : hits)
+        REQUIRE(h.load() == 1);
+      CHECK(max_range.load() <= 64);
+    }
+  }
+}
+
+TEST_CASE("dtype and device: parsing and clear errors") {
+  CHECK(parse_dtype("float32") == Dtype::f32);
+  CHECK(parse_dtype("f64") == Dtype::f64);
+  check_error_contains([] { parse_dtype("bf16"); }, "bf16");
+  CHECK(parse_device("cpu") == Device::cpu());
+  CHECK(parse_device("cuda:1").to_string() == "cuda:1");
+  check_error_contains([] { parse_device("tpu"); }, "tpu");
+}
+
+TEST_CASE("cuda driver: no library, a missing symbol and a failing call are clear errors, never a crash") {
+  check_error_contains([] { probe_cuda_driver("libcuda-not-here.so.1"); },
+                       "no CUDA driver: could not load libcuda-not-here.so.1");
+  // libm has none of the driver's symbols: the first one is named.
+  check_error_contains([] { probe_cuda_driver("libm.so.6"); }, "lacks the symbol cuInit");
+  check_error([] { probe_cuda_driver(OPTJIT_TEST_FAKE_CUDA); },
+              "CUDA driver call cuInit failed with CUDA_ERROR_NO_DEVICE (100)");
+}
