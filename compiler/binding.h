@@ -20,6 +20,12 @@ struct LaunchShape {
 class Binding {
 public:
   void bind(const KernelPlan& plan, const ListArguments& args, const LaunchShape& shape = {});
+  // Points slot `slot` (an index into the ABI's tensor slots, then scalar slots) of list entry `tensor` at new
+  // data of the same shape: a replaced grad buffer costs one store, not a new table.
+  void repoint(int slot, int64_t tensor, void* data) {
+    slots_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(args_.n_tensors) +
+           static_cast<std::size_t>(tensor)] = data;
+  }
   // Copies this step's hyperparameters (per group, in args.hyper_names order) into the ABI's order.
   void set_hyper(const std::vector<double>& values_by_group);
   const KernelArgs& args() const { return args_; }

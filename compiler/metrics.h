@@ -14,7 +14,8 @@ struct StepMetrics {
   int64_t recompiles = 0;        // compiles after the first, each with a reason
   int64_t kernels_generated = 0; // kernels LLVM compiled for this step
   int64_t cache_hits = 0;        // kernels found in the process-wide kernel cache instead
-  int64_t rebinds = 0;           // argument tables rebuilt (a grad or state buffer replaced, state created)
+  int64_t rebinds = 0;           // steps that rebuilt or repointed argument tables (a grad, param or state
+                                 // buffer replaced, state created)
   int64_t guard_cache_hits = 0;  // guard misses answered by an earlier compiled variant
   double compile_ms = 0;         // total time spent tracing and compiling
   double dispatch_ms = 0;        // host time of steps that did not compile, before their launches: guards,

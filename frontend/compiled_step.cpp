@@ -9,6 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -33,6 +34,7 @@ struct BucketProgram {
   PipelineResult pipeline;
   std::shared_ptr<CpuKernel> kernel;
   Binding binding;
+  int grad_slot = -1; // the kernel's argument slot of the grads
 };
 
 // Compiled code for one set of guard facts, and the binding it last ran with.
@@ -43,6 +45,13 @@ struct Program {
   uint64_t bound_state_version = 0;
   std::vector<uint64_t> bound_param_layout; // per flat param: the layouts the binding holds
   std::vector<uint64_t> bound_grad_layout;
+  std::vector<std::pair<int, int64_t>> entry_of_flat; // per flat param: (bucket, list entry), bucket -1 if none
+};
+
+// What changed in a step's arguments since the program's binding.
+struct ArgumentChanges {
+  const char* rebind_reason = nullptr; // non-null: the argument tables must be rebuilt
+  std::vector<int64_t> replaced_grads; // otherwise: params whose grad buffer alone was replaced
 };
 
 std::string kernel_cache_key(const KernelPlan& plan) { return "cpu|" + print_kernel_plan(plan); }
@@ -56,6 +65,8 @@ struct CompiledStep::Impl {
   std::vector<std::unique_ptr<Program>> programs;
   Program* current = nullptr;
   GuardFacts facts; // reused every step
+  uint64_t checked_slot_epoch = 0; // tensor_slot_epoch() when the current program's guards and binding last held
+  ArgumentChanges changes;         // reused every step
 
   Impl(Optimizer& o, CompileOptions opts) : opt(o), options(std::move(opts)) {}
 
@@ -117,9 +128,24 @@ struct CompiledStep::Impl {
     return *(current = programs.back().get());
   }
 
-  // Validates what changed since the last binding (before anything is mutated); returns why to rebind, or
-  // nullptr when the binding still holds.
-  const char* check_arguments(const Program& program) {
+  // True when nothing a guard or the binding depends on changed since the last step: no grad or param buffer
+  // anywhere was replaced, no state was created or replaced, and every group still has the structure the current
+  // program was compiled for. O(groups): a steady-state step does not visit every param.
+  bool unchanged_since_last_step(uint64_t slot_epoch) const {
+    if (!current || !current->bound || checked_slot_epoch != slot_epoch ||
+        current->bound_state_version != opt.state_version() ||
+        current->facts.params.size() != static_cast<std::size_t>(opt.param_count()))
+      return false;
+    const auto& groups = opt.param_groups();
+    if (groups.size() != current->facts.groups.size())
+      return false;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      if (opt.structure(groups[g]).key() != current->facts.groups[g])
+        return false;
+    return true;
+  }
+
+  void check_hyperparameters() const {
     const auto& groups = opt.param_groups();
     const std::vector<std::string> names = opt.hyper_names();
     for (std::size_t g = 0; g < groups.size(); ++g)
@@ -127,6 +153,12 @@ struct CompiledStep::Impl {
         if (double v = groups[g].get(name); !std::isfinite(v))
           throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
                       ": hyperparameters must be finite");
+  }
+
+  // Validates the grads that changed since the program's last binding (before anything is mutated) and says what
+  // the binding needs.
+  void check_arguments(const Program& program, ArgumentChanges& changes) const {
+    changes.replaced_grads.clear();
     const char* reason = !program.bound ? "first step of this variant"
                          : program.bound_state_version != opt.state_version() ? "optimizer state created or replaced"
                                                                                : nullptr;
@@ -135,24 +167,50 @@ struct CompiledStep::Impl {
       const TensorImpl* g = p.grad.get();
       if (!g)
         continue;
-      if (program.bound && p.layout_id == program.bound_param_layout[static_cast<std::size_t>(i)] &&
-          g->layout_id == program.bound_grad_layout[static_cast<std::size_t>(i)])
+      const std::size_t at = static_cast<std::size_t>(i);
+      const bool same_param = program.bound && p.layout_id == program.bound_param_layout[at];
+      if (same_param && g->layout_id == program.bound_grad_layout[at])
         continue;
-      if (!reason)
-        reason = "a param's data or grad buffer was replaced";
       if (g->dtype != p.dtype || g->shape != p.shape || g->device != p.device)
         throw Error("grad of param " + std::to_string(i) + " is " + opt.flat_param(i).grad().describe() +
                     " but the param is " + opt.flat_param(i).describe() +
                     ": a grad must have its param's shape, dtype and device");
+      if (!same_param && !reason)
+        reason = "a param's data was replaced";
+      changes.replaced_grads.push_back(i);
     }
-    return reason;
+    changes.rebind_reason = reason;
+  }
+
+  // Points the binding at grad buffers that replaced the bound ones (same shape, dtype and device: checked).
+  void repoint_grads(Program& program, const std::vector<int64_t>& replaced) {
+    OPTJIT_LOG(guards, "{}: {} grad buffer(s) replaced at step #{}, repointing them", opt.name(), replaced.size(),
+               metrics.steps);
+    for (int64_t i : replaced) {
+      const TensorImpl& grad = *opt.flat_param(i).impl()->grad;
+      const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
+      BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
+      bp.binding.repoint(bp.grad_slot, entry, grad.data);
+      program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.layout_id;
+    }
+    ++metrics.rebinds;
   }
 
   void bind(Program& program, const char* reason) {
     OPTJIT_LOG(guards, "{}: rebinding arguments at step #{}: {}", opt.name(), metrics.steps, reason);
     opt.ensure_state();
-    for (BucketProgram& bp : program.buckets)
-      bp.binding.bind(bp.pipeline.kernels.front(), opt.list_arguments(bp.bucket), options.launch);
+    program.entry_of_flat.assign(static_cast<std::size_t>(opt.param_count()), {-1, 0});
+    for (std::size_t b = 0; b < program.buckets.size(); ++b) {
+      BucketProgram& bp = program.buckets[b];
+      const KernelPlan& plan = bp.pipeline.kernels.front();
+      bp.binding.bind(plan, opt.list_arguments(bp.bucket), options.launch);
+      const auto& slots = plan.abi.tensor_slots;
+      bp.grad_slot = static_cast<int>(std::find(slots.begin(), slots.end(), "grad") - slots.begin());
+      OPTJIT_ASSERT(bp.grad_slot < static_cast<int>(slots.size()), "every optimizer kernel reads the grads");
+      for (std::size_t t = 0; t < bp.bucket.members.size(); ++t)
+        program.entry_of_flat[static_cast<std::size_t>(bp.bucket.members[t].flat)] = {static_cast<int>(b),
+                                                                                      static_cast<int64_t>(t)};
+    }
     program.bound_param_layout.assign(static_cast<std::size_t>(opt.param_count()), 0);
     program.bound_grad_layout.assign(static_cast<std::size_t>(opt.param_count()), 0);
     for (int64_t i = 0; i < opt.param_count(); ++i) {
@@ -168,10 +226,19 @@ struct CompiledStep::Impl {
   void step() {
     auto start = std::chrono::steady_clock::now();
     const int64_t compiles_before = metrics.compiles;
-    read_facts();
-    Program& program = program_for_facts();
-    if (const char* reason = check_arguments(program))
-      bind(program, reason);
+    const uint64_t slot_epoch = tensor_slot_epoch();
+    check_hyperparameters();
+    if (!unchanged_since_last_step(slot_epoch)) {
+      read_facts();
+      Program& checked = program_for_facts();
+      check_arguments(checked, changes);
+      if (changes.rebind_reason)
+        bind(checked, changes.rebind_reason);
+      else if (!changes.replaced_grads.empty())
+        repoint_grads(checked, changes.replaced_grads);
+      checked_slot_epoch = slot_epoch;
+    }
+    Program& program = *current;
     const std::vector<double> hyper = opt.hyper_values();
     for (BucketProgram& bp : program.buckets)
       bp.binding.set_hyper(hyper);

@@ -176,12 +176,15 @@ void Optimizer::check_step() const {
 
 bool Optimizer::ensure_state() {
   bool created = false;
+  std::vector<std::vector<StateSpec>> specs_of_group;
+  for (const ParamGroup& group : groups_)
+    specs_of_group.push_back(state_specs(structure(group)));
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
-    if (!p.grad().defined())
+    if (!p.impl()->grad)
       continue;
     ParamState& s = states_[static_cast<std::size_t>(i)];
-    for (const StateSpec& spec : state_specs(structure(groups_[static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)])]))) {
+    for (const StateSpec& spec : specs_of_group[static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)])]) {
       if (find_state(s, spec.name).defined())
         continue;
       Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();

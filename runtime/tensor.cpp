@@ -38,6 +38,10 @@ uint64_t next_uid() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::atomic<uint64_t> slot_epoch{0};
+
+void bump_slot_epoch() { slot_epoch.fetch_add(1, std::memory_order_relaxed); }
+
 void check_shape(const Shape& shape) {
   for (int64_t extent : shape)
     if (extent < 0)
@@ -122,6 +126,7 @@ void Tensor::set_data(const Tensor& source) const {
   impl_->dtype = source.impl_->dtype;
   impl_->device = source.impl_->device;
   impl_->layout_id = next_uid();
+  bump_slot_epoch();
 }
 
 Tensor Tensor::grad() const {
@@ -130,7 +135,12 @@ Tensor Tensor::grad() const {
   return g;
 }
 
-void Tensor::set_grad(const Tensor& grad) const { impl_->grad = grad.impl_; }
+void Tensor::set_grad(const Tensor& grad) const {
+  impl_->grad = grad.impl_;
+  bump_slot_epoch();
+}
+
+uint64_t tensor_slot_epoch() { return slot_epoch.load(std::memory_order_relaxed); }
 
 double Tensor::item(int64_t index) const {
   if (dtype() == Dtype::f32)

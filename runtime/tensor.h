@@ -17,6 +17,11 @@ namespace optjit {
 using Shape = std::vector<int64_t>;
 
 std::string shape_to_string(const Shape& shape);
+
+// Increases whenever any tensor's grad slot or data changes (set_grad, set_data), anywhere in the process. A
+// compiled step that reads the value it saw last time knows that no param's grad or buffer changed since, without
+// visiting every param.
+uint64_t tensor_slot_epoch();
 int64_t shape_numel(const Shape& shape);
 
 class Storage;
