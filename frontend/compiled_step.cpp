@@ -5,13 +5,11 @@
 #include "compiler/log.h"
 #include "compiler/pipeline.h"
 #include "compiler/printer.h"
-#include "frontend/validation.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
 namespace optjit {
 
@@ -145,16 +143,6 @@ struct CompiledStep::Impl {
     return true;
   }
 
-  void check_hyperparameters() const {
-    const auto& groups = opt.param_groups();
-    const std::vector<std::string> names = opt.hyper_names();
-    for (std::size_t g = 0; g < groups.size(); ++g)
-      for (const std::string& name : names)
-        if (double v = groups[g].get(name); !std::isfinite(v))
-          throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
-                      ": hyperparameters must be finite");
-  }
-
   // Validates the grads that changed since the program's last binding (before anything is mutated) and says what
   // the binding needs.
   void check_arguments(const Program& program, ArgumentChanges& changes) const {
@@ -171,10 +159,7 @@ struct CompiledStep::Impl {
       const bool same_param = program.bound && p.layout_id == program.bound_param_layout[at];
       if (same_param && g->layout_id == program.bound_grad_layout[at])
         continue;
-      if (g->dtype != p.dtype || g->shape != p.shape || g->device != p.device)
-        throw Error("grad of param " + std::to_string(i) + " is " + opt.flat_param(i).grad().describe() +
-                    " but the param is " + opt.flat_param(i).describe() +
-                    ": a grad must have its param's shape, dtype and device");
+      opt.check_grad(i);
       if (!same_param && !reason)
         reason = "a param's data was replaced";
       changes.replaced_grads.push_back(i);
@@ -227,7 +212,7 @@ struct CompiledStep::Impl {
     auto start = std::chrono::steady_clock::now();
     const int64_t compiles_before = metrics.compiles;
     const uint64_t slot_epoch = tensor_slot_epoch();
-    check_hyperparameters();
+    opt.check_hyperparameters();
     if (!unchanged_since_last_step(slot_epoch)) {
       read_facts();
       Program& checked = program_for_facts();

@@ -156,22 +156,31 @@ std::vector<double> Optimizer::hyper_values() const {
   return values;
 }
 
-void Optimizer::check_step() const {
-  std::vector<std::string> names = hyper_names();
+void Optimizer::check_hyperparameters() const {
+  const std::vector<std::string> names = hyper_names();
   for (std::size_t g = 0; g < groups_.size(); ++g)
     for (const std::string& name : names)
       if (double v = groups_[g].get(name); !std::isfinite(v))
         throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
                     ": hyperparameters must be finite");
-  for (int64_t i = 0; i < param_count(); ++i) {
-    const Tensor& p = flat_param(i);
-    Tensor g = p.grad();
-    if (!g.defined())
-      continue;
-    if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
-      throw Error("grad of param " + std::to_string(i) + " is " + g.describe() + " but the param is " +
-                  p.describe() + ": a grad must have its param's shape, dtype and device");
-  }
+}
+
+void Optimizer::check_grad(int64_t flat) const {
+  const Tensor& p = flat_param(flat);
+  const Tensor g = p.grad();
+  if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
+    throw Error("grad of param " + std::to_string(flat) + " is " + g.describe() + " but the param is " +
+                p.describe() + ": a grad must have its param's shape, dtype and device");
+  if (!p.is_contiguous() || !g.is_contiguous())
+    throw Error("param " + std::to_string(flat) + " is " + p.describe() + " with grad " + g.describe() +
+                ": optimizer steps need contiguous params and grads (pass a contiguous copy)");
+}
+
+void Optimizer::check_step() const {
+  check_hyperparameters();
+  for (int64_t i = 0; i < param_count(); ++i)
+    if (flat_param(i).impl()->grad)
+      check_grad(i);
 }
 
 bool Optimizer::ensure_state() {

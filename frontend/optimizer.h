@@ -100,7 +100,11 @@ public:
   ListArguments list_arguments(const Bucket& bucket) const;
   // This step's hyperparameters: groups x hyper_names(), read from the groups' options.
   std::vector<double> hyper_values() const;
-  void check_step() const;
+  // Step-time checks, run before anything is mutated. Hyperparameters must be finite; a grad must have its
+  // param's shape, dtype and device, and both must be contiguous.
+  void check_hyperparameters() const;
+  void check_grad(int64_t flat) const;
+  void check_step() const; // every hyperparameter and every present grad
   // Creates the missing state of every param that has a grad; returns whether any was created.
   bool ensure_state();
 

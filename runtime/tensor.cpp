@@ -57,6 +57,16 @@ std::string shape_to_string(const Shape& shape) {
   return text + "]";
 }
 
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t stride = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= shape[d];
+  }
+  return strides;
+}
+
 int64_t shape_numel(const Shape& shape) {
   int64_t numel = 1;
   for (int64_t extent : shape)
@@ -69,6 +79,7 @@ Tensor Tensor::empty(const Shape& shape, Dtype dtype, Device device) {
   Tensor t;
   t.impl_ = std::make_shared<TensorImpl>();
   t.impl_->shape = shape;
+  t.impl_->strides = contiguous_strides(shape);
   t.impl_->numel = shape_numel(shape);
   t.impl_->dtype = dtype;
   t.impl_->uid = next_uid();
@@ -102,16 +113,32 @@ Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, D
   return t;
 }
 
-Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype) {
+Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype, const Shape& strides) {
   check_shape(shape);
+  const Shape row_major = contiguous_strides(shape);
+  if (!strides.empty() && strides.size() != shape.size())
+    throw Error("strides " + shape_to_string(strides) + " do not fit shape " + shape_to_string(shape) +
+                ": give one stride per dimension");
+  for (int64_t stride : strides)
+    if (stride < 0)
+      throw Error("invalid strides " + shape_to_string(strides) + ": strides must be >= 0");
   Tensor t;
   t.impl_ = std::make_shared<TensorImpl>();
   t.impl_->shape = shape;
+  t.impl_->strides = strides.empty() ? row_major : strides;
   t.impl_->numel = shape_numel(shape);
+  // Extents of 1 (and empty tensors) make any stride contiguous, as in torch.
+  t.impl_->contiguous = true;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1 && t.impl_->strides[d] != row_major[d] && t.impl_->numel != 0)
+      t.impl_->contiguous = false;
   t.impl_->dtype = dtype;
   t.impl_->uid = next_uid();
   t.impl_->layout_id = next_uid();
-  t.impl_->storage = std::make_shared<Storage>(data, static_cast<std::size_t>(t.impl_->numel) * dtype_size(dtype));
+  int64_t span = t.impl_->numel == 0 ? 0 : 1;
+  for (std::size_t d = 0; d < shape.size() && span; ++d)
+    span += (shape[d] - 1) * t.impl_->strides[d];
+  t.impl_->storage = std::make_shared<Storage>(data, static_cast<std::size_t>(span) * dtype_size(dtype));
   t.impl_->data = data;
   return t;
 }
@@ -122,6 +149,8 @@ void Tensor::set_data(const Tensor& source) const {
   impl_->storage = source.impl_->storage;
   impl_->data = source.impl_->data;
   impl_->shape = source.impl_->shape;
+  impl_->strides = source.impl_->strides;
+  impl_->contiguous = source.impl_->contiguous;
   impl_->numel = source.impl_->numel;
   impl_->dtype = source.impl_->dtype;
   impl_->device = source.impl_->device;
@@ -142,17 +171,28 @@ void Tensor::set_grad(const Tensor& grad) const {
 
 uint64_t tensor_slot_epoch() { return slot_epoch.load(std::memory_order_relaxed); }
 
+int64_t Tensor::offset_of(int64_t index) const {
+  if (impl_->contiguous)
+    return index;
+  int64_t offset = 0;
+  for (std::size_t d = impl_->shape.size(); d-- > 0;) {
+    offset += (index % impl_->shape[d]) * impl_->strides[d];
+    index /= impl_->shape[d];
+  }
+  return offset;
+}
+
 double Tensor::item(int64_t index) const {
   if (dtype() == Dtype::f32)
-    return data_as<float>()[index];
-  return data_as<double>()[index];
+    return data_as<float>()[offset_of(index)];
+  return data_as<double>()[offset_of(index)];
 }
 
 void Tensor::set_item(int64_t index, double value) const {
   if (dtype() == Dtype::f32)
-    data_as<float>()[index] = static_cast<float>(value);
+    data_as<float>()[offset_of(index)] = static_cast<float>(value);
   else
-    data_as<double>()[index] = value;
+    data_as<double>()[offset_of(index)] = value;
 }
 
 std::vector<double> Tensor::to_vector() const {
@@ -164,14 +204,19 @@ std::vector<double> Tensor::to_vector() const {
 
 Tensor Tensor::clone() const {
   Tensor copy = empty(shape(), dtype(), device());
-  std::memcpy(copy.data(), data(), nbytes());
+  copy.copy_from(*this);
   return copy;
 }
 
 void Tensor::copy_from(const Tensor& source) const {
   if (source.shape() != shape() || source.dtype() != dtype())
     throw Error("cannot copy " + source.describe() + " into " + describe() + ": shape and dtype must match");
-  std::memcpy(data(), source.data(), nbytes());
+  if (is_contiguous() && source.is_contiguous()) {
+    std::memcpy(data(), source.data(), nbytes());
+    return;
+  }
+  for (int64_t i = 0; i < numel(); ++i)
+    set_item(i, source.item(i));
 }
 
 void Tensor::fill(double value) const {
@@ -182,7 +227,10 @@ void Tensor::fill(double value) const {
 std::string Tensor::describe() const {
   if (!defined())
     return "None";
-  return std::string(dtype_name(dtype())) + shape_to_string(shape()) + " on " + device().to_string();
+  std::string text = std::string(dtype_name(dtype())) + shape_to_string(shape());
+  if (!is_contiguous())
+    text += " (strides " + shape_to_string(strides()) + ")";
+  return text + " on " + device().to_string();
 }
 
 } // namespace optjit

@@ -17,6 +17,8 @@ namespace optjit {
 using Shape = std::vector<int64_t>;
 
 std::string shape_to_string(const Shape& shape);
+// Row-major strides (in elements) of a contiguous tensor of `shape`.
+Shape contiguous_strides(const Shape& shape);
 
 // Increases whenever any tensor's grad slot or data changes (set_grad, set_data), anywhere in the process. A
 // compiled step that reads the value it saw last time knows that no param's grad or buffer changed since, without
@@ -31,6 +33,8 @@ struct TensorImpl {
   std::shared_ptr<Storage> storage;
   void* data = nullptr;
   Shape shape;
+  Shape strides;           // in elements
+  bool contiguous = true;  // strides are shape's row-major strides
   int64_t numel = 0;
   Dtype dtype = Dtype::f32;
   Device device;
@@ -48,11 +52,14 @@ public:
   static Tensor full(const Shape& shape, double value, Dtype dtype, Device device = Device::cpu());
   // Values are given as doubles and rounded to `dtype`; values.size() must equal the shape's element count.
   static Tensor from_values(const Shape& shape, std::span<const double> values, Dtype dtype);
-  // A view of memory the caller owns (contiguous, row-major); the caller keeps it alive.
-  static Tensor from_blob(void* data, const Shape& shape, Dtype dtype);
+  // A view of memory the caller owns, row-major unless `strides` (in elements, one per dimension, >= 0) say
+  // otherwise; the caller keeps it alive. Optimizer steps need contiguous params and grads.
+  static Tensor from_blob(void* data, const Shape& shape, Dtype dtype, const Shape& strides = {});
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl_->shape; }
+  const Shape& strides() const { return impl_->strides; }
+  bool is_contiguous() const { return impl_->contiguous; }
   int64_t dim() const { return static_cast<int64_t>(shape().size()); }
   int64_t numel() const { return impl_->numel; }
   Dtype dtype() const { return impl_->dtype; }
@@ -74,17 +81,19 @@ public:
   void set_grad(const Tensor& grad) const;
   void reset_grad() const { set_grad(Tensor()); }
 
+  // Elements are addressed by their row-major index, whatever the strides.
   double item(int64_t index = 0) const;        // element as double
   void set_item(int64_t index, double value) const;
   std::vector<double> to_vector() const;       // all elements as doubles
-  Tensor clone() const;
+  Tensor clone() const;                        // a contiguous copy
   void copy_from(const Tensor& source) const;  // same shape and dtype required
   void fill(double value) const;
 
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
-  std::string describe() const;                // "f32[10, 10] on cpu"
+  std::string describe() const;                // "f32[10, 10] on cpu", strides added when not contiguous
 
 private:
+  int64_t offset_of(int64_t index) const;      // row-major index -> element offset from data()
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -108,6 +108,13 @@ TEST_CASE("errors: a grad whose shape, dtype or device does not match its param 
       "a grad must have its param's shape, dtype and device");
 }
 
+TEST_CASE("errors: a strided (non-contiguous) grad is refused with the reason, before any update") {
+  static std::vector<float> memory(24, 0.5f);
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) { params[0].set_grad(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {1, 8})); },
+      "optimizer steps need contiguous params and grads");
+}
+
 TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any update") {
   check_failed_step_changes_nothing([](auto&, Optimizer& opt) { opt.param_groups()[0].set("lr", INFINITY); },
                                     "hyperparameter lr of param group 0 is inf: hyperparameters must be finite");

@@ -105,3 +105,20 @@ TEST_CASE("cuda driver: no library, a missing symbol and a failing call are clea
   check_error([] { probe_cuda_driver(OPTJIT_TEST_FAKE_CUDA); },
               "CUDA driver call cuInit failed with CUDA_ERROR_NO_DEVICE (100)");
 }
+
+TEST_CASE("tensor: strided views read and write through their strides; copies are contiguous") {
+  std::vector<double> memory = {0, 1, 2, 3, 4, 5};
+  // The transpose of a 2x3 row-major matrix: shape 3x2, strides (1, 3).
+  Tensor t = Tensor::from_blob(memory.data(), {3, 2}, Dtype::f64, {1, 3});
+  CHECK_FALSE(t.is_contiguous());
+  CHECK(t.to_vector() == std::vector<double>{0, 3, 1, 4, 2, 5});
+  CHECK(t.describe() == "f64[3, 2] (strides [1, 3]) on cpu");
+  t.set_item(1, 30);
+  CHECK(memory[3] == 30);
+  Tensor copy = t.clone();
+  CHECK(copy.is_contiguous());
+  CHECK(copy.to_vector() == std::vector<double>{0, 30, 1, 4, 2, 5});
+  // Extents of 1 make any stride contiguous, as in torch.
+  CHECK(Tensor::from_blob(memory.data(), {1, 3}, Dtype::f64, {7, 1}).is_contiguous());
+  check_error_contains([&] { Tensor::from_blob(memory.data(), {3, 2}, Dtype::f64, {1}); }, "one stride per dimension");
+}
