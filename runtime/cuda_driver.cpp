@@ -3,11 +3,22 @@
 
 #include <dlfcn.h>
 
+#ifdef OPTJIT_HAVE_CUDA_H
+#include <cuda.h>
+
+#include <type_traits>
+#endif
+
 namespace optjit {
 namespace {
 
-using CUresult = int;
+#ifdef OPTJIT_HAVE_CUDA_H
+using CUresult = ::CUresult;
+using CUdevice = ::CUdevice;
+#else
+using CUresult = int;  // the driver's enum is an int-sized C enum
 using CUdevice = int;
+#endif
 
 // Every driver entry point optjit uses, with the versioned symbol it is looked up by.
 #define OPTJIT_CUDA_FUNCTIONS(X)                                                                   \
@@ -23,16 +34,25 @@ struct DriverTable {
 #undef OPTJIT_DECLARE
 };
 
+#ifdef OPTJIT_HAVE_CUDA_H
+// Every entry must have the header's signature, or a call through the table would be undefined.
+#define OPTJIT_CHECK_SIGNATURE(name, symbol, params)                                                \
+  static_assert(std::is_same_v<decltype(DriverTable::name), decltype(&::name)>,                     \
+                "driver table entry " #name " does not match cuda.h");
+OPTJIT_CUDA_FUNCTIONS(OPTJIT_CHECK_SIGNATURE)
+#undef OPTJIT_CHECK_SIGNATURE
+#endif
+
 std::string error_name(const DriverTable& table, CUresult result) {
   const char* name = nullptr;
-  if (table.cuGetErrorName && table.cuGetErrorName(result, &name) == 0 && name)
+  if (table.cuGetErrorName && table.cuGetErrorName(result, &name) == CUresult{} && name)
     return name;
   return {};
 }
 
 void check(const DriverTable& table, CUresult result, const char* call) {
-  if (result != 0)
-    throw_cuda_error(call, result, error_name(table, result));
+  if (result != CUresult{})
+    throw_cuda_error(call, static_cast<int>(result), error_name(table, result));
 }
 
 } // namespace
