@@ -1,7 +1,10 @@
 #include "compiler/interpreter.h"
 #include "compiler/op_semantics.h"
 #include "runtime/error.h"
+#include "runtime/thread_pool.h"
 
+#include <algorithm>
+#include <type_traits>
 #include <variant>
 
 namespace optjit {
@@ -48,8 +51,44 @@ template <class T> struct Operand {
   T at(int64_t i) const { return data ? data[i] : scalar; }
 };
 
+// Calls body(f) with f the element function of `op` (unary or binary, per the op table), so that the switch over
+// ops runs once per chunk instead of once per element.
+template <class T, class Body> void with_element_function(Op op, Body&& body) {
+  switch (op) {
+#define OPTJIT_OP(name, arity, traits)                                                              \
+  case Op::name:                                                                                    \
+    if constexpr ((arity) == 1)                                                                     \
+      body([](T x) { return apply_unary<T>(Op::name, x); });                                        \
+    else if constexpr ((arity) == 2)                                                                \
+      body([](T a, T b) { return apply_binary<T>(Op::name, a, b); });                               \
+    break;
+#include "compiler/ops.def"
+#undef OPTJIT_OP
+  }
+}
+
+// dst[i] = f(a[i], b[i]) over [begin, end), with scalar operands hoisted out of the loop.
+template <class T, class F>
+void binary_loop(F f, const Operand<T>& a, const Operand<T>& b, T* dst, int64_t begin, int64_t end) {
+  if (a.data && b.data) {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = f(a.data[i], b.data[i]);
+  } else if (a.data) {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = f(a.data[i], b.scalar);
+  } else if (b.data) {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = f(a.scalar, b.data[i]);
+  } else {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = f(a.scalar, b.scalar);
+  }
+}
+
+// One element op over elements [begin, end) of list entry t.
 template <class T>
-void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, const Tensor& out) {
+void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, const Tensor& out, int64_t begin,
+                int64_t end) {
   Operand<T> ops[3];
   for (std::size_t k = 0; k < in.size(); ++k) {
     if (auto* pt = std::get_if<PerTensorValues>(in[k]))
@@ -58,17 +97,40 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
       ops[k].data = std::get<ElementValues>(*in[k])[static_cast<std::size_t>(t)].template data_as<T>();
   }
   T* dst = out.data_as<T>();
-  const int64_t numel = out.numel();
   if (n.op == Op::select) {
-    for (int64_t i = 0; i < numel; ++i)
+    for (int64_t i = begin; i < end; ++i)
       dst[i] = ops[0].at(i) != T(0) ? ops[1].at(i) : ops[2].at(i);
-  } else if (in.size() == 1) {
-    for (int64_t i = 0; i < numel; ++i)
-      dst[i] = apply_unary<T>(n.op, ops[0].at(i));
-  } else {
-    for (int64_t i = 0; i < numel; ++i)
-      dst[i] = apply_binary<T>(n.op, ops[0].at(i), ops[1].at(i));
+    return;
   }
+  with_element_function<T>(n.op, [&](auto f) {
+    if constexpr (std::is_invocable_v<decltype(f), T>) {
+      if (!ops[0].data) {
+        const T value = f(ops[0].scalar);
+        for (int64_t i = begin; i < end; ++i)
+          dst[i] = value;
+      } else {
+        for (int64_t i = begin; i < end; ++i)
+          dst[i] = f(ops[0].data[i]);
+      }
+    } else {
+      binary_loop<T>(f, ops[0], ops[1], dst, begin, end);
+    }
+  });
+}
+
+// Every list entry cut into chunks, so that one parallel loop per op covers many small tensors as well as one
+// large one.
+struct Chunk {
+  int64_t tensor, begin, end;
+};
+
+std::vector<Chunk> chunks_of(const ElementValues& like) {
+  constexpr int64_t kChunk = 32768;
+  std::vector<Chunk> chunks;
+  for (std::size_t t = 0; t < like.size(); ++t)
+    for (int64_t b = 0; b < like[t].numel(); b += kChunk)
+      chunks.push_back({static_cast<int64_t>(t), b, std::min(like[t].numel(), b + kChunk)});
+  return chunks;
 }
 
 } // namespace
@@ -76,6 +138,7 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
 void interpret(const Graph& graph, const ListArguments& args) {
   const int64_t n_tensors = args.n_tensors();
   std::vector<Value> values(static_cast<std::size_t>(graph.size()));
+  std::vector<Chunk> chunks; // every element value has the list's shapes: cut once
   for (int id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
     Value& out = values[static_cast<std::size_t>(id)];
@@ -124,15 +187,20 @@ void interpret(const Graph& graph, const ListArguments& args) {
       if (auto* e = std::get_if<ElementValues>(v))
         shape_source = e;
     ElementValues result;
-    for (int64_t t = 0; t < n_tensors; ++t) {
-      const Tensor& like = (*shape_source)[static_cast<std::size_t>(t)];
-      Tensor dst = Tensor::empty(like.shape(), graph.dtype, like.device());
-      if (graph.dtype == Dtype::f32)
-        element_op<float>(n, in, t, dst);
-      else
-        element_op<double>(n, in, t, dst);
-      result.push_back(std::move(dst));
-    }
+    for (const Tensor& like : *shape_source)
+      result.push_back(Tensor::empty(like.shape(), graph.dtype, like.device()));
+    if (chunks.empty() && n_tensors > 0)
+      chunks = chunks_of(result);
+    ThreadPool::global().parallel_for(static_cast<int64_t>(chunks.size()), 2, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        const Chunk& chunk = chunks[static_cast<std::size_t>(c)];
+        const Tensor& dst = result[static_cast<std::size_t>(chunk.tensor)];
+        if (graph.dtype == Dtype::f32)
+          element_op<float>(n, in, chunk.tensor, dst, chunk.begin, chunk.end);
+        else
+          element_op<double>(n, in, chunk.tensor, dst, chunk.begin, chunk.end);
+      }
+    });
     out = std::move(result);
   }
   // A store whose value is a plain load still aliases its slot; copy it before any store can overwrite it.
