@@ -1,6 +1,8 @@
 #include "tools/traffic_probe.h"
 #include "runtime/thread_pool.h"
 
+#include <algorithm>
+
 namespace optjit {
 
 TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels) {
@@ -16,7 +18,10 @@ TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels) {
 }
 
 void TrafficProbe::run() {
-  ThreadPool::global().parallel_for(static_cast<int64_t>(items_.size()), 2, [&](int64_t b, int64_t e) {
+  // The compiled kernels' task size: about 65536 elements of whole work items per task.
+  const int64_t items = static_cast<int64_t>(items_.size());
+  const int64_t grain = items ? std::max<int64_t>(1, 65536 / std::max<int64_t>(1, bytes_ / 28 / items)) : 1;
+  ThreadPool::global().parallel_for(items, grain, [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       const Item& item = items_[static_cast<std::size_t>(k)];
       const Buffers& t = tensors_[static_cast<std::size_t>(item.tensor)];
