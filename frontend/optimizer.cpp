@@ -183,21 +183,28 @@ void Optimizer::check_step() const {
       check_grad(i);
 }
 
-bool Optimizer::ensure_state() {
+bool Optimizer::ensure_state() { return create_missing_state(/*only_params_with_grads=*/true); }
+
+void Optimizer::create_state_for_every_param() { create_missing_state(/*only_params_with_grads=*/false); }
+
+double Optimizer::initial_state_value(const ParamGroup&, const StateSpec& spec) const { return spec.initial; }
+
+bool Optimizer::create_missing_state(bool only_params_with_grads) {
   bool created = false;
   std::vector<std::vector<StateSpec>> specs_of_group;
   for (const ParamGroup& group : groups_)
     specs_of_group.push_back(state_specs(structure(group)));
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
-    if (!p.impl()->grad)
+    if (only_params_with_grads && !p.impl()->grad)
       continue;
     ParamState& s = states_[static_cast<std::size_t>(i)];
-    for (const StateSpec& spec : specs_of_group[static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)])]) {
+    const auto g = static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)]);
+    for (const StateSpec& spec : specs_of_group[g]) {
       if (find_state(s, spec.name).defined())
         continue;
       Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();
-      s.emplace_back(spec.name, Tensor::full(shape, spec.initial, p.dtype(), p.device()));
+      s.emplace_back(spec.name, Tensor::full(shape, initial_state_value(groups_[g], spec), p.dtype(), p.device()));
       created = true;
     }
   }

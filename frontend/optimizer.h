@@ -126,6 +126,10 @@ protected:
   // constructor, where the subclass's validate_options is callable.
   void add_param_groups(std::vector<ParamGroupSpec> groups);
   virtual void validate_options(const OptionMap& options) const = 0;
+  // Creates the state of every param now, grad or not (torch's Adagrad does so in its constructor).
+  void create_state_for_every_param();
+  // The value a new state entry starts at; the spec's `initial` unless a group option decides it.
+  virtual double initial_state_value(const ParamGroup& group, const StateSpec& spec) const;
 
 private:
   std::string name_;
@@ -137,6 +141,7 @@ private:
   std::vector<ParamState> states_;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
   uint64_t state_version_ = 0;
+  bool create_missing_state(bool only_params_with_grads);
   mutable std::map<std::string, Graph> eager_graphs_;
 };
 

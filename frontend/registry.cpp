@@ -1,5 +1,9 @@
 #include "frontend/registry.h"
+#include "frontend/adadelta.h"
+#include "frontend/adagrad.h"
 #include "frontend/adam.h"
+#include "frontend/adamax.h"
+#include "frontend/rmsprop.h"
 #include "frontend/sgd.h"
 #include "runtime/error.h"
 
@@ -76,7 +80,7 @@ std::string torch_class_name(const std::string& name) {
 
 } // namespace
 
-std::vector<std::string> implemented_optimizers() { return {"Adam", "AdamW", "SGD"}; }
+std::vector<std::string> implemented_optimizers() { return {"Adam", "AdamW", "SGD", "Adamax", "RMSprop", "Adadelta", "Adagrad"}; }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<ParamGroupSpec> groups,
                                           const KeywordOptions& options,
@@ -112,7 +116,65 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
     });
     return std::make_unique<SGD>(std::move(groups), o);
   }
-  throw Error("optimizer " + cls + " is not implemented in optjit yet (implemented: Adam, AdamW, SGD)");
+  if (cls == "Adamax") {
+    auto o = parse_options<AdamaxOptions>(cls, options, [&](AdamaxOptions& o, const std::string& k, const std::vector<double>& v) {
+      if (k == "lr") o.lr = scalar(cls, k, v);
+      else if (k == "betas") o.betas = pair_of(cls, k, v);
+      else if (k == "eps") o.eps = scalar(cls, k, v);
+      else if (k == "weight_decay") o.weight_decay = scalar(cls, k, v);
+      else if (k == "maximize") o.maximize = scalar(cls, k, v) != 0;
+      else if (k == "foreach") o.foreach = scalar(cls, k, v) != 0;
+      else return false;
+      return true;
+    });
+    return std::make_unique<Adamax>(std::move(groups), o);
+  }
+  if (cls == "RMSprop") {
+    auto o = parse_options<RMSpropOptions>(cls, options, [&](RMSpropOptions& o, const std::string& k, const std::vector<double>& v) {
+      if (k == "lr") o.lr = scalar(cls, k, v);
+      else if (k == "alpha") o.alpha = scalar(cls, k, v);
+      else if (k == "eps") o.eps = scalar(cls, k, v);
+      else if (k == "weight_decay") o.weight_decay = scalar(cls, k, v);
+      else if (k == "momentum") o.momentum = scalar(cls, k, v);
+      else if (k == "centered") o.centered = scalar(cls, k, v) != 0;
+      else if (k == "maximize") o.maximize = scalar(cls, k, v) != 0;
+      else if (k == "foreach") o.foreach = scalar(cls, k, v) != 0;
+      else return false;
+      return true;
+    });
+    return std::make_unique<RMSprop>(std::move(groups), o);
+  }
+  if (cls == "Adadelta") {
+    auto o = parse_options<AdadeltaOptions>(cls, options, [&](AdadeltaOptions& o, const std::string& k, const std::vector<double>& v) {
+      if (k == "lr") o.lr = scalar(cls, k, v);
+      else if (k == "rho") o.rho = scalar(cls, k, v);
+      else if (k == "eps") o.eps = scalar(cls, k, v);
+      else if (k == "weight_decay") o.weight_decay = scalar(cls, k, v);
+      else if (k == "maximize") o.maximize = scalar(cls, k, v) != 0;
+      else if (k == "foreach") o.foreach = scalar(cls, k, v) != 0;
+      else return false;
+      return true;
+    });
+    return std::make_unique<Adadelta>(std::move(groups), o);
+  }
+  if (cls == "Adagrad") {
+    auto o = parse_options<AdagradOptions>(cls, options, [&](AdagradOptions& o, const std::string& k, const std::vector<double>& v) {
+      if (k == "lr") o.lr = scalar(cls, k, v);
+      else if (k == "lr_decay") o.lr_decay = scalar(cls, k, v);
+      else if (k == "weight_decay") o.weight_decay = scalar(cls, k, v);
+      else if (k == "initial_accumulator_value") o.initial_accumulator_value = scalar(cls, k, v);
+      else if (k == "eps") o.eps = scalar(cls, k, v);
+      else if (k == "maximize") o.maximize = scalar(cls, k, v) != 0;
+      else if (k == "foreach") o.foreach = scalar(cls, k, v) != 0;
+      else return false;
+      return true;
+    });
+    return std::make_unique<Adagrad>(std::move(groups), o);
+  }
+  std::string implemented;
+  for (const std::string& name : implemented_optimizers())
+    implemented += (implemented.empty() ? "" : ", ") + name;
+  throw Error("optimizer " + cls + " is not implemented in optjit yet (implemented: " + implemented + ")");
 }
 
 } // namespace optjit

@@ -2,6 +2,7 @@
 // that keep results right, and hyperparameters that are arguments.
 #include "codegen/codegen.h"
 #include "compiler/kernel_cache.h"
+#include "frontend/adagrad.h"
 #include "frontend/adam.h"
 #include "frontend/compiled_step.h"
 #include "frontend/registry.h"
@@ -56,7 +57,7 @@ TEST_CASE("compiled: the issue's example: Adam with amsgrad and weight decay is 
   CHECK(step.dump(Stage::LLVM).find("define void @adam_k0_element_phase") != std::string::npos);
 }
 
-TEST_CASE("compiled: every Adam, AdamW and SGD configuration is one kernel per (device, dtype) group") {
+TEST_CASE("compiled: every optimizer configuration is one kernel per (device, dtype) group") {
   const std::vector<std::pair<std::string, KeywordOptions>> configs = {
       {"adam", {}},
       {"adam", {{"amsgrad", {1}}, {"maximize", {1}}, {"weight_decay", {0.1}}}},
@@ -64,7 +65,11 @@ TEST_CASE("compiled: every Adam, AdamW and SGD configuration is one kernel per (
       {"adamw", {{"weight_decay", {0}}}},
       {"sgd", {}},
       {"sgd", {{"momentum", {0.9}}, {"dampening", {0.5}}}},
-      {"sgd", {{"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}, {"maximize", {1}}}}};
+      {"sgd", {{"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}, {"maximize", {1}}}},
+      {"adamax", {{"weight_decay", {0.1}}, {"maximize", {1}}}},
+      {"adagrad", {{"lr_decay", {0.1}}, {"weight_decay", {0.1}}}},
+      {"rmsprop", {{"centered", {1}}, {"momentum", {0.9}}, {"weight_decay", {0.1}}}},
+      {"adadelta", {{"weight_decay", {0.1}}, {"maximize", {1}}}}};
   for (Dtype dtype : {Dtype::f32, Dtype::f64})
     for (const auto& [name, options] : configs) {
       Pair p(name, options, dtype);
@@ -182,6 +187,25 @@ TEST_CASE("compiled: optimizers of the same structure share kernels through the 
   CHECK(s1.metrics().kernels_generated == 1);
   CHECK(s2.metrics().kernels_generated == 0);
   CHECK(s2.metrics().cache_hits == 1);
+}
+
+TEST_CASE("compiled: Adagrad's state exists from construction; a param without a grad keeps step 0") {
+  auto params = random_params({{3}, {2}}, Dtype::f32, 9);
+  Adagrad opt(params, {.initial_accumulator_value = 0.25, .foreach = true});
+  for (const Tensor& p : params) {
+    ParamState s = opt.visible_state(p);
+    REQUIRE(s.size() == 2);
+    CHECK(s[0].first == "step");
+    CHECK(s[0].second.item() == 0);
+    CHECK(s[1].second.to_vector() == std::vector<double>(static_cast<std::size_t>(p.numel()), 0.25));
+  }
+  params[1].reset_grad();
+  CompiledStep step = compile(opt);
+  step();
+  step();
+  CHECK(find_state(*opt.state(params[0]), "step").item() == 2);
+  CHECK(find_state(*opt.state(params[1]), "step").item() == 0);
+  CHECK(find_state(*opt.state(params[1]), "sum").item(0) == 0.25f);
 }
 
 TEST_CASE("compiled: zero_grad(set_to_none) makes the next step skip every param, without touching anything") {

@@ -41,6 +41,10 @@ void replay_all(const std::vector<std::string>& prefixes, std::size_t at_least) 
 TEST_CASE("golden: every Adam case in forloop, eager and compiled modes") { replay_all({"adam_"}, 16); }
 TEST_CASE("golden: every AdamW case in forloop, eager and compiled modes") { replay_all({"adamw_"}, 14); }
 TEST_CASE("golden: every SGD case in forloop, eager and compiled modes") { replay_all({"sgd_"}, 16); }
+TEST_CASE("golden: every Adamax case in forloop, eager and compiled modes") { replay_all({"adamax_"}, 12); }
+TEST_CASE("golden: every Adagrad case in forloop, eager and compiled modes") { replay_all({"adagrad_"}, 12); }
+TEST_CASE("golden: every RMSprop case in forloop, eager and compiled modes") { replay_all({"rmsprop_"}, 14); }
+TEST_CASE("golden: every Adadelta case in forloop, eager and compiled modes") { replay_all({"adadelta_"}, 12); }
 
 TEST_CASE("golden: a case of an optimizer not implemented yet fails with a clear message") {
   for (const auto& file : golden_cases_of({"nadam_defaults_single", "asgd_defaults_single"})) {

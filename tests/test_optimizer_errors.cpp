@@ -1,5 +1,9 @@
 // Constructor validation with torch's exact messages, and step-time errors that leave everything unchanged.
+#include "frontend/adadelta.h"
+#include "frontend/adagrad.h"
 #include "frontend/adam.h"
+#include "frontend/adamax.h"
+#include "frontend/rmsprop.h"
 #include "frontend/compiled_step.h"
 #include "frontend/registry.h"
 #include "frontend/sgd.h"
@@ -46,6 +50,33 @@ TEST_CASE("errors: SGD constructor messages, with torch's NaN-passing comparison
   CHECK_NOTHROW(SGD(p, {.lr = std::nan("")})); // `lr < 0.0` is false for NaN, as in torch
 }
 
+TEST_CASE("errors: Adamax, Adagrad, RMSprop and Adadelta constructor messages, in torch's order") {
+  auto p = sample_params();
+  check_error([&] { Adamax(p, {.lr = -0.1}); }, "Invalid learning rate: -0.1");
+  check_error([&] { Adamax(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { Adamax(p, {.lr = 1e-2, .betas = {0.0, 1.0}}); }, "Invalid beta parameter at index 1: 1.0");
+  check_error([&] { Adamax(p, {.betas = {-0.1, 2.0}}); }, "Invalid beta parameter at index 0: -0.1");
+  check_error([&] { Adamax(p, {.weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
+  check_error([&] { Adagrad(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Adagrad(p, {.lr_decay = -0.5}); }, "Invalid lr_decay value: -0.5");
+  check_error([&] { Adagrad(p, {.weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
+  check_error([&] { Adagrad(p, {.initial_accumulator_value = -0.5}); },
+              "Invalid initial_accumulator_value value: -0.5");
+  check_error([&] { Adagrad(p, {.eps = -1e-10}); }, "Invalid epsilon value: -1e-10");
+  check_error([&] { Adagrad(p, {.lr_decay = -1, .weight_decay = -1}); }, "Invalid lr_decay value: -1.0");
+  check_error([&] { RMSprop(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { RMSprop(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { RMSprop(p, {.lr = 1e-2, .momentum = -1.0}); }, "Invalid momentum value: -1.0");
+  check_error([&] { RMSprop(p, {.weight_decay = -0.1}); }, "Invalid weight_decay value: -0.1");
+  check_error([&] { RMSprop(p, {.alpha = -0.5}); }, "Invalid alpha value: -0.5");
+  check_error([&] { RMSprop(p, {.alpha = -0.5, .momentum = -1}); }, "Invalid momentum value: -1.0");
+  check_error([&] { Adadelta(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Adadelta(p, {.rho = 1.5}); }, "Invalid rho value: 1.5");
+  CHECK_NOTHROW(Adadelta(p, {.rho = 1.0})); // inclusive of 1
+  check_error([&] { Adadelta(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { Adadelta(p, {.weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
+}
+
 TEST_CASE("errors: param groups: empty, duplicates across groups, group options validated, unknown options") {
   auto p = sample_params();
   check_error([&] { Adam(std::vector<Tensor>{}); }, "optimizer got an empty parameter list");
@@ -60,7 +91,8 @@ TEST_CASE("errors: param groups: empty, duplicates across groups, group options 
   check_error_contains([&] { make_optimizer("adam", {ParamGroupSpec{p, {}}}, {{"momentum", {0.9}}}); },
                        "Adam has no option 'momentum'");
   check_error_contains([&] { make_optimizer("lion", {ParamGroupSpec{p, {}}}, {}); }, "unknown optimizer 'lion'");
-  check_error_contains([&] { make_optimizer("nadam", {ParamGroupSpec{p, {}}}, {}); }, "not implemented");
+  check_error_contains([&] { make_optimizer("nadam", {ParamGroupSpec{p, {}}}, {}); },
+                       "optimizer NAdam is not implemented in optjit yet");
 }
 
 namespace {

@@ -89,6 +89,38 @@ TEST_CASE("parity: SGD, every combination of momentum, dampening, nesterov, maxi
           }
 }
 
+TEST_CASE("parity: Adamax, every combination of maximize and weight decay") {
+  for (double maximize : {0, 1})
+    for (double weight_decay : {0.0, 0.3})
+      check_parity("adamax", {{"maximize", {maximize}}, {"weight_decay", {weight_decay}}, {"betas", {0.8, 0.9}},
+                              {"eps", {1e-3}}, {"lr", {0.02}}});
+}
+
+TEST_CASE("parity: Adagrad, every combination of lr decay, initial accumulator, maximize and weight decay") {
+  for (double lr_decay : {0.0, 0.1})
+    for (double initial : {0.0, 0.2})
+      for (double maximize : {0, 1})
+        for (double weight_decay : {0.0, 0.1})
+          check_parity("adagrad", {{"lr_decay", {lr_decay}}, {"initial_accumulator_value", {initial}},
+                                   {"maximize", {maximize}}, {"weight_decay", {weight_decay}}, {"lr", {0.1}}});
+}
+
+TEST_CASE("parity: RMSprop, every combination of centered, momentum, maximize and weight decay") {
+  for (double centered : {0, 1})
+    for (double momentum : {0.0, 0.5})
+      for (double maximize : {0, 1})
+        for (double weight_decay : {0.0, 0.1})
+          check_parity("rmsprop", {{"centered", {centered}}, {"momentum", {momentum}}, {"maximize", {maximize}},
+                                   {"weight_decay", {weight_decay}}, {"alpha", {0.9}}, {"lr", {0.01}}});
+}
+
+TEST_CASE("parity: Adadelta, every combination of maximize and weight decay") {
+  for (double maximize : {0, 1})
+    for (double weight_decay : {0.0, 0.1})
+      check_parity("adadelta", {{"maximize", {maximize}}, {"weight_decay", {weight_decay}}, {"rho", {0.8}},
+                                {"eps", {1e-4}}, {"lr", {0.5}}});
+}
+
 TEST_CASE("parity: param groups with different options and structures share a step") {
   auto make = [](std::vector<Tensor> params, bool foreach) {
     KeywordOptions o{{"foreach", {foreach ? 1.0 : 0.0}}};

@@ -17,7 +17,7 @@ struct CountConfig {
   KeywordOptions options;
 };
 
-// torch's optim_inputs for Adam/AdamW and SGD (reference section C), CPU rows with a float lr.
+// torch's optim_inputs (reference section C) of the implemented optimizers: CPU rows with a float lr.
 std::vector<CountConfig> known_configs() {
   std::vector<CountConfig> configs;
   for (const char* adam : {"adam", "adamw"})
@@ -37,6 +37,37 @@ std::vector<CountConfig> known_configs() {
                                    {{"momentum", {0.9}}, {"weight_decay", {0.1}}},
                                    {{"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}}})
     configs.push_back({"sgd", o});
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
+                                                             {{"lr", {0.1}}},
+                                                             {{"weight_decay", {0.1}}},
+                                                             {{"maximize", {1}}},
+                                                             {{"weight_decay", {0.1}}, {"maximize", {1}}}})
+    configs.push_back({"adamax", o});
+  for (const KeywordOptions& o :
+       std::vector<KeywordOptions>{{},
+                                   {{"weight_decay", {0.1}}},
+                                   {{"weight_decay", {0.1}}, {"maximize", {1}}},
+                                   {{"lr", {0.1}}},
+                                   {{"initial_accumulator_value", {0.1}}, {"weight_decay", {0.1}}},
+                                   {{"lr", {0.1}}, {"lr_decay", {0.5}}, {"weight_decay", {0.1}}}})
+    configs.push_back({"adagrad", o});
+  for (const KeywordOptions& o :
+       std::vector<KeywordOptions>{{},
+                                   {{"lr", {1e-3}}},
+                                   {{"weight_decay", {0.1}}},
+                                   {{"maximize", {1}}},
+                                   {{"weight_decay", {0.1}}, {"centered", {1}}},
+                                   {{"maximize", {1}}, {"weight_decay", {0.1}}},
+                                   {{"weight_decay", {0.1}}, {"centered", {1}}, {"momentum", {0.1}}},
+                                   {{"weight_decay", {0.1}}, {"centered", {1}}, {"momentum", {0.1}}, {"maximize", {1}}}})
+    configs.push_back({"rmsprop", o});
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
+                                                             {{"lr", {0.01}}},
+                                                             {{"weight_decay", {0.1}}},
+                                                             {{"maximize", {1}}},
+                                                             {{"weight_decay", {0.1}}, {"maximize", {1}}},
+                                                             {{"rho", {0.95}}, {"weight_decay", {0.9}}}})
+    configs.push_back({"adadelta", o});
   return configs;
 }
 
@@ -59,6 +90,8 @@ int inductor_cpu_kernels(const CountConfig& c, bool foreach) {
     if (foreach && has("momentum") && has("weight_decay"))
       return 16;
   }
+  if (foreach && has("weight_decay") && (c.optimizer == "rmsprop" || c.optimizer == "adadelta"))
+    return 12;
   return 8;
 }
 

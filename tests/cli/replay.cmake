@@ -1,6 +1,7 @@
-# optjit replay --mode all over every Adam, AdamW and SGD golden case: all pass, exit status 0, and the last line
+# optjit replay --mode all over every golden case of the implemented optimizers: all pass, exit status 0, and the last line
 # counts them; a case of an optimizer not implemented yet fails with a clear message and a non-zero status.
-file(GLOB cases ${GOLDEN}/adam_*.json ${GOLDEN}/adamw_*.json ${GOLDEN}/sgd_*.json)
+file(GLOB cases ${GOLDEN}/adam_*.json ${GOLDEN}/adamw_*.json ${GOLDEN}/sgd_*.json ${GOLDEN}/adamax_*.json
+     ${GOLDEN}/adagrad_*.json ${GOLDEN}/rmsprop_*.json ${GOLDEN}/adadelta_*.json)
 list(LENGTH cases count)
 math(EXPR expected "${count} * 3")
 execute_process(COMMAND ${OPTJIT} replay --mode all ${cases} OUTPUT_VARIABLE out RESULT_VARIABLE status)
