@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 
 namespace optjit {
 namespace {
@@ -19,54 +20,80 @@ std::string lower(std::string s) {
   return s;
 }
 
-double scalar(const std::string& optimizer, const std::string& key, const std::vector<double>& v) {
-  if (v.size() != 1)
-    throw Error(optimizer + " option '" + key + "' takes one value, got " + std::to_string(v.size()));
-  return v[0];
+void require_count(const std::string& optimizer, const std::string& key, const std::vector<double>& v,
+                   std::size_t count) {
+  if (v.size() != count)
+    throw Error(optimizer + " option '" + key + "' takes " + (count == 1 ? "one value" : "two values") + ", got " +
+                std::to_string(v.size()));
 }
 
-std::pair<double, double> pair_of(const std::string& optimizer, const std::string& key, const std::vector<double>& v) {
-  if (v.size() != 2)
-    throw Error(optimizer + " option '" + key + "' takes two values, got " + std::to_string(v.size()));
-  return {v[0], v[1]};
+// Keyword values into an options struct's members, by member type.
+void assign(double& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+  require_count(cls, key, v, 1);
+  member = v[0];
+}
+void assign(bool& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+  require_count(cls, key, v, 1);
+  member = v[0] != 0;
+}
+void assign(std::optional<bool>& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+  require_count(cls, key, v, 1);
+  member = v[0] != 0;
+}
+void assign(std::pair<double, double>& member, const std::string& cls, const std::string& key,
+            const std::vector<double>& v) {
+  require_count(cls, key, v, 2);
+  member = {v[0], v[1]};
+}
+
+// One keyword option of an optimizer: torch's name and the member of the options struct it sets.
+template <class Options> struct Field {
+  std::string name;
+  std::function<void(Options&, const std::string& cls, const std::vector<double>&)> set;
+};
+
+template <class Options, class Member> Field<Options> field(std::string name, Member Options::*member) {
+  return {name, [member, name](Options& o, const std::string& cls, const std::vector<double>& v) {
+            assign(o.*member, cls, name, v);
+          }};
+}
+
+// Builds optimizer class Opt from keyword options, each of which must be one of `fields`.
+template <class Opt, class Options>
+std::unique_ptr<Optimizer> build(const std::string& cls, std::vector<ParamGroupSpec> groups,
+                                 const KeywordOptions& options, const std::vector<Field<Options>>& fields) {
+  Options o;
+  for (const auto& [key, value] : options) {
+    auto it = std::find_if(fields.begin(), fields.end(), [&](const Field<Options>& f) { return f.name == key; });
+    if (it == fields.end())
+      throw Error(cls + " has no option '" + key + "'");
+    it->set(o, cls, value);
+  }
+  return std::make_unique<Opt>(std::move(groups), o);
 }
 
 // Group overrides use the optimizer's option names, with pairs split (betas -> beta1, beta2).
-OptionMap group_option_map(const std::string& optimizer, const KeywordOptions& options) {
+OptionMap group_option_map(const std::string& cls, const KeywordOptions& options) {
   OptionMap map;
   for (const auto& [key, value] : options) {
     if (key == "betas") {
-      auto [b1, b2] = pair_of(optimizer, key, value);
-      map["beta1"] = b1;
-      map["beta2"] = b2;
+      require_count(cls, key, value, 2);
+      map["beta1"] = value[0];
+      map["beta2"] = value[1];
     } else if (key == "foreach") {
       throw Error("foreach is an optimizer-wide option, not a param group option");
     } else {
-      map[key] = scalar(optimizer, key, value);
+      require_count(cls, key, value, 1);
+      map[key] = value[0];
     }
   }
   return map;
 }
 
-template <class Options, class Setter>
-Options parse_options(const std::string& optimizer, const KeywordOptions& options, Setter set) {
-  Options o;
-  for (const auto& [key, value] : options)
-    if (!set(o, key, value))
-      throw Error(optimizer + " has no option '" + key + "'");
-  return o;
-}
-
-template <class O> bool set_adam_like(O& o, const std::string& name, const std::string& key, const std::vector<double>& v) {
-  if (key == "lr") o.lr = scalar(name, key, v);
-  else if (key == "betas") o.betas = pair_of(name, key, v);
-  else if (key == "eps") o.eps = scalar(name, key, v);
-  else if (key == "weight_decay") o.weight_decay = scalar(name, key, v);
-  else if (key == "amsgrad") o.amsgrad = scalar(name, key, v) != 0;
-  else if (key == "maximize") o.maximize = scalar(name, key, v) != 0;
-  else if (key == "foreach") o.foreach = scalar(name, key, v) != 0;
-  else return false;
-  return true;
+template <class Options> std::vector<Field<Options>> adam_fields() {
+  return {field("lr", &Options::lr),           field("betas", &Options::betas),       field("eps", &Options::eps),
+          field("weight_decay", &Options::weight_decay), field("amsgrad", &Options::amsgrad),
+          field("maximize", &Options::maximize), field("foreach", &Options::foreach)};
 }
 
 // torch's class name for `name` in any case; empty when torch.optim has no such optimizer.
@@ -80,7 +107,9 @@ std::string torch_class_name(const std::string& name) {
 
 } // namespace
 
-std::vector<std::string> implemented_optimizers() { return {"Adam", "AdamW", "SGD", "Adamax", "RMSprop", "Adadelta", "Adagrad"}; }
+std::vector<std::string> implemented_optimizers() {
+  return {"Adam", "AdamW", "SGD", "Adamax", "Adagrad", "RMSprop", "Adadelta"};
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<ParamGroupSpec> groups,
                                           const KeywordOptions& options,
@@ -91,89 +120,49 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
   for (std::size_t g = 0; g < group_options.size() && g < groups.size(); ++g)
     groups[g].options = group_option_map(cls, group_options[g]);
   if (cls == "Adam") {
-    auto o = parse_options<AdamOptions>(cls, options, [&](AdamOptions& o, const std::string& k, const std::vector<double>& v) {
-      return set_adam_like(o, "Adam", k, v);
-    });
-    return std::make_unique<Adam>(std::move(groups), o);
+    auto fields = adam_fields<AdamOptions>();
+    fields.push_back(field("decoupled_weight_decay", &AdamOptions::decoupled_weight_decay));
+    return build<Adam>(cls, std::move(groups), options, fields);
   }
-  if (cls == "AdamW") {
-    auto o = parse_options<AdamWOptions>(cls, options, [&](AdamWOptions& o, const std::string& k, const std::vector<double>& v) {
-      return set_adam_like(o, "AdamW", k, v);
-    });
-    return std::make_unique<AdamW>(std::move(groups), o);
-  }
-  if (cls == "SGD") {
-    auto o = parse_options<SGDOptions>(cls, options, [&](SGDOptions& o, const std::string& k, const std::vector<double>& v) {
-      if (k == "lr") o.lr = scalar("SGD", k, v);
-      else if (k == "momentum") o.momentum = scalar("SGD", k, v);
-      else if (k == "dampening") o.dampening = scalar("SGD", k, v);
-      else if (k == "weight_decay") o.weight_decay = scalar("SGD", k, v);
-      else if (k == "nesterov") o.nesterov = scalar("SGD", k, v) != 0;
-      else if (k == "maximize") o.maximize = scalar("SGD", k, v) != 0;
-      else if (k == "foreach") o.foreach = scalar("SGD", k, v) != 0;
-      else return false;
-      return true;
-    });
-    return std::make_unique<SGD>(std::move(groups), o);
-  }
-  if (cls == "Adamax") {
-    auto o = parse_options<AdamaxOptions>(cls, options, [&](AdamaxOptions& o, const std::string& k, const std::vector<double>& v) {
-      if (k == "lr") o.lr = scalar(cls, k, v);
-      else if (k == "betas") o.betas = pair_of(cls, k, v);
-      else if (k == "eps") o.eps = scalar(cls, k, v);
-      else if (k == "weight_decay") o.weight_decay = scalar(cls, k, v);
-      else if (k == "maximize") o.maximize = scalar(cls, k, v) != 0;
-      else if (k == "foreach") o.foreach = scalar(cls, k, v) != 0;
-      else return false;
-      return true;
-    });
-    return std::make_unique<Adamax>(std::move(groups), o);
-  }
-  if (cls == "RMSprop") {
-    auto o = parse_options<RMSpropOptions>(cls, options, [&](RMSpropOptions& o, const std::string& k, const std::vector<double>& v) {
-      if (k == "lr") o.lr = scalar(cls, k, v);
-      else if (k == "alpha") o.alpha = scalar(cls, k, v);
-      else if (k == "eps") o.eps = scalar(cls, k, v);
-      else if (k == "weight_decay") o.weight_decay = scalar(cls, k, v);
-      else if (k == "momentum") o.momentum = scalar(cls, k, v);
-      else if (k == "centered") o.centered = scalar(cls, k, v) != 0;
-      else if (k == "maximize") o.maximize = scalar(cls, k, v) != 0;
-      else if (k == "foreach") o.foreach = scalar(cls, k, v) != 0;
-      else return false;
-      return true;
-    });
-    return std::make_unique<RMSprop>(std::move(groups), o);
-  }
-  if (cls == "Adadelta") {
-    auto o = parse_options<AdadeltaOptions>(cls, options, [&](AdadeltaOptions& o, const std::string& k, const std::vector<double>& v) {
-      if (k == "lr") o.lr = scalar(cls, k, v);
-      else if (k == "rho") o.rho = scalar(cls, k, v);
-      else if (k == "eps") o.eps = scalar(cls, k, v);
-      else if (k == "weight_decay") o.weight_decay = scalar(cls, k, v);
-      else if (k == "maximize") o.maximize = scalar(cls, k, v) != 0;
-      else if (k == "foreach") o.foreach = scalar(cls, k, v) != 0;
-      else return false;
-      return true;
-    });
-    return std::make_unique<Adadelta>(std::move(groups), o);
-  }
-  if (cls == "Adagrad") {
-    auto o = parse_options<AdagradOptions>(cls, options, [&](AdagradOptions& o, const std::string& k, const std::vector<double>& v) {
-      if (k == "lr") o.lr = scalar(cls, k, v);
-      else if (k == "lr_decay") o.lr_decay = scalar(cls, k, v);
-      else if (k == "weight_decay") o.weight_decay = scalar(cls, k, v);
-      else if (k == "initial_accumulator_value") o.initial_accumulator_value = scalar(cls, k, v);
-      else if (k == "eps") o.eps = scalar(cls, k, v);
-      else if (k == "maximize") o.maximize = scalar(cls, k, v) != 0;
-      else if (k == "foreach") o.foreach = scalar(cls, k, v) != 0;
-      else return false;
-      return true;
-    });
-    return std::make_unique<Adagrad>(std::move(groups), o);
-  }
+  if (cls == "AdamW")
+    return build<AdamW>(cls, std::move(groups), options, adam_fields<AdamWOptions>());
+  if (cls == "SGD")
+    return build<SGD, SGDOptions>(
+        cls, std::move(groups), options,
+        {field("lr", &SGDOptions::lr), field("momentum", &SGDOptions::momentum),
+         field("dampening", &SGDOptions::dampening), field("weight_decay", &SGDOptions::weight_decay),
+         field("nesterov", &SGDOptions::nesterov), field("maximize", &SGDOptions::maximize),
+         field("foreach", &SGDOptions::foreach)});
+  if (cls == "Adamax")
+    return build<Adamax, AdamaxOptions>(
+        cls, std::move(groups), options,
+        {field("lr", &AdamaxOptions::lr), field("betas", &AdamaxOptions::betas), field("eps", &AdamaxOptions::eps),
+         field("weight_decay", &AdamaxOptions::weight_decay), field("maximize", &AdamaxOptions::maximize),
+         field("foreach", &AdamaxOptions::foreach)});
+  if (cls == "Adagrad")
+    return build<Adagrad, AdagradOptions>(
+        cls, std::move(groups), options,
+        {field("lr", &AdagradOptions::lr), field("lr_decay", &AdagradOptions::lr_decay),
+         field("weight_decay", &AdagradOptions::weight_decay),
+         field("initial_accumulator_value", &AdagradOptions::initial_accumulator_value),
+         field("eps", &AdagradOptions::eps), field("maximize", &AdagradOptions::maximize),
+         field("foreach", &AdagradOptions::foreach)});
+  if (cls == "RMSprop")
+    return build<RMSprop, RMSpropOptions>(
+        cls, std::move(groups), options,
+        {field("lr", &RMSpropOptions::lr), field("alpha", &RMSpropOptions::alpha), field("eps", &RMSpropOptions::eps),
+         field("weight_decay", &RMSpropOptions::weight_decay), field("momentum", &RMSpropOptions::momentum),
+         field("centered", &RMSpropOptions::centered), field("maximize", &RMSpropOptions::maximize),
+         field("foreach", &RMSpropOptions::foreach)});
+  if (cls == "Adadelta")
+    return build<Adadelta, AdadeltaOptions>(
+        cls, std::move(groups), options,
+        {field("lr", &AdadeltaOptions::lr), field("rho", &AdadeltaOptions::rho), field("eps", &AdadeltaOptions::eps),
+         field("weight_decay", &AdadeltaOptions::weight_decay), field("maximize", &AdadeltaOptions::maximize),
+         field("foreach", &AdadeltaOptions::foreach)});
   std::string implemented;
-  for (const std::string& name : implemented_optimizers())
-    implemented += (implemented.empty() ? "" : ", ") + name;
+  for (const std::string& known : implemented_optimizers())
+    implemented += (implemented.empty() ? "" : ", ") + known;
   throw Error("optimizer " + cls + " is not implemented in optjit yet (implemented: " + implemented + ")");
 }
 
