@@ -5,6 +5,24 @@
 
 namespace optjit {
 
+std::vector<WorkItem> make_work_items(const std::vector<int64_t>& numels, const LaunchShape& shape) {
+  std::vector<WorkItem> items;
+  for (std::size_t t = 0; t < numels.size(); ++t)
+    for (int64_t begin = 0; begin < numels[t]; begin += shape.chunk_elements)
+      items.push_back({static_cast<int64_t>(t), begin, std::min(numels[t], begin + shape.chunk_elements)});
+  return items;
+}
+
+int64_t items_per_task(const std::vector<WorkItem>& items, const LaunchShape& shape) {
+  if (items.empty())
+    return 1;
+  int64_t total = 0;
+  for (const WorkItem& item : items)
+    total += item.end - item.begin;
+  const int64_t average_item = std::max<int64_t>(1, total / static_cast<int64_t>(items.size()));
+  return std::max<int64_t>(1, shape.elements_per_task / average_item);
+}
+
 void Binding::bind(const KernelPlan& plan, const ListArguments& args, const LaunchShape& shape) {
   const int64_t n = args.n_tensors();
   std::vector<std::string> slot_order = plan.abi.tensor_slots;
@@ -25,18 +43,14 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   scratch_.assign(std::max<std::size_t>(1, plan.scratch.size() * static_cast<std::size_t>(n)), 0);
 
   // Work items: every tensor cut into chunks; the element phase hands whole items to threads.
-  items_.clear();
-  total_elements_ = 0;
-  const std::vector<Tensor>& reference = args.slot(plan.abi.tensor_slots.empty() ? slot_order.at(0)
-                                                                                 : plan.abi.tensor_slots.front());
-  for (int64_t t = 0; t < n; ++t) {
-    int64_t numel = plan.abi.tensor_slots.empty() ? 0 : reference[static_cast<std::size_t>(t)].numel();
-    for (int64_t begin = 0; begin < numel; begin += shape.chunk_elements)
-      items_.push_back({t, begin, std::min(numel, begin + shape.chunk_elements)});
-    total_elements_ += numel;
+  std::vector<int64_t> numels(static_cast<std::size_t>(n), 0);
+  if (!plan.abi.tensor_slots.empty()) {
+    const std::vector<Tensor>& reference = args.slot(plan.abi.tensor_slots.front());
+    for (int64_t t = 0; t < n; ++t)
+      numels[static_cast<std::size_t>(t)] = reference[static_cast<std::size_t>(t)].numel();
   }
-  const int64_t average_item = items_.empty() ? 1 : std::max<int64_t>(1, total_elements_ / static_cast<int64_t>(items_.size()));
-  item_grain_ = std::max<int64_t>(1, shape.elements_per_task / average_item);
+  items_ = make_work_items(numels, shape);
+  item_grain_ = items_per_task(items_, shape);
   tensor_grain_ = shape.tensors_per_task;
 
   args_.slots = slots_.data();

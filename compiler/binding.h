@@ -17,6 +17,12 @@ struct LaunchShape {
   int64_t tensors_per_task = 512;     // tensor-phase grain
 };
 
+// Tensors of the given element counts cut into work items of at most shape.chunk_elements (empty tensors give
+// none). The compiled kernels, the interpreter and the benchmark's traffic probe all walk this table.
+std::vector<WorkItem> make_work_items(const std::vector<int64_t>& numels, const LaunchShape& shape);
+// How many whole items one task takes so that it holds about shape.elements_per_task elements.
+int64_t items_per_task(const std::vector<WorkItem>& items, const LaunchShape& shape);
+
 class Binding {
 public:
   void bind(const KernelPlan& plan, const ListArguments& args, const LaunchShape& shape = {});
@@ -31,7 +37,6 @@ public:
   const KernelArgs& args() const { return args_; }
   int64_t item_grain() const { return item_grain_; }
   int64_t tensor_grain() const { return tensor_grain_; }
-  int64_t total_elements() const { return total_elements_; }
 
 private:
   std::vector<void*> slots_;
@@ -42,7 +47,7 @@ private:
   std::vector<uint64_t> scratch_;
   std::vector<WorkItem> items_;
   KernelArgs args_{};
-  int64_t item_grain_ = 1, tensor_grain_ = 1, total_elements_ = 0;
+  int64_t item_grain_ = 1, tensor_grain_ = 1;
 };
 
 } // namespace optjit

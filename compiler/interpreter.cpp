@@ -1,4 +1,5 @@
 #include "compiler/interpreter.h"
+#include "compiler/binding.h"
 #include "compiler/op_semantics.h"
 #include "runtime/error.h"
 #include "runtime/thread_pool.h"
@@ -118,27 +119,15 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
   });
 }
 
-// Every list entry cut into chunks, so that one parallel loop per op covers many small tensors as well as one
-// large one.
-struct Chunk {
-  int64_t tensor, begin, end;
-};
-
-std::vector<Chunk> chunks_of(const ElementValues& like) {
-  constexpr int64_t kChunk = 32768;
-  std::vector<Chunk> chunks;
-  for (std::size_t t = 0; t < like.size(); ++t)
-    for (int64_t b = 0; b < like[t].numel(); b += kChunk)
-      chunks.push_back({static_cast<int64_t>(t), b, std::min(like[t].numel(), b + kChunk)});
-  return chunks;
-}
-
 } // namespace
 
 void interpret(const Graph& graph, const ListArguments& args) {
   const int64_t n_tensors = args.n_tensors();
   std::vector<Value> values(static_cast<std::size_t>(graph.size()));
-  std::vector<Chunk> chunks; // every element value has the list's shapes: cut once
+  // Every element value has the list's shapes: cut them into work items once, so that one parallel loop per op
+  // covers many small tensors as well as one large one.
+  std::vector<WorkItem> items;
+  int64_t grain = 1;
   for (int id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
     Value& out = values[static_cast<std::size_t>(id)];
@@ -189,16 +178,21 @@ void interpret(const Graph& graph, const ListArguments& args) {
     ElementValues result;
     for (const Tensor& like : *shape_source)
       result.push_back(Tensor::empty(like.shape(), graph.dtype, like.device()));
-    if (chunks.empty() && n_tensors > 0)
-      chunks = chunks_of(result);
-    ThreadPool::global().parallel_for(static_cast<int64_t>(chunks.size()), 2, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c) {
-        const Chunk& chunk = chunks[static_cast<std::size_t>(c)];
-        const Tensor& dst = result[static_cast<std::size_t>(chunk.tensor)];
+    if (items.empty()) {
+      std::vector<int64_t> numels;
+      for (const Tensor& t : result)
+        numels.push_back(t.numel());
+      items = make_work_items(numels, LaunchShape{});
+      grain = items_per_task(items, LaunchShape{});
+    }
+    ThreadPool::global().parallel_for(static_cast<int64_t>(items.size()), grain, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const WorkItem& item = items[static_cast<std::size_t>(k)];
+        const Tensor& dst = result[static_cast<std::size_t>(item.tensor)];
         if (graph.dtype == Dtype::f32)
-          element_op<float>(n, in, chunk.tensor, dst, chunk.begin, chunk.end);
+          element_op<float>(n, in, item.tensor, dst, item.begin, item.end);
         else
-          element_op<double>(n, in, chunk.tensor, dst, chunk.begin, chunk.end);
+          element_op<double>(n, in, item.tensor, dst, item.begin, item.end);
       }
     });
     out = std::move(result);

@@ -3,6 +3,7 @@
 // tensor sizes and the same thread pool as the kernel it is compared with.
 #pragma once
 
+#include "runtime/kernel_abi.h"
 #include "runtime/tensor.h"
 
 #include <vector>
@@ -21,10 +22,8 @@ private:
     Tensor p, g, m, v;
   };
   std::vector<Buffers> tensors_;
-  struct Item {
-    int64_t tensor, begin, end;
-  };
-  std::vector<Item> items_;
+  std::vector<WorkItem> items_; // cut as the compiled kernels cut their tensors
+  int64_t grain_ = 1;
   int64_t bytes_ = 0;
 };
 
