@@ -2,6 +2,7 @@
 #include "compiler/arguments.h"
 #include "compiler/builder.h"
 #include "compiler/interpreter.h"
+#include "compiler/log.h"
 #include "compiler/parser.h"
 #include "compiler/printer.h"
 #include "compiler/verifier.h"
@@ -148,4 +149,20 @@ TEST_CASE("ir: maximum and minimum propagate NaN and order -0 below +0, as torch
   CHECK(std::signbit(tmin.item(1)));
   CHECK(tmax.item(2) == 2);
   CHECK(tmin.item(2) == 1);
+}
+
+TEST_CASE("log: OPTJIT_LOG switches named categories, or all of them") {
+  setenv("OPTJIT_LOG", "recompiles,guards", 1);
+  reload_log_settings();
+  CHECK(log_enabled(LogCategory::recompiles));
+  CHECK(log_enabled(LogCategory::guards));
+  CHECK_FALSE(log_enabled(LogCategory::kernels));
+  CHECK_FALSE(log_enabled(LogCategory::passes));
+  setenv("OPTJIT_LOG", "all", 1);
+  reload_log_settings();
+  CHECK(log_enabled(LogCategory::codegen));
+  CHECK(log_enabled(LogCategory::passes));
+  unsetenv("OPTJIT_LOG");
+  reload_log_settings();
+  CHECK_FALSE(log_enabled(LogCategory::recompiles));
 }
