@@ -26,6 +26,9 @@ template <class T> T min_propagating_nan(T a, T b) {
   return a < b ? a : b;
 }
 
+// 1, -1 or 0; 0 for NaN.
+template <class T> T sign_of(T x) { return static_cast<T>((x > T(0)) - (x < T(0))); }
+
 template <class T> T apply_unary(Op op, T x) {
   switch (op) {
   case Op::cast:
@@ -37,7 +40,7 @@ template <class T> T apply_unary(Op op, T x) {
   case Op::abs:
     return std::fabs(x);
   case Op::sign:
-    return static_cast<T>((x > T(0)) - (x < T(0)));
+    return sign_of(x);
   case Op::exp:
     return std::exp(x);
   case Op::log:

@@ -32,7 +32,12 @@ public:
   Sym hyper(const std::string& name) { return wrap(builder_.hyper(name)); }
   Sym constant(double value) { return wrap(builder_.constant(value)); }
   void store(const std::string& slot, Sym value) { builder_.store(slot, value.id()); }
-  void store_scalar(const std::string& slot, Sym value) { builder_.store_scalar(slot, value.id()); }
+  // Stores a per-tensor state scalar and returns the value as stored: rounded to the param dtype (the state's
+  // precision), as torch reads back a 0-d state tensor it has just updated in place.
+  Sym store_scalar(const std::string& slot, Sym value) {
+    builder_.store_scalar(slot, value.id());
+    return wrap(builder_.cast(builder_.cast(value.id(), builder_.dtype()), Dtype::f64));
+  }
 
   Sym wrap(ValueId id) { return Sym(this, id); }
   GraphBuilder& builder() { return builder_; }

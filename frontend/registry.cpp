@@ -3,9 +3,16 @@
 #include "frontend/adagrad.h"
 #include "frontend/adam.h"
 #include "frontend/adamax.h"
+#include "frontend/asgd.h"
+#include "frontend/nadam.h"
+#include "frontend/radam.h"
 #include "frontend/rmsprop.h"
+#include "frontend/rprop.h"
 #include "frontend/sgd.h"
 #include "runtime/error.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -72,14 +79,23 @@ std::unique_ptr<Optimizer> build(const std::string& cls, std::vector<ParamGroupS
   return std::make_unique<Opt>(std::move(groups), o);
 }
 
+// torch's pair options and the two group option names each is split into.
+const std::map<std::string, std::pair<std::string, std::string>>& pair_options() {
+  static const std::map<std::string, std::pair<std::string, std::string>> pairs = {
+      {"betas", {"beta1", "beta2"}},
+      {"etas", {"etaminus", "etaplus"}},
+      {"step_sizes", {"step_size_min", "step_size_max"}}};
+  return pairs;
+}
+
 // Group overrides use the optimizer's option names, with pairs split (betas -> beta1, beta2).
 OptionMap group_option_map(const std::string& cls, const KeywordOptions& options) {
   OptionMap map;
   for (const auto& [key, value] : options) {
-    if (key == "betas") {
+    if (auto pair = pair_options().find(key); pair != pair_options().end()) {
       require_count(cls, key, value, 2);
-      map["beta1"] = value[0];
-      map["beta2"] = value[1];
+      map[pair->second.first] = value[0];
+      map[pair->second.second] = value[1];
     } else if (key == "foreach") {
       throw Error("foreach is an optimizer-wide option, not a param group option");
     } else {
@@ -96,10 +112,9 @@ template <class Options> std::vector<Field<Options>> adam_fields() {
           field("maximize", &Options::maximize), field("foreach", &Options::foreach)};
 }
 
-// torch's class name for `name` in any case; empty when torch.optim has no such optimizer.
+// torch's class name for `name` in any case; empty when optjit has no such optimizer.
 std::string torch_class_name(const std::string& name) {
-  for (const char* known : {"Adam", "AdamW", "SGD", "NAdam", "RAdam", "Adamax", "Adagrad", "Adadelta", "RMSprop",
-                            "Rprop", "ASGD"})
+  for (const std::string& known : implemented_optimizers())
     if (lower(known) == lower(name))
       return known;
   return {};
@@ -108,7 +123,7 @@ std::string torch_class_name(const std::string& name) {
 } // namespace
 
 std::vector<std::string> implemented_optimizers() {
-  return {"Adam", "AdamW", "SGD", "Adamax", "Adagrad", "RMSprop", "Adadelta"};
+  return {"Adam", "AdamW", "SGD", "NAdam", "RAdam", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "ASGD"};
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<ParamGroupSpec> groups,
@@ -116,7 +131,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
                                           const std::vector<KeywordOptions>& group_options) {
   const std::string cls = torch_class_name(name);
   if (cls.empty())
-    throw Error("unknown optimizer '" + name + "'");
+    throw Error(fmt::format("unknown optimizer '{}' (optjit has {})", name, fmt::join(implemented_optimizers(), ", ")));
   for (std::size_t g = 0; g < group_options.size() && g < groups.size(); ++g)
     groups[g].options = group_option_map(cls, group_options[g]);
   if (cls == "Adam") {
@@ -160,10 +175,32 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
         {field("lr", &AdadeltaOptions::lr), field("rho", &AdadeltaOptions::rho), field("eps", &AdadeltaOptions::eps),
          field("weight_decay", &AdadeltaOptions::weight_decay), field("maximize", &AdadeltaOptions::maximize),
          field("foreach", &AdadeltaOptions::foreach)});
-  std::string implemented;
-  for (const std::string& known : implemented_optimizers())
-    implemented += (implemented.empty() ? "" : ", ") + known;
-  throw Error("optimizer " + cls + " is not implemented in optjit yet (implemented: " + implemented + ")");
+  if (cls == "NAdam")
+    return build<NAdam, NAdamOptions>(
+        cls, std::move(groups), options,
+        {field("lr", &NAdamOptions::lr), field("betas", &NAdamOptions::betas), field("eps", &NAdamOptions::eps),
+         field("weight_decay", &NAdamOptions::weight_decay), field("momentum_decay", &NAdamOptions::momentum_decay),
+         field("decoupled_weight_decay", &NAdamOptions::decoupled_weight_decay),
+         field("maximize", &NAdamOptions::maximize), field("foreach", &NAdamOptions::foreach)});
+  if (cls == "RAdam")
+    return build<RAdam, RAdamOptions>(
+        cls, std::move(groups), options,
+        {field("lr", &RAdamOptions::lr), field("betas", &RAdamOptions::betas), field("eps", &RAdamOptions::eps),
+         field("weight_decay", &RAdamOptions::weight_decay),
+         field("decoupled_weight_decay", &RAdamOptions::decoupled_weight_decay),
+         field("maximize", &RAdamOptions::maximize), field("foreach", &RAdamOptions::foreach)});
+  if (cls == "Rprop")
+    return build<Rprop, RpropOptions>(
+        cls, std::move(groups), options,
+        {field("lr", &RpropOptions::lr), field("etas", &RpropOptions::etas),
+         field("step_sizes", &RpropOptions::step_sizes), field("maximize", &RpropOptions::maximize),
+         field("foreach", &RpropOptions::foreach)});
+  OPTJIT_ASSERT(cls == "ASGD", "torch_class_name returned an optimizer without a row here: " + cls);
+  return build<ASGD, ASGDOptions>(
+      cls, std::move(groups), options,
+      {field("lr", &ASGDOptions::lr), field("lambd", &ASGDOptions::lambd), field("alpha", &ASGDOptions::alpha),
+       field("t0", &ASGDOptions::t0), field("weight_decay", &ASGDOptions::weight_decay),
+       field("maximize", &ASGDOptions::maximize), field("foreach", &ASGDOptions::foreach)});
 }
 
 } // namespace optjit

@@ -8,6 +8,7 @@
 #include "frontend/registry.h"
 #include "frontend/sgd.h"
 #include "helpers.h"
+#include "tools/count_configs.h"
 #include "tools/model.h"
 
 #include <doctest/doctest.h>
@@ -58,21 +59,12 @@ TEST_CASE("compiled: the issue's example: Adam with amsgrad and weight decay is 
 }
 
 TEST_CASE("compiled: every optimizer configuration is one kernel per (device, dtype) group") {
-  const std::vector<std::pair<std::string, KeywordOptions>> configs = {
-      {"adam", {}},
-      {"adam", {{"amsgrad", {1}}, {"maximize", {1}}, {"weight_decay", {0.1}}}},
-      {"adamw", {{"amsgrad", {1}}}},
-      {"adamw", {{"weight_decay", {0}}}},
-      {"sgd", {}},
-      {"sgd", {{"momentum", {0.9}}, {"dampening", {0.5}}}},
-      {"sgd", {{"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}, {"maximize", {1}}}},
-      {"adamax", {{"weight_decay", {0.1}}, {"maximize", {1}}}},
-      {"adagrad", {{"lr_decay", {0.1}}, {"weight_decay", {0.1}}}},
-      {"rmsprop", {{"centered", {1}}, {"momentum", {0.9}}, {"weight_decay", {0.1}}}},
-      {"adadelta", {{"weight_decay", {0.1}}, {"maximize", {1}}}}};
+  const std::vector<CountConfig> configs = torch_optim_configs();
+  CHECK(configs.size() >= 60);
   for (Dtype dtype : {Dtype::f32, Dtype::f64})
-    for (const auto& [name, options] : configs) {
-      Pair p(name, options, dtype);
+    for (const CountConfig& c : configs) {
+      INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
+      Pair p(c.optimizer, c.options, dtype);
       CHECK(p.step.kernel_count() == 1);
     }
   // Two dtypes in one optimizer: one kernel each.

@@ -3,9 +3,13 @@
 #include "frontend/adagrad.h"
 #include "frontend/adam.h"
 #include "frontend/adamax.h"
-#include "frontend/rmsprop.h"
+#include "frontend/asgd.h"
 #include "frontend/compiled_step.h"
+#include "frontend/nadam.h"
+#include "frontend/radam.h"
 #include "frontend/registry.h"
+#include "frontend/rmsprop.h"
+#include "frontend/rprop.h"
 #include "frontend/sgd.h"
 #include "helpers.h"
 #include "tools/model.h"
@@ -77,6 +81,38 @@ TEST_CASE("errors: Adamax, Adagrad, RMSprop and Adadelta constructor messages, i
   check_error([&] { Adadelta(p, {.weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
 }
 
+TEST_CASE("errors: NAdam, RAdam, Rprop and ASGD constructor messages, in torch's order") {
+  auto p = sample_params();
+  check_error([&] { NAdam(p, {.lr = -0.1}); }, "Invalid learning rate: -0.1");
+  check_error([&] { NAdam(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { NAdam(p, {.lr = 1e-2, .betas = {1.0, 0.0}}); }, "Invalid beta parameter at index 0: 1.0");
+  check_error([&] { NAdam(p, {.betas = {0.9, 1.0}}); }, "Invalid beta parameter at index 1: 1.0");
+  check_error([&] { NAdam(p, {.weight_decay = -0.1}); }, "Invalid weight_decay value: -0.1");
+  check_error([&] { NAdam(p, {.lr = 1e-2, .momentum_decay = -0.2}); }, "Invalid momentum_decay value: -0.2");
+  check_error([&] { NAdam(p, {.weight_decay = -1, .momentum_decay = -1}); }, "Invalid weight_decay value: -1.0");
+  check_error([&] { RAdam(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { RAdam(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { RAdam(p, {.lr = 1e-2, .betas = {1.0, 0.0}}); }, "Invalid beta parameter at index 0: 1.0");
+  check_error([&] { RAdam(p, {.betas = {0.5, -0.5}}); }, "Invalid beta parameter at index 1: -0.5");
+  check_error([&] { RAdam(p, {.lr = 1e-2, .weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
+  check_error([&] { Rprop(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Rprop(p, {.lr = 1e-2, .etas = {1.0, 0.5}}); }, "Invalid eta values: 1.0, 0.5");
+  check_error([&] { Rprop(p, {.etas = {0.0, 1.2}}); }, "Invalid eta values: 0.0, 1.2");
+  check_error([&] { Rprop(p, {.etas = {0.5, 1.0}}); }, "Invalid eta values: 0.5, 1.0");
+  check_error([&] { ASGD(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { ASGD(p, {.lr = 1e-2, .lambd = -0.5}); }, "Invalid lambd value: -0.5");
+  check_error([&] { ASGD(p, {.lr = 1e-2, .alpha = -0.5}); }, "Invalid alpha value: -0.5");
+  check_error([&] { ASGD(p, {.lr = 1e-2, .weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
+  check_error([&] { ASGD(p, {.lambd = -1, .alpha = -1}); }, "Invalid lambd value: -1.0");
+  // The same rules through the registry, with torch's keyword names and pairs.
+  check_error([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {{"etas", {0.5, 0.9}}}); },
+              "Invalid eta values: 0.5, 0.9");
+  check_error([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {}, {{{"etas", {2.0, 3.0}}}}); },
+              "Invalid eta values: 2.0, 3.0");
+  check_error_contains([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {{"weight_decay", {0.1}}}); },
+                       "Rprop has no option 'weight_decay'");
+}
+
 TEST_CASE("errors: param groups: empty, duplicates across groups, group options validated, unknown options") {
   auto p = sample_params();
   check_error([&] { Adam(std::vector<Tensor>{}); }, "optimizer got an empty parameter list");
@@ -91,8 +127,6 @@ TEST_CASE("errors: param groups: empty, duplicates across groups, group options 
   check_error_contains([&] { make_optimizer("adam", {ParamGroupSpec{p, {}}}, {{"momentum", {0.9}}}); },
                        "Adam has no option 'momentum'");
   check_error_contains([&] { make_optimizer("lion", {ParamGroupSpec{p, {}}}, {}); }, "unknown optimizer 'lion'");
-  check_error_contains([&] { make_optimizer("nadam", {ParamGroupSpec{p, {}}}, {}); },
-                       "optimizer NAdam is not implemented in optjit yet");
 }
 
 namespace {

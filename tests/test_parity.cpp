@@ -1,5 +1,5 @@
-// forloop vs eager (interpreted foreach graph) vs compiled, on random data, for every option combination of Adam,
-// AdamW and SGD, over several steps, in f32 and f64, with 0-d, zero-size, multi-chunk tensors and a None grad.
+// forloop vs eager (interpreted foreach graph) vs compiled, on random data, for every option combination of every
+// optimizer, over several steps, in f32 and f64, with 0-d, zero-size, multi-chunk tensors and a None grad.
 #include "frontend/compiled_step.h"
 #include "frontend/registry.h"
 #include "helpers.h"
@@ -22,7 +22,7 @@ std::string describe(const KeywordOptions& options) {
   return s;
 }
 
-void check_parity(const std::string& optimizer, const KeywordOptions& options) {
+void check_parity(const std::string& optimizer, const KeywordOptions& options, int steps = 5) {
   for (Dtype dtype : {Dtype::f32, Dtype::f64}) {
     INFO(optimizer << " " << describe(options) << dtype_name(dtype));
     auto forloop_params = random_params(kShapes, dtype, 3);
@@ -34,7 +34,7 @@ void check_parity(const std::string& optimizer, const KeywordOptions& options) {
     auto eager = make_optimizer(optimizer, {ParamGroupSpec{eager_params, {}}}, foreach_options);
     auto compiled_opt = make_optimizer(optimizer, {ParamGroupSpec{compiled_params, {}}}, foreach_options);
     CompiledStep compiled = compile(*compiled_opt);
-    for (int step = 0; step < 5; ++step) {
+    for (int step = 0; step < steps; ++step) {
       for (auto* params : {&forloop_params, &eager_params, &compiled_params}) {
         for (std::size_t i = 0; i < params->size(); ++i)
           if (!(*params)[i].grad().defined())
@@ -119,6 +119,45 @@ TEST_CASE("parity: Adadelta, every combination of maximize and weight decay") {
     for (double weight_decay : {0.0, 0.1})
       check_parity("adadelta", {{"maximize", {maximize}}, {"weight_decay", {weight_decay}}, {"rho", {0.8}},
                                 {"eps", {1e-4}}, {"lr", {0.5}}});
+}
+
+TEST_CASE("parity: NAdam, every combination of momentum decay, maximize and L2 or decoupled weight decay") {
+  for (double momentum_decay : {4e-3, 0.05})
+    for (double maximize : {0, 1})
+      for (double weight_decay : {0.0, 0.1})
+        for (double decoupled : {0, 1})
+          check_parity("nadam", {{"momentum_decay", {momentum_decay}}, {"maximize", {maximize}},
+                                 {"weight_decay", {weight_decay}}, {"decoupled_weight_decay", {decoupled}},
+                                 {"betas", {0.8, 0.95}}, {"lr", {0.01}}});
+}
+
+TEST_CASE("parity: RAdam, every combination of maximize and L2 or decoupled weight decay, across rectification") {
+  // rho_t passes 5 at the sixth step: eight steps cover unrectified and rectified steps, and the param whose grad
+  // was None at step 2 crosses one step after the others.
+  for (double maximize : {0, 1})
+    for (double weight_decay : {0.0, 0.1})
+      for (double decoupled : {0, 1})
+        check_parity("radam",
+                     {{"maximize", {maximize}}, {"weight_decay", {weight_decay}},
+                      {"decoupled_weight_decay", {decoupled}}, {"betas", {0.8, 0.95}}, {"eps", {1e-6}}, {"lr", {0.01}}},
+                     8);
+}
+
+TEST_CASE("parity: Rprop, every combination of maximize, etas and step size bounds") {
+  for (double maximize : {0, 1})
+    for (std::vector<double> etas : {std::vector<double>{0.5, 1.2}, {0.3, 1.5}})
+      for (std::vector<double> step_sizes : {std::vector<double>{1e-6, 50}, {5e-3, 2e-2}})
+        check_parity("rprop", {{"maximize", {maximize}}, {"etas", etas}, {"step_sizes", step_sizes}, {"lr", {0.01}}});
+}
+
+TEST_CASE("parity: ASGD, every combination of maximize and weight decay, before and after averaging starts") {
+  // t0 = 1: mu leaves 1 after the third step, so both averaging cases run; t0 = 1e6 keeps mu at 1.
+  for (double t0 : {1.0, 1e6})
+    for (double maximize : {0, 1})
+      for (double weight_decay : {0.0, 0.1})
+        check_parity("asgd", {{"t0", {t0}}, {"maximize", {maximize}}, {"weight_decay", {weight_decay}},
+                              {"lambd", {0.01}}, {"alpha", {0.5}}, {"lr", {0.05}}},
+                     6);
 }
 
 TEST_CASE("parity: param groups with different options and structures share a step") {

@@ -1,8 +1,8 @@
 // optjit counts: kernels per step for every configuration PyTorch's OptimizerInfo lists (CPU rows, float lr),
 // compiled on the 4-param model of PyTorch's compiled-optimizer tests, beside Inductor's CPU counts.
 #include "frontend/compiled_step.h"
-#include "frontend/registry.h"
 #include "tools/commands.h"
+#include "tools/count_configs.h"
 #include "tools/model.h"
 
 #include <nlohmann/json.hpp>
@@ -10,15 +10,8 @@
 #include <cstdio>
 
 namespace optjit {
-namespace {
 
-struct CountConfig {
-  std::string optimizer;
-  KeywordOptions options;
-};
-
-// torch's optim_inputs (reference section C) of the implemented optimizers: CPU rows with a float lr.
-std::vector<CountConfig> known_configs() {
+std::vector<CountConfig> torch_optim_configs() {
   std::vector<CountConfig> configs;
   for (const char* adam : {"adam", "adamw"})
     for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
@@ -68,6 +61,36 @@ std::vector<CountConfig> known_configs() {
                                                              {{"weight_decay", {0.1}}, {"maximize", {1}}},
                                                              {{"rho", {0.95}}, {"weight_decay", {0.9}}}})
     configs.push_back({"adadelta", o});
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{
+           {},
+           {{"lr", {1e-3}}},
+           {{"momentum_decay", {6e-3}}},
+           {{"weight_decay", {0.1}}},
+           {{"weight_decay", {0.1}}, {"momentum_decay", {6e-3}}},
+           {{"weight_decay", {0.1}}, {"momentum_decay", {6e-3}}, {"decoupled_weight_decay", {1}}},
+           {{"weight_decay", {0.1}}, {"maximize", {1}}}})
+    configs.push_back({"nadam", o});
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
+                                                             {{"lr", {2e-3}}},
+                                                             {{"eps", {1e-6}}},
+                                                             {{"weight_decay", {0.1}}},
+                                                             {{"weight_decay", {0.1}}, {"decoupled_weight_decay", {1}}},
+                                                             {{"weight_decay", {0.1}}, {"maximize", {1}}}})
+    configs.push_back({"radam", o});
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
+                                                             {{"lr", {2e-4}}},
+                                                             {{"etas", {0.5, 1.5}}},
+                                                             {{"step_sizes", {2e-6, 100}}},
+                                                             {{"maximize", {1}}}})
+    configs.push_back({"rprop", o});
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
+                                                             {{"lambd", {0.1}}},
+                                                             {{"lr", {0.02}}},
+                                                             {{"t0", {100}}},
+                                                             {{"maximize", {1}}},
+                                                             {{"weight_decay", {0.1}}},
+                                                             {{"weight_decay", {0.1}}, {"maximize", {1}}}})
+    configs.push_back({"asgd", o});
   return configs;
 }
 
@@ -78,8 +101,7 @@ std::string config_name(const KeywordOptions& options) {
   return name.empty() ? "default" : name;
 }
 
-// Inductor's kernel count on the CPU (reference: inductor-kernel-counts.md). Every CPU run is "singletensor"
-// (8 kernels) unless an override row names the configuration.
+// Every CPU run is Inductor's "singletensor" case (8 kernels) unless an override row names the configuration.
 int inductor_cpu_kernels(const CountConfig& c, bool foreach) {
   auto has = [&](const char* key) { return c.options.count(key) > 0; };
   if (c.optimizer == "sgd") {
@@ -92,18 +114,18 @@ int inductor_cpu_kernels(const CountConfig& c, bool foreach) {
   }
   if (foreach && has("weight_decay") && (c.optimizer == "rmsprop" || c.optimizer == "adadelta"))
     return 12;
+  if (foreach && has("weight_decay") && has("momentum_decay") && c.optimizer == "nadam")
+    return 20;
   return 8;
 }
-
-} // namespace
 
 int run_counts(bool json_output) {
   nlohmann::json rows = nlohmann::json::array();
   if (!json_output)
-    std::printf("kernels per step on two Linear(10, 10) (params 10x10, 10, 10x10, 10), f32, cpu\n\n%-8s %-32s "
+    std::printf("kernels per step on two Linear(10, 10) (params 10x10, 10, 10x10, 10), f32, cpu\n\n%-8s %-50s "
                 "%-8s %8s %17s\n",
                 "optimizer", "config", "foreach", "optjit", "inductor (cpu)");
-  for (const CountConfig& c : known_configs()) {
+  for (const CountConfig& c : torch_optim_configs()) {
     for (bool foreach : {false, true}) {
       std::vector<Tensor> params = random_params(two_linear_shapes(), Dtype::f32, 0);
       KeywordOptions options = c.options;
@@ -118,7 +140,7 @@ int run_counts(bool json_output) {
                       {"kernels", kernels},
                       {"inductor_kernels", inductor}});
       if (!json_output)
-        std::printf("%-9s %-32s %-8s %8d %17d\n", c.optimizer.c_str(), config_name(c.options).c_str(),
+        std::printf("%-9s %-50s %-8s %8d %17d\n", c.optimizer.c_str(), config_name(c.options).c_str(),
                     foreach ? "true" : "false", kernels, inductor);
     }
   }

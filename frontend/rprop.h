@@ -1,0 +1,38 @@
+// Rprop (torch.optim.Rprop): resilient backpropagation. Each element keeps its own step size, grown by etaplus
+// while its gradient keeps its sign and shrunk by etaminus when the sign flips, clamped to step_sizes; lr is
+// only the step size a param starts with. Options, validation with torch's messages, the traced foreach algorithm
+// and the forloop reference.
+#pragma once
+
+#include "frontend/optimizer.h"
+
+#include <optional>
+
+namespace optjit {
+
+struct RpropOptions {
+  double lr = 1e-2;
+  std::pair<double, double> etas{0.5, 1.2};
+  std::pair<double, double> step_sizes{1e-6, 50};
+  bool maximize = false;
+  std::optional<bool> foreach;
+};
+
+class Rprop : public Optimizer {
+public:
+  Rprop(std::vector<Tensor> params, const RpropOptions& options = {});
+  Rprop(std::vector<ParamGroupSpec> groups, const RpropOptions& options = {});
+
+  Structure structure(const ParamGroup& group) const override;
+  std::vector<StateSpec> state_specs(const Structure& structure) const override;
+  std::vector<std::string> hyper_names() const override;
+  void trace(Tracer& tracer, const Structure& structure) const override;
+  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                    ParamState& state) const override;
+
+protected:
+  void validate_options(const OptionMap& options) const override;
+  double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;
+};
+
+} // namespace optjit

@@ -1,0 +1,25 @@
+// The optimizer configurations PyTorch's OptimizerInfo lists (reference section C: CPU rows with a float lr),
+// each beside the number of kernels Inductor generates for it on the CPU. `optjit counts` and the tests use them.
+#pragma once
+
+#include "frontend/registry.h"
+
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+struct CountConfig {
+  std::string optimizer; // torch's class name in lower case
+  KeywordOptions options;
+};
+
+std::vector<CountConfig> torch_optim_configs();
+
+// Inductor's kernels per step for a configuration on the CPU (reference: inductor-kernel-counts.md).
+int inductor_cpu_kernels(const CountConfig& config, bool foreach);
+
+// "default", or the configuration's option names joined by commas.
+std::string config_name(const KeywordOptions& options);
+
+} // namespace optjit
