@@ -34,6 +34,7 @@ public:
 protected:
   void validate_options(const OptionMap& options) const override;
   double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;
+  bool creates_state_on_add() const override { return true; }
 };
 
 } // namespace optjit

@@ -249,7 +249,11 @@ CompiledStep::~CompiledStep() = default;
 CompiledStep::CompiledStep(CompiledStep&&) noexcept = default;
 CompiledStep& CompiledStep::operator=(CompiledStep&&) noexcept = default;
 
-void CompiledStep::operator()() { impl_->step(); }
+void CompiledStep::operator()() { impl_->opt.run_with_step_hooks([this] { impl_->step(); }); }
+
+double CompiledStep::operator()(const Closure& closure) {
+  return impl_->opt.run_with_step_hooks([this] { impl_->step(); }, closure);
+}
 
 int CompiledStep::kernel_count() {
   int count = 0;

@@ -31,8 +31,12 @@ public:
   CompiledStep(CompiledStep&&) noexcept;
   CompiledStep& operator=(CompiledStep&&) noexcept;
 
-  // One optimizer step. Throws before anything changes when a grad or hyperparameter is invalid.
+  // One optimizer step, between the optimizer's step hooks. Throws before anything changes when a grad or
+  // hyperparameter is invalid.
   void operator()();
+  // torch's step(closure): the closure runs eagerly after the pre hooks (it sets the grads), then the compiled
+  // step; returns the closure's loss.
+  double operator()(const Closure& closure);
   // Kernels launched per step with the grads present now (compiles for them if needed; runs nothing).
   int kernel_count();
   // A stage of the code for the grads present now, as text.

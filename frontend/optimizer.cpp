@@ -53,14 +53,47 @@ Tensor find_state(const ParamState& state, const std::string& key) {
 Optimizer::Optimizer(std::string name, OptionMap defaults, bool foreach)
     : name_(std::move(name)), defaults_(std::move(defaults)), foreach_(foreach) {}
 
+namespace {
+
+HookList<StepHook>& global_step_pre_hooks() {
+  static HookList<StepHook> hooks;
+  return hooks;
+}
+
+HookList<StepHook>& global_step_post_hooks() {
+  static HookList<StepHook> hooks;
+  return hooks;
+}
+
+} // namespace
+
+HookHandle register_optimizer_step_pre_hook(StepHook hook) { return global_step_pre_hooks().add(std::move(hook)); }
+HookHandle register_optimizer_step_post_hook(StepHook hook) {
+  return global_step_post_hooks().add(std::move(hook));
+}
+
+void Optimizer::add_param_group(ParamGroupSpec group) {
+  std::vector<ParamGroupSpec> one;
+  one.push_back(std::move(group));
+  add_param_groups(std::move(one));
+  if (creates_state_on_add())
+    create_state_for_every_param();
+}
+
 void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
   if (specs.empty())
     throw Error("optimizer got an empty parameter list");
+  // Every group is checked before any is added, so a rejected group leaves the optimizer as it was.
   std::set<uint64_t> seen_in_other_groups;
-  for (std::size_t g = 0; g < specs.size(); ++g) {
+  for (const Tensor& p : flat_params_)
+    seen_in_other_groups.insert(p.uid());
+  std::vector<ParamGroup> added;
+  for (std::size_t index = 0; index < specs.size(); ++index) {
+    const std::size_t g = groups_.size() + index; // the group's index once added
+    const ParamGroupSpec& spec = specs[index];
     ParamGroup group;
     group.options = defaults_;
-    for (const auto& [key, value] : specs[g].options) {
+    for (const auto& [key, value] : spec.options) {
       if (!defaults_.count(key))
         throw Error(name_ + " has no option '" + key + "' (param group " + std::to_string(g) + ")");
       group.options[key] = value;
@@ -68,7 +101,7 @@ void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
     validate_options(group.options);
     std::set<uint64_t> seen_here;
     bool warned = false;
-    for (const Tensor& p : specs[g].params) {
+    for (const Tensor& p : spec.params) {
       if (!p.defined())
         throw Error("params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
                     "an undefined tensor in param group " + std::to_string(g));
@@ -85,15 +118,19 @@ void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
       group.params.push_back(p);
     }
     seen_in_other_groups.insert(seen_here.begin(), seen_here.end());
-    groups_.push_back(std::move(group));
+    added.push_back(std::move(group));
   }
-  for (std::size_t g = 0; g < groups_.size(); ++g)
-    for (const Tensor& p : groups_[g].params) {
+  for (ParamGroup& group : added) {
+    const int g = static_cast<int>(groups_.size());
+    for (const Tensor& p : group.params) {
       flat_index_of_uid_[p.uid()] = static_cast<int64_t>(flat_params_.size());
       flat_params_.push_back(p);
-      flat_group_.push_back(static_cast<int>(g));
+      flat_group_.push_back(g);
       states_.emplace_back();
     }
+    groups_.push_back(std::move(group));
+  }
+  ++state_version_;
 }
 
 const ParamState* Optimizer::state(const Tensor& param) const {
@@ -272,7 +309,21 @@ ListArguments Optimizer::list_arguments(const Bucket& bucket) const {
   return args;
 }
 
-void Optimizer::step() {
+double Optimizer::run_with_step_hooks(const std::function<void()>& update, const Closure& closure) {
+  global_step_pre_hooks().run(*this);
+  step_pre_hooks_.run(*this);
+  const double loss = closure ? closure() : 0.0;
+  update();
+  step_post_hooks_.run(*this);
+  global_step_post_hooks().run(*this);
+  return loss;
+}
+
+void Optimizer::step() { run_with_step_hooks([this] { eager_update(); }); }
+
+double Optimizer::step(const Closure& closure) { return run_with_step_hooks([this] { eager_update(); }, closure); }
+
+void Optimizer::eager_update() {
   check_step();
   ensure_state();
   if (!foreach_) {

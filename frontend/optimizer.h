@@ -7,8 +7,10 @@
 #include "compiler/arguments.h"
 #include "compiler/ir.h"
 #include "frontend/foreach.h"
+#include "frontend/hooks.h"
 #include "runtime/tensor.h"
 
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -51,11 +53,35 @@ struct StateSpec {
   std::string name;
   StateKind kind = StateKind::Tensor;
   double initial = 0;   // every element starts at this value
-  bool visible = true;  // false: internal bookkeeping, not part of torch's state keys
+  bool visible = true;  // false: internal bookkeeping, not part of torch's state keys (named "_...")
+  double loaded = 0;    // hidden entries: the value a param's state loaded by load_state_dict implies
 };
 
 // A param's state entries in torch's key order. Scalar entries are 1-element tensors of the param's dtype.
 using ParamState = std::vector<std::pair<std::string, Tensor>>;
+
+// torch.optim's state_dict(): each group's options with its params as indices (groups in order, params in group
+// order, counting from 0), and the state of every param that has any, by index, in torch's key order. The
+// tensors are copies: a state dict is a snapshot.
+struct StateDict {
+  struct Group {
+    OptionMap options;
+    std::vector<int64_t> params;
+  };
+  std::string optimizer; // torch's class name
+  std::vector<Group> param_groups;
+  std::map<int64_t, ParamState> state;
+};
+
+class Optimizer;
+using StepHook = std::function<void(Optimizer&)>;
+using StateDictHook = std::function<void(Optimizer&, StateDict&)>;
+using Closure = std::function<double()>; // re-evaluates the model, sets the grads and returns the loss
+
+// Step hooks of every optimizer (torch.optim.optimizer.register_optimizer_step_pre_hook / _post_hook): global pre
+// hooks run before an optimizer's own, global post hooks after its own.
+HookHandle register_optimizer_step_pre_hook(StepHook hook);
+HookHandle register_optimizer_step_post_hook(StepHook hook);
 
 class Optimizer {
 public:
@@ -69,10 +95,44 @@ public:
   const OptionMap& defaults() const { return defaults_; }
   bool foreach() const { return foreach_; }
 
-  // One eager step: the forloop reference (foreach=false) or the interpreted foreach graph (foreach=true).
-  // Throws before anything changes when a grad or a hyperparameter is invalid.
+  // One eager step: the forloop reference (foreach=false) or the interpreted foreach graph (foreach=true), between
+  // the step hooks. Throws before anything changes when a grad or a hyperparameter is invalid.
   void step();
+  // torch's step(closure): evaluates the closure (which sets the grads) after the pre hooks, then steps; returns
+  // its loss.
+  double step(const Closure& closure);
+  // Runs the closure, when given, then `update`, between the step pre hooks (global, then this optimizer's) and
+  // the post hooks (this optimizer's, then global), as torch's step wrapper does; returns the closure's loss (0
+  // without one). Compiled steps run through it too.
+  double run_with_step_hooks(const std::function<void()>& update, const Closure& closure = {});
+  // set_to_none: every grad becomes None; otherwise grads are zeroed in place (buffers kept).
   void zero_grad(bool set_to_none = true);
+
+  // A new group over params no group has yet; options not given take the defaults (torch's add_param_group).
+  void add_param_group(ParamGroupSpec group);
+
+  // torch's state_dict() and load_state_dict(). Loading checks everything first (optimizer, group count and sizes,
+  // options, state keys and shapes) and changes nothing when any check fails; state tensors are copied into the
+  // param's dtype. Group options are replaced by the loaded ones.
+  StateDict state_dict();
+  void load_state_dict(StateDict state_dict);
+
+  HookHandle register_step_pre_hook(StepHook hook) { return step_pre_hooks_.add(std::move(hook)); }
+  HookHandle register_step_post_hook(StepHook hook) { return step_post_hooks_.add(std::move(hook)); }
+  // Pre: hook(optimizer) before the dict is built. Post: hook(optimizer, dict) may change the dict returned.
+  HookHandle register_state_dict_pre_hook(StepHook hook, bool prepend = false) {
+    return state_dict_pre_hooks_.add(std::move(hook), prepend);
+  }
+  HookHandle register_state_dict_post_hook(StateDictHook hook, bool prepend = false) {
+    return state_dict_post_hooks_.add(std::move(hook), prepend);
+  }
+  // Pre: hook(optimizer, dict) may change the dict before it is checked and loaded. Post: hook(optimizer) after.
+  HookHandle register_load_state_dict_pre_hook(StateDictHook hook, bool prepend = false) {
+    return load_state_dict_pre_hooks_.add(std::move(hook), prepend);
+  }
+  HookHandle register_load_state_dict_post_hook(StepHook hook, bool prepend = false) {
+    return load_state_dict_post_hooks_.add(std::move(hook), prepend);
+  }
 
   // State, by param identity. Entries hidden from torch's key set are left out of visible_state().
   const ParamState* state(const Tensor& param) const;
@@ -128,6 +188,8 @@ protected:
   virtual void validate_options(const OptionMap& options) const = 0;
   // Creates the state of every param now, grad or not (torch's Adagrad does so in its constructor).
   void create_state_for_every_param();
+  // Whether params get their state as soon as they join (Adagrad), rather than on their first step with a grad.
+  virtual bool creates_state_on_add() const { return false; }
   // The value a new state entry starts at; the spec's `initial` unless a group option decides it.
   virtual double initial_state_value(const ParamGroup& group, const StateSpec& spec) const;
 
@@ -141,7 +203,12 @@ private:
   std::vector<ParamState> states_;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
   uint64_t state_version_ = 0;
+  HookList<StepHook> step_pre_hooks_, step_post_hooks_, state_dict_pre_hooks_, load_state_dict_post_hooks_;
+  HookList<StateDictHook> state_dict_post_hooks_, load_state_dict_pre_hooks_;
   bool create_missing_state(bool only_params_with_grads);
+  void eager_update();
+  // load_state_dict's checks and the state it would install, per flat param; throws on the first mismatch.
+  std::vector<ParamState> checked_loaded_state(const StateDict& loaded) const;
   mutable std::map<std::string, Graph> eager_graphs_;
 };
 

@@ -78,7 +78,8 @@ Structure SGD::structure(const ParamGroup& group) const {
 std::vector<StateSpec> SGD::state_specs(const Structure& s) const {
   if (!s["momentum"])
     return {};
-  return {{"momentum_buffer"}, {kBufferStarted, StateKind::Scalar, 0, /*visible=*/false}};
+  // A loaded momentum_buffer is one torch had started (torch saves a buffer only once it holds a value).
+  return {{"momentum_buffer"}, {kBufferStarted, StateKind::Scalar, 0, /*visible=*/false, /*loaded=*/1}};
 }
 
 std::vector<std::string> SGD::hyper_names() const { return {"lr", "momentum", "dampening", "weight_decay"}; }

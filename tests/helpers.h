@@ -6,7 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,33 @@ inline void check_same_trajectory(const std::vector<Tensor>& a, const Optimizer&
     }
   }
 }
+
+// Every value of params, their state (keys included) and the groups' options, bit for bit (NaN equals NaN), to
+// check that nothing changed.
+struct Snapshot {
+  std::vector<std::vector<uint64_t>> bits;
+  std::vector<std::string> keys;
+  Snapshot(const std::vector<Tensor>& params, const Optimizer& opt) {
+    auto add = [&](const std::vector<double>& values) {
+      std::vector<uint64_t>& out = bits.emplace_back();
+      for (double v : values)
+        out.push_back(std::bit_cast<uint64_t>(v));
+    };
+    for (const Tensor& p : params) {
+      add(p.to_vector());
+      for (const auto& [key, t] : opt.visible_state(p)) {
+        keys.push_back(key);
+        add(t.to_vector());
+      }
+    }
+    for (const ParamGroup& g : opt.param_groups())
+      for (const auto& [name, value] : g.options) {
+        keys.push_back(name);
+        add({value});
+      }
+  }
+  bool operator==(const Snapshot&) const = default;
+};
 
 // Runs `fn`, which must throw optjit::Error whose message is exactly `message`.
 template <class Fn> void check_error(Fn&& fn, const std::string& message) {

@@ -21,6 +21,7 @@
 using namespace optjit;
 using optjit::test::check_error;
 using optjit::test::check_error_contains;
+using optjit::test::Snapshot;
 
 namespace {
 
@@ -131,21 +132,6 @@ TEST_CASE("errors: param groups: empty, duplicates across groups, group options 
 
 namespace {
 
-struct Snapshot {
-  std::vector<std::vector<double>> values;
-  bool operator==(const Snapshot&) const = default;
-};
-
-Snapshot snapshot(const std::vector<Tensor>& params, const Optimizer& opt) {
-  Snapshot s;
-  for (const Tensor& p : params) {
-    s.values.push_back(p.to_vector());
-    for (const auto& [key, t] : opt.visible_state(p))
-      s.values.push_back(t.to_vector());
-  }
-  return s;
-}
-
 // Runs two good steps, then `break_it`, then a step on each path that must throw `message` and change nothing.
 template <class Break> void check_failed_step_changes_nothing(Break break_it, const std::string& message) {
   for (int path = 0; path < 3; ++path) {
@@ -157,9 +143,9 @@ template <class Break> void check_failed_step_changes_nothing(Break break_it, co
     step();
     step();
     break_it(params, opt);
-    const Snapshot before = snapshot(params, opt);
+    const Snapshot before(params, opt);
     check_error_contains(step, message);
-    CHECK(snapshot(params, opt) == before);
+    CHECK(Snapshot(params, opt) == before);
   }
 }
 
