@@ -1,17 +1,21 @@
-// optjit bench: compiled Adam (f32) against a traffic probe of the same bytes, cold compile time by param count,
-// and per-step dispatch overhead. The step kernels are memory-bound, so time ÷ probe is the figure of merit.
+// optjit bench: compiled steps of every optimizer (f32) against a traffic probe of the same bytes per element,
+// cold compile time by param count, and per-step dispatch overhead. The step kernels are memory-bound, so time ÷ probe is the figure of merit.
 #include "codegen/codegen.h"
 #include "compiler/kernel_cache.h"
 #include "frontend/adam.h"
 #include "frontend/compiled_step.h"
+#include "frontend/registry.h"
 #include "runtime/thread_pool.h"
 #include "tools/commands.h"
+#include "tools/count_configs.h"
 #include "tools/timing.h"
 #include "tools/traffic_probe.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
 
 #include <cstdio>
+#include <set>
 #include <string>
 
 namespace optjit {
@@ -30,21 +34,39 @@ std::vector<Tensor> constant_params(int64_t count, int64_t numel) {
 }
 
 struct ShapeCase {
+  std::string optimizer; // torch's class name, any case
+  KeywordOptions options;
   int64_t count, numel;
   int threads; // 0: every thread of the pool
-  double goal;
+  double goal; // 0: none
 };
+
+// The arrays a compiled step reads and writes per element: distinct tensor slots loaded, tensor slots stored.
+std::pair<int, int> traffic_of(const Optimizer& opt) {
+  std::set<std::string> read;
+  int written = 0;
+  for (const Optimizer::Bucket& bucket : opt.make_buckets()) {
+    const Graph graph = opt.trace_bucket(bucket);
+    for (const Node& n : graph.nodes)
+      if (n.op == Op::tensor)
+        read.insert(n.name);
+    for (const Store& s : graph.stores)
+      written += s.kind == StoreKind::Tensor ? 1 : 0;
+  }
+  return {static_cast<int>(read.size()), written};
+}
 
 json bench_shape(const ShapeCase& c) {
   ThreadPool& pool = ThreadPool::global();
   const int threads = c.threads > 0 ? c.threads : pool.size();
   pool.set_active_threads(threads);
   std::vector<Tensor> params = constant_params(c.count, c.numel);
-  AdamOptions options;
-  options.foreach = true;
-  Adam adam(params, options);
-  CompiledStep step = compile(adam);
-  TrafficProbe probe(std::vector<int64_t>(static_cast<std::size_t>(c.count), c.numel));
+  KeywordOptions options = c.options;
+  options["foreach"] = {1};
+  auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{params, {}}}, options);
+  CompiledStep step = compile(*opt);
+  const auto [reads, writes] = traffic_of(*opt);
+  TrafficProbe probe(std::vector<int64_t>(static_cast<std::size_t>(c.count), c.numel), reads, writes);
   for (int i = 0; i < 3; ++i) { // compile, create state, fault every page in
     step();
     probe.run();
@@ -59,13 +81,26 @@ json bench_shape(const ShapeCase& c) {
     probe_ms += median_ms(repeats / 2 + 1, [&] { probe.run(); }) / 2;
   }
   pool.set_active_threads(pool.size());
-  return {{"optimizer", "adam"},
+  const int64_t elements = c.count * c.numel;
+  return {{"optimizer", opt->name()},
+          {"options", c.options.empty() ? "default" : config_name(c.options)},
           {"shape", std::to_string(c.count) + "x" + std::to_string(c.numel)},
           {"threads", threads},
+          {"bytes_per_element", probe.bytes_per_pass() / elements},
           {"ms", ms},
           {"probe_ms", probe_ms},
+          {"gb_per_s", static_cast<double>(probe.bytes_per_pass()) / (ms * 1e6)},
           {"ratio_to_probe", ms / probe_ms},
           {"goal", c.goal}};
+}
+
+void print_row(const json& row) {
+  const double goal = row["goal"].get<double>();
+  std::printf("%-9s %-22s %-13s %7d %5lld %9.3f %9.3f %7.1f %7.2f %6s\n", row["optimizer"].get<std::string>().c_str(),
+              row["options"].get<std::string>().c_str(), row["shape"].get<std::string>().c_str(),
+              row["threads"].get<int>(), static_cast<long long>(row["bytes_per_element"].get<int64_t>()),
+              row["ms"].get<double>(), row["probe_ms"].get<double>(), row["gb_per_s"].get<double>(),
+              row["ratio_to_probe"].get<double>(), goal > 0 ? fmt::format("{:.2f}", goal).c_str() : "");
 }
 
 double cold_compile_ms(int64_t param_count) {
@@ -114,19 +149,27 @@ Dispatch dispatch_us(int64_t param_count) {
 } // namespace
 
 int run_bench(const BenchOptions& options) {
-  const ShapeCase cases[] = {{1, 50'000'000, 1, 1.10}, {1000, 10'000, 0, 1.20}, {10000, 100, 0, 2.0}};
+  // Adam over the three shapes, then every optimizer (and the options that add state) over one.
+  std::vector<ShapeCase> cases = {{"adam", {}, 1, 50'000'000, 1, 1.10},
+                                  {"adam", {}, 1000, 10'000, 0, 1.20},
+                                  {"adam", {}, 10000, 100, 0, 2.0}};
+  const std::vector<std::pair<std::string, KeywordOptions>> optimizers = {
+      {"adam", {{"amsgrad", {1}}}}, {"adamw", {}},     {"sgd", {}},     {"sgd", {{"momentum", {0.9}}}},
+      {"nadam", {}},                {"radam", {}},     {"adamax", {}},  {"adagrad", {}},
+      {"adadelta", {}},             {"rmsprop", {}},   {"rmsprop", {{"centered", {1}}, {"momentum", {0.9}}}},
+      {"rprop", {}},                {"asgd", {}}};
+  for (const auto& [name, o] : optimizers)
+    cases.push_back({name, o, 1000, 10'000, 0, 0});
   json rows = json::array();
   if (!options.json)
-    std::printf("optjit bench: Adam f32, compiled vs a traffic probe of 28 B/element (medians), %s\n\n",
-                host_cpu_description().c_str());
-  if (!options.json)
-    std::printf("%-14s %7s %10s %10s %8s %6s\n", "shape", "threads", "ms", "probe ms", "ratio", "goal");
+    std::printf("optjit bench: compiled steps (f32, foreach) vs a traffic probe of the same bytes per element "
+                "(medians), %s\n\n%-9s %-22s %-13s %7s %5s %9s %9s %7s %7s %6s\n",
+                host_cpu_description().c_str(), "optimizer", "options", "shape", "threads", "B/el", "ms",
+                "probe ms", "GB/s", "ratio", "goal");
   for (const ShapeCase& c : cases) {
     json row = bench_shape(c);
     if (!options.json)
-      std::printf("%-14s %7d %10.3f %10.3f %8.2f %6.2f\n", row["shape"].get<std::string>().c_str(),
-                  row["threads"].get<int>(), row["ms"].get<double>(), row["probe_ms"].get<double>(),
-                  row["ratio_to_probe"].get<double>(), c.goal);
+      print_row(row);
     rows.push_back(std::move(row));
   }
   if (!options.json)

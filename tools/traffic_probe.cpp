@@ -1,15 +1,43 @@
 #include "tools/traffic_probe.h"
 #include "compiler/binding.h"
+#include "runtime/error.h"
 #include "runtime/thread_pool.h"
 
-namespace optjit {
+#include <array>
 
-TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels) {
+namespace optjit {
+namespace {
+
+// One work item: out[i] = param - grad, state[i] += grad, for S state arrays; every array read once, all but the
+// grad written once.
+template <int S> void probe_item(const std::vector<Tensor>& arrays, int64_t begin, int64_t end) {
+  float* __restrict p = arrays[0].data_as<float>();
+  const float* __restrict g = arrays[S + 1].data_as<float>();
+  std::array<float*, S> state{};
+  for (int s = 0; s < S; ++s)
+    state[static_cast<std::size_t>(s)] = arrays[static_cast<std::size_t>(s + 1)].data_as<float>();
+  for (int64_t i = begin; i < end; ++i) {
+    const float gi = g[i];
+    for (int s = 0; s < S; ++s)
+      state[static_cast<std::size_t>(s)][i] += gi;
+    p[i] -= gi;
+  }
+}
+
+} // namespace
+
+TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels, int reads, int writes) : state_arrays_(writes - 1) {
+  if (reads != writes + 1 || writes < 1 || writes > 4)
+    throw Error("the traffic probe models steps that read S + 2 arrays and write S + 1 (S from 0 to 3), not " +
+                std::to_string(reads) + " reads and " + std::to_string(writes) + " writes");
   for (int64_t n : numels) {
-    Shape shape{n};
-    tensors_.push_back({Tensor::full(shape, 1, Dtype::f32), Tensor::full(shape, 1e-3, Dtype::f32),
-                        Tensor::zeros(shape, Dtype::f32), Tensor::zeros(shape, Dtype::f32)});
-    bytes_ += 28 * n;
+    std::vector<Tensor> arrays;
+    arrays.push_back(Tensor::full({n}, 1, Dtype::f32));
+    for (int s = 0; s < state_arrays_; ++s)
+      arrays.push_back(Tensor::zeros({n}, Dtype::f32));
+    arrays.push_back(Tensor::full({n}, 1e-3, Dtype::f32));
+    tensors_.push_back(std::move(arrays));
+    bytes_ += 4 * (reads + writes) * n;
   }
   // The compiled kernels' work items and task size (their default launch shape).
   items_ = make_work_items(numels, LaunchShape{});
@@ -20,16 +48,19 @@ void TrafficProbe::run() {
   ThreadPool::global().parallel_for(static_cast<int64_t>(items_.size()), grain_, [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       const WorkItem& item = items_[static_cast<std::size_t>(k)];
-      const Buffers& t = tensors_[static_cast<std::size_t>(item.tensor)];
-      float* __restrict p = t.p.data_as<float>();
-      const float* __restrict g = t.g.data_as<float>();
-      float* __restrict m = t.m.data_as<float>();
-      float* __restrict v = t.v.data_as<float>();
-      for (int64_t i = item.begin; i < item.end; ++i) {
-        const float gi = g[i];
-        m[i] += gi;
-        v[i] += p[i];
-        p[i] -= gi;
+      const auto& arrays = tensors_[static_cast<std::size_t>(item.tensor)];
+      switch (state_arrays_) {
+      case 0:
+        probe_item<0>(arrays, item.begin, item.end);
+        break;
+      case 1:
+        probe_item<1>(arrays, item.begin, item.end);
+        break;
+      case 2:
+        probe_item<2>(arrays, item.begin, item.end);
+        break;
+      default:
+        probe_item<3>(arrays, item.begin, item.end);
       }
     }
   });

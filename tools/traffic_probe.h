@@ -1,6 +1,6 @@
-// The memory-traffic probe step kernels are measured against: for each element, read four arrays and write three
-// (Adam's p, g, m, v in and p, m, v out: 28 B per f32 element) with no arithmetic worth the name, over the same
-// tensor sizes and the same thread pool as the kernel it is compared with.
+// The memory-traffic probe step kernels are measured against: for each element, read `reads` f32 arrays and write
+// back the first `writes` of them, with no arithmetic worth the name (Adam: p, g, m, v in and p, m, v out, 28 B per
+// element), over the same tensor sizes, work items and thread pool as the kernel it is compared with.
 #pragma once
 
 #include "runtime/kernel_abi.h"
@@ -12,19 +12,19 @@ namespace optjit {
 
 class TrafficProbe {
 public:
-  // Buffers of the given element counts (f32), separate from the measured optimizer's.
-  explicit TrafficProbe(const std::vector<int64_t>& numels);
+  // Buffers of the given element counts, separate from the measured optimizer's. An optimizer step reads its
+  // param, grad and S state arrays and writes the param and the state back: reads = S + 2, writes = S + 1, with
+  // S from 0 to 3. Throws optjit::Error for other shapes of traffic.
+  TrafficProbe(const std::vector<int64_t>& numels, int reads = 4, int writes = 3);
   void run();                                    // one pass over every buffer
   int64_t bytes_per_pass() const { return bytes_; }
 
 private:
-  struct Buffers {
-    Tensor p, g, m, v;
-  };
-  std::vector<Buffers> tensors_;
-  std::vector<WorkItem> items_; // cut as the compiled kernels cut their tensors
+  std::vector<std::vector<Tensor>> tensors_;     // per tensor: `reads` arrays, the written ones first
+  std::vector<WorkItem> items_;                  // cut as the compiled kernels cut their tensors
   int64_t grain_ = 1;
   int64_t bytes_ = 0;
+  int state_arrays_ = 0;
 };
 
 } // namespace optjit
