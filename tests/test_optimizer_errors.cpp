@@ -132,21 +132,29 @@ TEST_CASE("errors: param groups: empty, duplicates across groups, group options 
 
 namespace {
 
-// Runs two good steps, then `break_it`, then a step on each path that must throw `message` and change nothing.
-template <class Break> void check_failed_step_changes_nothing(Break break_it, const std::string& message) {
+// Runs two good steps of `optimizer`, then `break_it`, then a step on each path that must throw `message` and
+// change nothing.
+template <class Break>
+void check_failed_step_changes_nothing(const std::string& optimizer, KeywordOptions options, Break break_it,
+                                       const std::string& message) {
   for (int path = 0; path < 3; ++path) {
-    INFO("path " << (path == 0 ? "forloop" : path == 1 ? "eager foreach" : "compiled"));
+    INFO(optimizer << " path " << (path == 0 ? "forloop" : path == 1 ? "eager foreach" : "compiled"));
     auto params = random_params({{4, 3}, {5}, {}}, Dtype::f32, 11);
-    Adam opt(params, {.weight_decay = 0.1, .amsgrad = true, .foreach = path != 0});
-    CompiledStep compiled = compile(opt);
-    auto step = [&] { path == 2 ? compiled() : opt.step(); };
+    options["foreach"] = {path != 0 ? 1.0 : 0.0};
+    auto opt = make_optimizer(optimizer, {ParamGroupSpec{params, {}}}, options);
+    CompiledStep compiled = compile(*opt);
+    auto step = [&] { path == 2 ? compiled() : opt->step(); };
     step();
     step();
-    break_it(params, opt);
-    const Snapshot before(params, opt);
+    break_it(params, *opt);
+    const Snapshot before(params, *opt);
     check_error_contains(step, message);
-    CHECK(Snapshot(params, opt) == before);
+    CHECK(Snapshot(params, *opt) == before);
   }
+}
+
+template <class Break> void check_failed_step_changes_nothing(Break break_it, const std::string& message) {
+  check_failed_step_changes_nothing("adam", {{"weight_decay", {0.1}}, {"amsgrad", {1}}}, break_it, message);
 }
 
 } // namespace
@@ -172,4 +180,15 @@ TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any
                                     "hyperparameter lr of param group 0 is inf: hyperparameters must be finite");
   check_failed_step_changes_nothing([](auto&, Optimizer& opt) { opt.param_groups()[0].set("beta2", std::nan("")); },
                                     "hyperparameter beta2 of param group 0 is nan");
+}
+
+TEST_CASE("errors: every optimizer refuses a bad grad or a non-finite hyperparameter before any update") {
+  for (const std::string& name : implemented_optimizers()) {
+    check_failed_step_changes_nothing(
+        name, {}, [](auto& params, Optimizer&) { params[0].set_grad(Tensor::zeros({3, 4}, Dtype::f32)); },
+        "a grad must have its param's shape, dtype and device");
+    check_failed_step_changes_nothing(
+        name, {}, [](auto&, Optimizer& opt) { opt.param_groups()[0].set(opt.hyper_names().back(), -INFINITY); },
+        "of param group 0 is -inf: hyperparameters must be finite");
+  }
 }
