@@ -89,10 +89,7 @@ void Adadelta::trace(Tracer& t, const Structure& s) const {
 
 void Adadelta::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                             ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    adadelta_forloop<float>(group, param, grad, state);
-  else
-    adadelta_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { adadelta_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -19,18 +19,8 @@ struct AdadeltaOptions {
 
 class Adadelta : public Optimizer {
 public:
-  Adadelta(std::vector<Tensor> params, const AdadeltaOptions& options = {});
-  Adadelta(std::vector<ParamGroupSpec> groups, const AdadeltaOptions& options = {});
+  OPTJIT_DECLARE_OPTIMIZER(Adadelta, AdadeltaOptions)
 
-  Structure structure(const ParamGroup& group) const override;
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;
-  std::vector<std::string> hyper_names() const override;
-  void trace(Tracer& tracer, const Structure& structure) const override;
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                    ParamState& state) const override;
-
-protected:
-  void validate_options(const OptionMap& options) const override;
 };
 
 } // namespace optjit

@@ -88,10 +88,7 @@ void Adagrad::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adagrad::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    adagrad_forloop<float>(group, param, grad, state);
-  else
-    adagrad_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { adagrad_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -21,18 +21,9 @@ struct AdagradOptions {
 
 class Adagrad : public Optimizer {
 public:
-  Adagrad(std::vector<Tensor> params, const AdagradOptions& options = {});
-  Adagrad(std::vector<ParamGroupSpec> groups, const AdagradOptions& options = {});
-
-  Structure structure(const ParamGroup& group) const override;
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;
-  std::vector<std::string> hyper_names() const override;
-  void trace(Tracer& tracer, const Structure& structure) const override;
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                    ParamState& state) const override;
+  OPTJIT_DECLARE_OPTIMIZER(Adagrad, AdagradOptions)
 
 protected:
-  void validate_options(const OptionMap& options) const override;
   double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;
   bool creates_state_on_add() const override { return true; }
 };

@@ -134,10 +134,7 @@ void Adam::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    adam_forloop<float>(group, param, grad, state);
-  else
-    adam_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { adam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -31,19 +31,10 @@ struct AdamWOptions {
 
 class Adam : public Optimizer {
 public:
-  Adam(std::vector<Tensor> params, const AdamOptions& options = {});
-  Adam(std::vector<ParamGroupSpec> groups, const AdamOptions& options = {});
-
-  Structure structure(const ParamGroup& group) const override;
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;
-  std::vector<std::string> hyper_names() const override;
-  void trace(Tracer& tracer, const Structure& structure) const override;
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                    ParamState& state) const override;
+  OPTJIT_DECLARE_OPTIMIZER(Adam, AdamOptions)
 
 protected:
   Adam(std::string name, std::vector<ParamGroupSpec> groups, const AdamOptions& options);
-  void validate_options(const OptionMap& options) const override;
 };
 
 class AdamW : public Adam {

@@ -89,10 +89,7 @@ void Adamax::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adamax::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    adamax_forloop<float>(group, param, grad, state);
-  else
-    adamax_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { adamax_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

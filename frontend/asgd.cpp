@@ -94,10 +94,7 @@ void ASGD::trace(Tracer& t, const Structure& s) const {
 }
 
 void ASGD::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    asgd_forloop<float>(group, param, grad, state);
-  else
-    asgd_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { asgd_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -21,18 +21,9 @@ struct ASGDOptions {
 
 class ASGD : public Optimizer {
 public:
-  ASGD(std::vector<Tensor> params, const ASGDOptions& options = {});
-  ASGD(std::vector<ParamGroupSpec> groups, const ASGDOptions& options = {});
-
-  Structure structure(const ParamGroup& group) const override;
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;
-  std::vector<std::string> hyper_names() const override;
-  void trace(Tracer& tracer, const Structure& structure) const override;
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                    ParamState& state) const override;
+  OPTJIT_DECLARE_OPTIMIZER(ASGD, ASGDOptions)
 
 protected:
-  void validate_options(const OptionMap& options) const override;
   double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;
 };
 

@@ -124,10 +124,7 @@ void NAdam::trace(Tracer& t, const Structure& s) const {
 }
 
 void NAdam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    nadam_forloop<float>(group, param, grad, state);
-  else
-    nadam_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { nadam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

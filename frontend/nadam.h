@@ -22,18 +22,8 @@ struct NAdamOptions {
 
 class NAdam : public Optimizer {
 public:
-  NAdam(std::vector<Tensor> params, const NAdamOptions& options = {});
-  NAdam(std::vector<ParamGroupSpec> groups, const NAdamOptions& options = {});
+  OPTJIT_DECLARE_OPTIMIZER(NAdam, NAdamOptions)
 
-  Structure structure(const ParamGroup& group) const override;
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;
-  std::vector<std::string> hyper_names() const override;
-  void trace(Tracer& tracer, const Structure& structure) const override;
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                    ParamState& state) const override;
-
-protected:
-  void validate_options(const OptionMap& options) const override;
 };
 
 } // namespace optjit

@@ -179,13 +179,14 @@ public:
   virtual void trace(Tracer& tracer, const Structure& structure) const = 0;
   virtual void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                             ParamState& state) const = 0;
+  // Throws optjit::Error with torch's message when a group's options break the optimizer's rules.
+  virtual void validate_options(const OptionMap& options) const = 0;
 
 protected:
   Optimizer(std::string name, OptionMap defaults, bool foreach);
   // Validates each group's options (the subclass's rules) and adds the groups. Call from the subclass
   // constructor, where the subclass's validate_options is callable.
   void add_param_groups(std::vector<ParamGroupSpec> groups);
-  virtual void validate_options(const OptionMap& options) const = 0;
   // Creates the state of every param now, grad or not (torch's Adagrad does so in its constructor).
   void create_state_for_every_param();
   // Whether params get their state as soon as they join (Adagrad), rather than on their first step with a grad.
@@ -211,6 +212,28 @@ private:
   std::vector<ParamState> checked_loaded_state(const StateDict& loaded) const;
   mutable std::map<std::string, Graph> eager_graphs_;
 };
+
+// Declares an optimizer class's two constructors (a plain param list, or param groups; each with its options
+// struct) and the algorithm it supplies to the Optimizer base.
+#define OPTJIT_DECLARE_OPTIMIZER(Class, Options)                                                                    \
+  Class(std::vector<Tensor> params, const Options& options = {});                                                  \
+  Class(std::vector<ParamGroupSpec> groups, const Options& options = {});                                          \
+  Structure structure(const ParamGroup& group) const override;                                                     \
+  std::vector<StateSpec> state_specs(const Structure& structure) const override;                                   \
+  std::vector<std::string> hyper_names() const override;                                                           \
+  void trace(Tracer& tracer, const Structure& structure) const override;                                           \
+  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state)            \
+      const override;                                                                                              \
+  void validate_options(const OptionMap& options) const override;
+
+// Calls body.template operator()<T>() with T the element type of `dtype` (float or double): one forloop
+// reference template serves both dtypes.
+template <class Body> void with_element_type(Dtype dtype, Body&& body) {
+  if (dtype == Dtype::f32)
+    body.template operator()<float>();
+  else
+    body.template operator()<double>();
+}
 
 // A constructor's plain list of params as one param group; an empty list is torch's error.
 std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params);

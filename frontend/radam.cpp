@@ -120,10 +120,7 @@ void RAdam::trace(Tracer& t, const Structure& s) const {
 }
 
 void RAdam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    radam_forloop<float>(group, param, grad, state);
-  else
-    radam_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { radam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -116,10 +116,7 @@ void RMSprop::trace(Tracer& t, const Structure& s) const {
 }
 
 void RMSprop::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    rmsprop_forloop<float>(group, param, grad, state);
-  else
-    rmsprop_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { rmsprop_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

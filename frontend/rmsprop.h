@@ -21,18 +21,8 @@ struct RMSpropOptions {
 
 class RMSprop : public Optimizer {
 public:
-  RMSprop(std::vector<Tensor> params, const RMSpropOptions& options = {});
-  RMSprop(std::vector<ParamGroupSpec> groups, const RMSpropOptions& options = {});
+  OPTJIT_DECLARE_OPTIMIZER(RMSprop, RMSpropOptions)
 
-  Structure structure(const ParamGroup& group) const override;
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;
-  std::vector<std::string> hyper_names() const override;
-  void trace(Tracer& tracer, const Structure& structure) const override;
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                    ParamState& state) const override;
-
-protected:
-  void validate_options(const OptionMap& options) const override;
 };
 
 } // namespace optjit

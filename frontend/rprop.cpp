@@ -96,10 +96,7 @@ void Rprop::trace(Tracer& t, const Structure& s) const {
 }
 
 void Rprop::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    rprop_forloop<float>(group, param, grad, state);
-  else
-    rprop_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { rprop_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

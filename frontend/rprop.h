@@ -20,18 +20,9 @@ struct RpropOptions {
 
 class Rprop : public Optimizer {
 public:
-  Rprop(std::vector<Tensor> params, const RpropOptions& options = {});
-  Rprop(std::vector<ParamGroupSpec> groups, const RpropOptions& options = {});
-
-  Structure structure(const ParamGroup& group) const override;
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;
-  std::vector<std::string> hyper_names() const override;
-  void trace(Tracer& tracer, const Structure& structure) const override;
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                    ParamState& state) const override;
+  OPTJIT_DECLARE_OPTIMIZER(Rprop, RpropOptions)
 
 protected:
-  void validate_options(const OptionMap& options) const override;
   double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;
 };
 

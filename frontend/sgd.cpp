@@ -105,10 +105,7 @@ void SGD::trace(Tracer& t, const Structure& s) const {
 }
 
 void SGD::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  if (param.dtype() == Dtype::f32)
-    sgd_forloop<float>(group, param, grad, state);
-  else
-    sgd_forloop<double>(group, param, grad, state);
+  with_element_type(param.dtype(), [&]<class T>() { sgd_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

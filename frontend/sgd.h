@@ -20,18 +20,8 @@ struct SGDOptions {
 
 class SGD : public Optimizer {
 public:
-  SGD(std::vector<Tensor> params, const SGDOptions& options = {});
-  SGD(std::vector<ParamGroupSpec> groups, const SGDOptions& options = {});
+  OPTJIT_DECLARE_OPTIMIZER(SGD, SGDOptions)
 
-  Structure structure(const ParamGroup& group) const override;
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;
-  std::vector<std::string> hyper_names() const override;
-  void trace(Tracer& tracer, const Structure& structure) const override;
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                    ParamState& state) const override;
-
-protected:
-  void validate_options(const OptionMap& options) const override;
 };
 
 } // namespace optjit
