@@ -56,12 +56,7 @@ void Adadelta::validate_options(const OptionMap& o) const {
   require_non_negative(o.at("weight_decay"), "Invalid weight_decay value: ");
 }
 
-Structure Adadelta::structure(const ParamGroup& group) const {
-  Structure s;
-  s.set("maximize", group.get("maximize") != 0);
-  s.set("weight_decay", group.get("weight_decay") != 0);
-  return s;
-}
+Structure Adadelta::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> Adadelta::state_specs(const Structure&) const {
   return {{"step", StateKind::Scalar}, {"square_avg"}, {"acc_delta"}};

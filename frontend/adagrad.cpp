@@ -60,12 +60,7 @@ double Adagrad::initial_state_value(const ParamGroup& group, const StateSpec& sp
   return spec.name == "sum" ? group.get("initial_accumulator_value") : spec.initial;
 }
 
-Structure Adagrad::structure(const ParamGroup& group) const {
-  Structure s;
-  s.set("maximize", group.get("maximize") != 0);
-  s.set("weight_decay", group.get("weight_decay") != 0);
-  return s;
-}
+Structure Adagrad::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> Adagrad::state_specs(const Structure&) const { return {{"step", StateKind::Scalar}, {"sum"}}; }
 

@@ -76,11 +76,7 @@ AdamW::AdamW(std::vector<ParamGroupSpec> groups, const AdamWOptions& options)
     : Adam("AdamW", std::move(groups), from_adamw(options)) {}
 
 void Adam::validate_options(const OptionMap& o) const {
-  require_non_negative(o.at("lr"), "Invalid learning rate: ");
-  require_non_negative(o.at("eps"), "Invalid epsilon value: ");
-  require_beta(o.at("beta1"), 0);
-  require_beta(o.at("beta2"), 1);
-  require_non_negative(o.at("weight_decay"), "Invalid weight_decay value: ");
+  require_adam_options(o);
 }
 
 Structure Adam::structure(const ParamGroup& group) const {

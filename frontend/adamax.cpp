@@ -50,19 +50,10 @@ Adamax::Adamax(std::vector<ParamGroupSpec> groups, const AdamaxOptions& o)
 Adamax::Adamax(std::vector<Tensor> params, const AdamaxOptions& o) : Adamax(one_param_group(std::move(params)), o) {}
 
 void Adamax::validate_options(const OptionMap& o) const {
-  require_non_negative(o.at("lr"), "Invalid learning rate: ");
-  require_non_negative(o.at("eps"), "Invalid epsilon value: ");
-  require_beta(o.at("beta1"), 0);
-  require_beta(o.at("beta2"), 1);
-  require_non_negative(o.at("weight_decay"), "Invalid weight_decay value: ");
+  require_adam_options(o);
 }
 
-Structure Adamax::structure(const ParamGroup& group) const {
-  Structure s;
-  s.set("maximize", group.get("maximize") != 0);
-  s.set("weight_decay", group.get("weight_decay") != 0);
-  return s;
-}
+Structure Adamax::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> Adamax::state_specs(const Structure&) const {
   return {{"step", StateKind::Scalar}, {"exp_avg"}, {"exp_inf"}};

@@ -59,12 +59,7 @@ double ASGD::initial_state_value(const ParamGroup& group, const StateSpec& spec)
   return spec.name == "eta" ? group.get("lr") : spec.initial;
 }
 
-Structure ASGD::structure(const ParamGroup& group) const {
-  Structure s;
-  s.set("maximize", group.get("maximize") != 0);
-  s.set("weight_decay", group.get("weight_decay") != 0);
-  return s;
-}
+Structure ASGD::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> ASGD::state_specs(const Structure&) const {
   return {{"step", StateKind::Scalar}, {"eta", StateKind::Scalar}, {"mu", StateKind::Scalar, 1.0}, {"ax"}};

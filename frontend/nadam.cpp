@@ -69,22 +69,11 @@ NAdam::NAdam(std::vector<ParamGroupSpec> groups, const NAdamOptions& o)
 NAdam::NAdam(std::vector<Tensor> params, const NAdamOptions& o) : NAdam(one_param_group(std::move(params)), o) {}
 
 void NAdam::validate_options(const OptionMap& o) const {
-  require_non_negative(o.at("lr"), "Invalid learning rate: ");
-  require_non_negative(o.at("eps"), "Invalid epsilon value: ");
-  require_beta(o.at("beta1"), 0);
-  require_beta(o.at("beta2"), 1);
-  require_non_negative(o.at("weight_decay"), "Invalid weight_decay value: ");
+  require_adam_options(o);
   require_non_negative(o.at("momentum_decay"), "Invalid momentum_decay value: ");
 }
 
-Structure NAdam::structure(const ParamGroup& group) const {
-  const bool weight_decay = group.get("weight_decay") != 0;
-  Structure s;
-  s.set("maximize", group.get("maximize") != 0);
-  s.set("weight_decay", weight_decay);
-  s.set("decoupled_weight_decay", weight_decay && group.get("decoupled_weight_decay") != 0);
-  return s;
-}
+Structure NAdam::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> NAdam::state_specs(const Structure&) const {
   return {{"step", StateKind::Scalar}, {"mu_product", StateKind::Scalar, 1.0}, {"exp_avg"}, {"exp_avg_sq"}};

@@ -37,6 +37,16 @@ std::string Structure::key() const {
   return key;
 }
 
+Structure maximize_and_weight_decay(const ParamGroup& group) {
+  const bool weight_decay = group.get("weight_decay") != 0;
+  Structure s;
+  s.set("maximize", group.get("maximize") != 0);
+  s.set("weight_decay", weight_decay);
+  if (group.options.count("decoupled_weight_decay"))
+    s.set("decoupled_weight_decay", weight_decay && group.get("decoupled_weight_decay") != 0);
+  return s;
+}
+
 std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params) {
   if (params.empty())
     throw Error("optimizer got an empty parameter list");

@@ -213,6 +213,10 @@ private:
   mutable std::map<std::string, Graph> eager_graphs_;
 };
 
+// The flags most optimizers trace with: maximize, weight_decay (non-zero) and, for optimizers with the option,
+// decoupled_weight_decay (set only with a non-zero weight decay).
+Structure maximize_and_weight_decay(const ParamGroup& group);
+
 // Declares an optimizer class's two constructors (a plain param list, or param groups; each with its options
 // struct) and the algorithm it supplies to the Optimizer base.
 #define OPTJIT_DECLARE_OPTIMIZER(Class, Options)                                                                    \

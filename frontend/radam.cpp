@@ -67,21 +67,10 @@ RAdam::RAdam(std::vector<ParamGroupSpec> groups, const RAdamOptions& o)
 RAdam::RAdam(std::vector<Tensor> params, const RAdamOptions& o) : RAdam(one_param_group(std::move(params)), o) {}
 
 void RAdam::validate_options(const OptionMap& o) const {
-  require_non_negative(o.at("lr"), "Invalid learning rate: ");
-  require_non_negative(o.at("eps"), "Invalid epsilon value: ");
-  require_beta(o.at("beta1"), 0);
-  require_beta(o.at("beta2"), 1);
-  require_non_negative(o.at("weight_decay"), "Invalid weight_decay value: ");
+  require_adam_options(o);
 }
 
-Structure RAdam::structure(const ParamGroup& group) const {
-  const bool weight_decay = group.get("weight_decay") != 0;
-  Structure s;
-  s.set("maximize", group.get("maximize") != 0);
-  s.set("weight_decay", weight_decay);
-  s.set("decoupled_weight_decay", weight_decay && group.get("decoupled_weight_decay") != 0);
-  return s;
-}
+Structure RAdam::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> RAdam::state_specs(const Structure&) const {
   return {{"step", StateKind::Scalar}, {"exp_avg"}, {"exp_avg_sq"}};

@@ -52,4 +52,12 @@ void require_beta(double value, int index) {
     throw Error("Invalid beta parameter at index " + std::to_string(index) + ": " + python_float(value));
 }
 
+void require_adam_options(const std::map<std::string, double>& o) {
+  require_non_negative(o.at("lr"), "Invalid learning rate: ");
+  require_non_negative(o.at("eps"), "Invalid epsilon value: ");
+  require_beta(o.at("beta1"), 0);
+  require_beta(o.at("beta2"), 1);
+  require_non_negative(o.at("weight_decay"), "Invalid weight_decay value: ");
+}
+
 } // namespace optjit

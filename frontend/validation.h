@@ -2,6 +2,7 @@
 // (repr), so "Invalid learning rate: -0.01" reads as torch's does.
 #pragma once
 
+#include <map>
 #include <string>
 
 namespace optjit {
@@ -13,5 +14,7 @@ std::string python_float(double value);
 void require_non_negative(double value, const std::string& message_prefix);
 // Throws unless 0 <= value < 1.
 void require_beta(double value, int index);
+// The checks Adam, AdamW, NAdam, RAdam and Adamax share, in torch's order: lr, eps, beta1, beta2, weight_decay.
+void require_adam_options(const std::map<std::string, double>& options);
 
 } // namespace optjit
