@@ -13,6 +13,9 @@ double ParamGroup::get(const std::string& name) const {
   auto it = options.find(name);
   if (it == options.end())
     throw Error("param group has no option '" + name + "'");
+  if (!tensor_options.empty())
+    if (auto held = tensor_options.find(name); held != tensor_options.end())
+      return held->second.item();
   return it->second;
 }
 
@@ -21,6 +24,31 @@ void ParamGroup::set(const std::string& name, double value) {
   if (it == options.end())
     throw Error("param group has no option '" + name + "'");
   it->second = value;
+  if (auto held = tensor_options.find(name); held != tensor_options.end())
+    held->second.fill(value);
+}
+
+void ParamGroup::set(const std::string& name, const Tensor& value) {
+  auto it = options.find(name);
+  if (it == options.end())
+    throw Error("param group has no option '" + name + "'");
+  if (!value.defined() || value.numel() != 1)
+    throw Error("Tensor " + name + " must be 1-element");
+  if (value.device() != Device::cpu())
+    throw Error("Tensor " + name + " is " + value.describe() + ": optjit reads tensor hyperparameters on the host");
+  it->second = value.item();
+  tensor_options[name] = value;
+}
+
+void ParamGroup::put(const std::string& name, double value) {
+  options[name] = value;
+  if (auto held = tensor_options.find(name); held != tensor_options.end())
+    held->second.fill(value);
+}
+
+bool ParamGroup::is_scheduler_key(const std::string& name) {
+  return name == "initial_lr" || name == "max_lr" || name == "min_lr" || name == "max_momentum" ||
+         name == "base_momentum";
 }
 
 bool Structure::operator[](const std::string& name) const {

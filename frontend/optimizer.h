@@ -25,9 +25,20 @@ using OptionMap = std::map<std::string, double>;
 struct ParamGroup {
   std::vector<Tensor> params;
   OptionMap options;
+  // Options held in a 1-element tensor (torch's Tensor lr): read at every step, so changing the tensor's value
+  // changes the next step, compiled or not, without a recompile.
+  std::map<std::string, Tensor> tensor_options;
 
-  double get(const std::string& name) const; // throws optjit::Error for an unknown option
-  void set(const std::string& name, double value); // only options the optimizer has
+  double get(const std::string& name) const; // the tensor's value when tensor-held; throws for an unknown key
+  bool has(const std::string& name) const { return options.count(name) > 0; }
+  // Only keys the group has. A tensor-held option is filled in place, as torch's LR schedulers do.
+  void set(const std::string& name, double value);
+  // Holds an option the group has in `value`, a 1-element f32 or f64 CPU tensor ("Tensor lr must be 1-element").
+  void set(const std::string& name, const Tensor& value);
+  // Sets or adds any key: the entries LR schedulers keep in param groups (initial_lr, max_lr, ...).
+  void put(const std::string& name, double value);
+  // Keys LR schedulers add to param groups, which state dicts carry along with the optimizer's options.
+  static bool is_scheduler_key(const std::string& name);
 };
 
 // A param group as given to a constructor: its params and the options it overrides.

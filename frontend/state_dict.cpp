@@ -31,6 +31,8 @@ StateDict Optimizer::state_dict() {
   int64_t index = 0;
   for (const ParamGroup& group : groups_) {
     StateDict::Group saved{group.options, {}};
+    for (const auto& [name, tensor] : group.tensor_options)
+      saved.options[name] = tensor.item();
     for (std::size_t k = 0; k < group.params.size(); ++k)
       saved.params.push_back(index++);
     dict.param_groups.push_back(std::move(saved));
@@ -66,10 +68,10 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
       if (!saved.options.count(key))
         throw Error(fmt::format("loaded param group {} lacks option '{}'", g, key));
     for (const auto& [key, value] : saved.options)
-      if (!defaults_.count(key))
+      if (!defaults_.count(key) && !ParamGroup::is_scheduler_key(key))
         throw Error(fmt::format("loaded param group {} has option '{}', which {} does not have", g, key, name_));
     validate_options(saved.options);
-    ParamGroup as_loaded{{}, saved.options};
+    ParamGroup as_loaded{{}, saved.options, {}};
     structures.push_back(structure(as_loaded));
     for (int64_t id : saved.params)
       flat_of_id[id] = flat++;
@@ -115,8 +117,11 @@ void Optimizer::load_state_dict(StateDict loaded) {
   load_state_dict_pre_hooks_.run(*this, loaded);
   std::vector<ParamState> states = checked_loaded_state(loaded);
   // Nothing below throws: the optimizer changes all at once.
-  for (std::size_t g = 0; g < groups_.size(); ++g)
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
     groups_[g].options = loaded.param_groups[g].options;
+    for (auto& [name, tensor] : groups_[g].tensor_options) // a tensor-held option keeps its tensor
+      tensor.fill(groups_[g].options.at(name));
+  }
   states_ = std::move(states);
   ++state_version_;
   load_state_dict_post_hooks_.run(*this);

@@ -1,6 +1,7 @@
 #include "tools/golden.h"
 #include "frontend/compiled_step.h"
 #include "frontend/registry.h"
+#include "tools/golden_scheduler.h"
 #include "runtime/error.h"
 
 #include <nlohmann/json.hpp>
@@ -105,8 +106,6 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
       throw Error("cannot read " + file.string());
     json c = json::parse(in);
     result.name = c.at("name").get<std::string>();
-    if (!c.at("scheduler").is_null())
-      throw Error("LR scheduler " + c["scheduler"].at("name").get<std::string>() + " is not implemented in optjit yet");
     const Dtype dtype = parse_dtype(c.at("dtype").get<std::string>());
     std::vector<Tensor> params;
     for (const json& p : c.at("params"))
@@ -129,6 +128,9 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
     options["foreach"] = {mode == ReplayMode::Forloop ? 0.0 : 1.0};
     auto opt = make_optimizer(c.at("optimizer").get<std::string>(), std::move(groups), options, group_options);
     std::optional<CompiledStep> compiled;
+    std::optional<GoldenScheduler> scheduler; // right after the optimizer, as the case was recorded
+    if (!c.at("scheduler").is_null())
+      scheduler.emplace(c["scheduler"], *opt);
     if (mode == ReplayMode::Compiled)
       compiled.emplace(compile(*opt));
 
@@ -185,6 +187,8 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
           }
         }
       }
+      if (scheduler)
+        scheduler->step_after(t);
     }
     if (compiled)
       result.metrics = compiled->metrics();
