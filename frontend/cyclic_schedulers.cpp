@@ -31,6 +31,8 @@ void start_momentum_cycle(Optimizer& optimizer, const std::vector<double>& max_m
 
 // Starting a schedule, CyclicLR sets every group's lr to its base_lr before the base class records initial_lr.
 Optimizer& prepare_cyclic(Optimizer& optimizer, const CyclicLROptions& o, int64_t last_epoch) {
+  if (o.cycle_momentum)
+    momentum_key(optimizer); // checked before any group changes
   const std::vector<double> base_lrs = per_group(optimizer, o.base_lr, "base_lr");
   if (last_epoch == -1)
     for (std::size_t i = 0; i < base_lrs.size(); ++i)

@@ -51,6 +51,7 @@ TEST_CASE("golden: every NAdam case in forloop, eager and compiled modes") { rep
 TEST_CASE("golden: every RAdam case in forloop, eager and compiled modes") { replay_all({"radam_"}, 10); }
 TEST_CASE("golden: every Rprop case in forloop, eager and compiled modes") { replay_all({"rprop_"}, 10); }
 TEST_CASE("golden: every ASGD case in forloop, eager and compiled modes") { replay_all({"asgd_"}, 12); }
+TEST_CASE("golden: every LR scheduler case in forloop, eager and compiled modes") { replay_all({"sched_"}, 13); }
 
 namespace {
 
