@@ -118,15 +118,12 @@ namespace {
 
 int64_t one_cycle_total_steps(const OneCycleLROptions& o) {
   if (o.total_steps) {
-    if (*o.total_steps <= 0)
-      throw Error(fmt::format("Expected positive integer total_steps, but got {}", *o.total_steps));
+    require_positive_count(*o.total_steps, "total_steps");
     return *o.total_steps;
   }
   if (o.epochs && o.steps_per_epoch) {
-    if (*o.epochs <= 0)
-      throw Error(fmt::format("Expected positive integer epochs, but got {}", *o.epochs));
-    if (*o.steps_per_epoch <= 0)
-      throw Error(fmt::format("Expected positive integer steps_per_epoch, but got {}", *o.steps_per_epoch));
+    require_positive_count(*o.epochs, "epochs");
+    require_positive_count(*o.steps_per_epoch, "steps_per_epoch");
     return *o.epochs * *o.steps_per_epoch;
   }
   throw Error("You must define either total_steps OR (epochs AND steps_per_epoch)");
@@ -211,19 +208,16 @@ CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer, i
                                                          double eta_min, int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), T_0_(T_0), T_i_(T_0), T_mult_(T_mult), eta_min_(eta_min),
       T_cur_(static_cast<double>(last_epoch)) {
-  if (T_0 <= 0)
-    throw Error(fmt::format("Expected positive integer T_0, but got {}", T_0));
+  require_positive_count(T_0, "T_0");
   if (T_mult < 1)
     throw Error(fmt::format("Expected integer T_mult >= 1, but got {}", T_mult));
   initial_step();
 }
 
 std::vector<double> CosineAnnealingWarmRestarts::get_lr() {
-  std::vector<double> lrs;
-  for (double base : base_lrs_)
-    lrs.push_back(eta_min_ +
-                  (base - eta_min_) * (1 + std::cos(std::numbers::pi * T_cur_ / static_cast<double>(T_i_))) / 2);
-  return lrs;
+  return from_base_lrs([&](double base) {
+    return eta_min_ + (base - eta_min_) * (1 + std::cos(std::numbers::pi * T_cur_ / static_cast<double>(T_i_))) / 2;
+  });
 }
 
 void CosineAnnealingWarmRestarts::step() {

@@ -60,6 +60,13 @@ void LRScheduler::write_lrs(const std::vector<double>& lrs) {
   last_lr_ = group_values("lr");
 }
 
+std::vector<double> LRScheduler::from_base_lrs(const std::function<double(double)>& f) const {
+  std::vector<double> lrs;
+  for (double base : base_lrs_)
+    lrs.push_back(f(base));
+  return lrs;
+}
+
 void LRScheduler::step() {
   ++step_count_;
   ++last_epoch_;
@@ -146,12 +153,19 @@ std::vector<double> scaled(std::vector<double> lrs, double factor) {
   return lrs;
 }
 
+} // namespace
+
 void require_positive_count(int64_t value, const std::string& what) {
   if (value <= 0)
     throw Error(fmt::format("Expected positive integer {}, but got {}", what, value));
 }
 
-} // namespace
+void require_increasing(const std::vector<int64_t>& milestones) {
+  for (std::size_t i = 1; i < milestones.size(); ++i)
+    if (milestones[i] <= milestones[i - 1])
+      throw Error(
+          fmt::format("Milestones should be a list of increasing integers. Got {}", milestones));
+}
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma, int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), step_size_(step_size), gamma_(gamma) {
@@ -166,10 +180,9 @@ std::vector<double> StepLR::get_lr() {
 }
 
 std::optional<std::vector<double>> StepLR::closed_form_lr() const {
-  std::vector<double> lrs;
-  for (double base : base_lrs_)
-    lrs.push_back(base * std::pow(gamma_, static_cast<double>(last_epoch_ / step_size_)));
-  return lrs;
+  return from_base_lrs([&](double base) {
+    return base * std::pow(gamma_, static_cast<double>(last_epoch_ / step_size_));
+  });
 }
 
 void StepLR::save_fields(SchedulerState& s) const {
@@ -181,11 +194,10 @@ void StepLR::load_fields(const SchedulerState& s) {
   gamma_ = s.at("gamma")[0];
 }
 
-MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma, int64_t last_epoch)
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma,
+                         int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), milestones_(std::move(milestones)), gamma_(gamma) {
-  for (std::size_t i = 1; i < milestones_.size(); ++i)
-    if (milestones_[i] <= milestones_[i - 1])
-      throw Error(fmt::format("Milestones should be a list of increasing integers. Got {}", milestones_));
+  require_increasing(milestones_);
   initial_step();
 }
 
@@ -196,11 +208,10 @@ std::vector<double> MultiStepLR::get_lr() {
 }
 
 std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
-  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_) - milestones_.begin();
-  std::vector<double> lrs;
-  for (double base : base_lrs_)
-    lrs.push_back(base * std::pow(gamma_, static_cast<double>(passed)));
-  return lrs;
+  const auto passed =
+      std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_) - milestones_.begin();
+  return from_base_lrs(
+      [&](double base) { return base * std::pow(gamma_, static_cast<double>(passed)); });
 }
 
 void MultiStepLR::save_fields(SchedulerState& s) const {
@@ -228,10 +239,9 @@ std::vector<double> ConstantLR::get_lr() {
 }
 
 std::optional<std::vector<double>> ConstantLR::closed_form_lr() const {
-  std::vector<double> lrs;
-  for (double base : base_lrs_)
-    lrs.push_back(base * (factor_ + (last_epoch_ >= total_iters_ ? 1.0 : 0.0) * (1 - factor_)));
-  return lrs;
+  return from_base_lrs([&](double base) {
+    return base * (factor_ + (last_epoch_ >= total_iters_ ? 1.0 : 0.0) * (1 - factor_));
+  });
 }
 
 void ConstantLR::save_fields(SchedulerState& s) const {
@@ -243,12 +253,13 @@ void ConstantLR::load_fields(const SchedulerState& s) {
   total_iters_ = static_cast<int64_t>(s.at("total_iters")[0]);
 }
 
-LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters,
-                   int64_t last_epoch)
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
+                   int64_t total_iters, int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), start_factor_(start_factor), end_factor_(end_factor),
       total_iters_(total_iters) {
   if (start_factor > 1.0 || start_factor <= 0)
-    throw Error("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.");
+    throw Error(
+        "Starting multiplicative factor expected to be greater than 0 and less or equal to 1.");
   if (end_factor > 1.0 || end_factor < 0)
     throw Error("Ending multiplicative factor expected to be between 0 and 1.");
   initial_step();
@@ -266,11 +277,11 @@ std::vector<double> LinearLR::get_lr() {
 }
 
 std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
-  std::vector<double> lrs;
   const double done = static_cast<double>(std::min(total_iters_, last_epoch_));
-  for (double base : base_lrs_)
-    lrs.push_back(base * (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_)));
-  return lrs;
+  return from_base_lrs([&](double base) {
+    return base * (start_factor_ +
+                   (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_));
+  });
 }
 
 void LinearLR::save_fields(SchedulerState& s) const {
@@ -296,16 +307,19 @@ std::vector<double> ExponentialLR::get_lr() {
 }
 
 std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
-  std::vector<double> lrs;
-  for (double base : base_lrs_)
-    lrs.push_back(base * std::pow(gamma_, static_cast<double>(last_epoch_)));
-  return lrs;
+  return from_base_lrs(
+      [&](double base) { return base * std::pow(gamma_, static_cast<double>(last_epoch_)); });
 }
 
-void ExponentialLR::save_fields(SchedulerState& s) const { s["gamma"] = {gamma_}; }
-void ExponentialLR::load_fields(const SchedulerState& s) { gamma_ = s.at("gamma")[0]; }
+void ExponentialLR::save_fields(SchedulerState& s) const {
+  s["gamma"] = {gamma_};
+}
+void ExponentialLR::load_fields(const SchedulerState& s) {
+  gamma_ = s.at("gamma")[0];
+}
 
-PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power, int64_t last_epoch)
+PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power,
+                           int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), total_iters_(total_iters), power_(power) {
   require_positive_count(total_iters, "total_iters");
   initial_step();
@@ -319,11 +333,10 @@ std::vector<double> PolynomialLR::get_lr() {
 }
 
 std::optional<std::vector<double>> PolynomialLR::closed_form_lr() const {
-  std::vector<double> lrs;
   const double done = static_cast<double>(std::min(total_iters_, last_epoch_));
-  for (double base : base_lrs_)
-    lrs.push_back(base * std::pow(1.0 - done / static_cast<double>(total_iters_), power_));
-  return lrs;
+  return from_base_lrs([&](double base) {
+    return base * std::pow(1.0 - done / static_cast<double>(total_iters_), power_);
+  });
 }
 
 void PolynomialLR::save_fields(SchedulerState& s) const {
@@ -335,7 +348,8 @@ void PolynomialLR::load_fields(const SchedulerState& s) {
   power_ = s.at("power")[0];
 }
 
-CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min, int64_t last_epoch)
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min,
+                                     int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), T_max_(T_max), eta_min_(eta_min) {
   require_positive_count(T_max, "T_max");
   initial_step();
@@ -350,22 +364,24 @@ std::vector<double> CosineAnnealingLR::get_lr() {
   if (step_count_ == 1 && last_epoch_ > 0) // resumed: start from the closed form
     return *closed_form_lr();
   for (std::size_t i = 0; i < lrs.size(); ++i) {
-    if (floor_mod(last_epoch_ - 1 - T_max_, 2 * T_max_) == 0) // at the bottom of the cosine: climb back
+    if (floor_mod(last_epoch_ - 1 - T_max_, 2 * T_max_) ==
+        0) // at the bottom of the cosine: climb back
       lrs[i] = lrs[i] + (base_lrs_[i] - eta_min_) * (1 - std::cos(pi / T)) / 2;
     else
-      lrs[i] = (1 + std::cos(pi * t / T)) / (1 + std::cos(pi * (t - 1) / T)) * (lrs[i] - eta_min_) + eta_min_;
+      lrs[i] = (1 + std::cos(pi * t / T)) / (1 + std::cos(pi * (t - 1) / T)) * (lrs[i] - eta_min_) +
+               eta_min_;
   }
   return lrs;
 }
 
 std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
   constexpr double pi = std::numbers::pi;
-  std::vector<double> lrs;
-  for (double base : base_lrs_)
-    lrs.push_back(eta_min_ + (base - eta_min_) *
-                                 (1 + std::cos(pi * static_cast<double>(last_epoch_) / static_cast<double>(T_max_))) /
-                                 2);
-  return lrs;
+  return from_base_lrs([&](double base) {
+    return eta_min_ +
+           (base - eta_min_) *
+               (1 + std::cos(pi * static_cast<double>(last_epoch_) / static_cast<double>(T_max_))) /
+               2;
+  });
 }
 
 void CosineAnnealingLR::save_fields(SchedulerState& s) const {

@@ -52,6 +52,8 @@ protected:
   virtual void save_fields(SchedulerState&) const {}
   virtual void load_fields(const SchedulerState&) {}
   void write_lrs(const std::vector<double>& lrs);
+  // f(base_lr) for every group: the closed forms.
+  std::vector<double> from_base_lrs(const std::function<double(double)>& f) const;
   std::vector<double> group_values(const std::string& key) const;
 
   Optimizer& optimizer_;
@@ -64,6 +66,11 @@ protected:
   friend class SequentialLR;
   friend class ChainedScheduler;
 };
+
+// Throws "Expected positive integer <what>, but got <value>" (torch's message) unless value > 0.
+void require_positive_count(int64_t value, const std::string& what);
+// Throws unless every milestone is larger than the one before.
+void require_increasing(const std::vector<int64_t>& milestones);
 
 // One number, or one per param group (torch's float-or-list scheduler arguments); `what` names it in errors.
 std::vector<double> per_group(const Optimizer& optimizer, const std::vector<double>& values, const std::string& what);

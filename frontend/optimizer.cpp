@@ -20,12 +20,9 @@ double ParamGroup::get(const std::string& name) const {
 }
 
 void ParamGroup::set(const std::string& name, double value) {
-  auto it = options.find(name);
-  if (it == options.end())
+  if (!has(name))
     throw Error("param group has no option '" + name + "'");
-  it->second = value;
-  if (auto held = tensor_options.find(name); held != tensor_options.end())
-    held->second.fill(value);
+  put(name, value);
 }
 
 void ParamGroup::set(const std::string& name, const Tensor& value) {

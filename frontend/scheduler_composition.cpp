@@ -52,9 +52,7 @@ SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRS
                             "number of milestone points, but got number of schedulers {} and the number of "
                             "milestones to be equal to {}",
                             schedulers_.size(), milestones_.size()));
-  for (std::size_t i = 1; i < milestones_.size(); ++i)
-    if (milestones_[i] <= milestones_[i - 1])
-      throw Error(fmt::format("Milestones should be a list of increasing integers. Got {}", fmt::join(milestones_, ", ")));
+  require_increasing(milestones_);
   last_epoch_ = last_epoch + 1;
   // Back to the initial lrs, undoing the parts' own epoch-0 updates; then only the first part starts.
   for (ParamGroup& g : optimizer.param_groups())
