@@ -8,16 +8,14 @@ namespace {
 
 const char* device_kind_name(unsigned kind) { return kind ? "cuda" : "cpu"; }
 
-// What differs between two packed param facts, e.g. "grad became None" or "dtype changed from f32 to f64".
+// What differs between two packed param facts, e.g. "dtype changed from f32 to f64".
 std::string describe_param_change(uint8_t before, uint8_t now) {
   std::vector<std::string> changes;
-  if ((before ^ now) & 1)
-    changes.push_back(now & 1 ? "grad appeared" : "grad became None");
-  const unsigned dtype_before = (before >> 1) & 3, dtype_now = (now >> 1) & 3;
+  const unsigned dtype_before = before & 3, dtype_now = now & 3;
   if (dtype_before != dtype_now)
     changes.push_back(fmt::format("dtype changed from {} to {}", dtype_name(static_cast<Dtype>(dtype_before)),
                                   dtype_name(static_cast<Dtype>(dtype_now))));
-  const unsigned device_before = (before >> 3) & 1, device_now = (now >> 3) & 1;
+  const unsigned device_before = (before >> 2) & 1, device_now = (now >> 2) & 1;
   if (device_before != device_now)
     changes.push_back(fmt::format("device changed from {} to {}", device_kind_name(device_before),
                                   device_kind_name(device_now)));

@@ -1,6 +1,7 @@
-// Compile guards: the facts compiled code depends on. Per parameter: whether its grad is present (None grads are
-// skipped), its dtype and device; per param group: its structural options (amsgrad, maximize, nesterov,
-// momentum != 0, weight_decay != 0, ...). Hyperparameter values are never guard facts: they are arguments.
+// Compile guards: the facts compiled code depends on. Per parameter: its dtype and device; per param group: its
+// structural options (amsgrad, maximize, nesterov, momentum != 0, weight_decay != 0, ...). Hyperparameter values
+// are never guard facts: they are arguments. Which grads are present is not one either: a None grad only drops
+// its param from the work-item table (a rebind), since the traced list graph does not depend on it.
 #pragma once
 
 #include "runtime/tensor.h"
@@ -19,12 +20,10 @@ struct GuardFacts {
 };
 
 inline uint8_t param_fact(const TensorImpl& param) {
-  const bool has_grad = param.grad != nullptr;
-  return static_cast<uint8_t>(has_grad | (static_cast<unsigned>(param.dtype) << 1) |
-                              (static_cast<unsigned>(param.device.kind) << 3));
+  return static_cast<uint8_t>(static_cast<unsigned>(param.dtype) | (static_cast<unsigned>(param.device.kind) << 2));
 }
 
-// The first guard that differs between `before` and `now`, in words: "param 3: grad became None".
+// The first guard that differs between `before` and `now`, in words: "param 3: dtype changed from f32 to f64".
 std::string explain_guard_failure(const GuardFacts& before, const GuardFacts& now);
 
 } // namespace optjit

@@ -28,12 +28,20 @@ Stage parse_stage(std::string_view text) {
 namespace {
 
 struct BucketProgram {
-  Optimizer::Bucket bucket;
+  Optimizer::Bucket bucket; // every param of the bucket, with a grad or not
   PipelineResult pipeline;
   std::shared_ptr<CpuKernel> kernel;
-  Binding binding;
-  int grad_slot = -1; // the kernel's argument slot of the grads
+  Binding binding;          // the members whose grads were present at the last bind
+  bool launched = false;    // whether any member had a grad then
+  int grad_slot = -1;       // the kernel's argument slot of the grads
 };
+
+// The bucket's members whose grads are present now: the list its kernel walks this step.
+Optimizer::Bucket members_with_grads(const Optimizer& opt, const Optimizer::Bucket& bucket) {
+  Optimizer::Bucket present = bucket;
+  std::erase_if(present.members, [&](const Optimizer::Member& m) { return !opt.flat_param(m.flat).grad().defined(); });
+  return present;
+}
 
 // Compiled code for one set of guard facts, and the binding it last ran with.
 struct Program {
@@ -101,7 +109,7 @@ struct CompiledStep::Impl {
     ++metrics.compiles;
     auto program = std::make_unique<Program>();
     program->facts = facts;
-    for (Optimizer::Bucket& bucket : opt.make_buckets()) {
+    for (Optimizer::Bucket& bucket : opt.make_buckets(Optimizer::BucketMembers::All)) {
       if (bucket.device != Device::cpu())
         throw Error("compiled steps on " + bucket.device.to_string() + " need the CUDA backend, not built yet");
       BucketProgram bp;
@@ -153,13 +161,20 @@ struct CompiledStep::Impl {
     for (int64_t i = 0; i < opt.param_count(); ++i) {
       const TensorImpl& p = *opt.flat_param(i).impl();
       const TensorImpl* g = p.grad.get();
-      if (!g)
-        continue;
       const std::size_t at = static_cast<std::size_t>(i);
+      // Layout ids are never 0, so a bound layout of 0 means the param was bound without a grad.
+      const bool was_bound_with_grad = program.bound && program.bound_grad_layout[at] != 0;
+      if (!g) {
+        if (was_bound_with_grad && !reason)
+          reason = "a grad became None";
+        continue;
+      }
       const bool same_param = program.bound && p.layout_id == program.bound_param_layout[at];
       if (same_param && g->layout_id == program.bound_grad_layout[at])
         continue;
       opt.check_grad(i);
+      if (program.bound && !was_bound_with_grad && !reason)
+        reason = "a grad appeared";
       if (!same_param && !reason)
         reason = "a param's data was replaced";
       changes.replaced_grads.push_back(i);
@@ -187,14 +202,18 @@ struct CompiledStep::Impl {
     program.entry_of_flat.assign(static_cast<std::size_t>(opt.param_count()), {-1, 0});
     for (std::size_t b = 0; b < program.buckets.size(); ++b) {
       BucketProgram& bp = program.buckets[b];
+      const Optimizer::Bucket present = members_with_grads(opt, bp.bucket);
+      bp.launched = !present.members.empty();
+      if (!bp.launched)
+        continue;
       const KernelPlan& plan = bp.pipeline.kernels.front();
-      bp.binding.bind(plan, opt.list_arguments(bp.bucket), options.launch);
+      bp.binding.bind(plan, opt.list_arguments(present), options.launch);
       const auto& slots = plan.abi.tensor_slots;
       bp.grad_slot = static_cast<int>(std::find(slots.begin(), slots.end(), "grad") - slots.begin());
       OPTJIT_ASSERT(bp.grad_slot < static_cast<int>(slots.size()), "every optimizer kernel reads the grads");
-      for (std::size_t t = 0; t < bp.bucket.members.size(); ++t)
-        program.entry_of_flat[static_cast<std::size_t>(bp.bucket.members[t].flat)] = {static_cast<int>(b),
-                                                                                      static_cast<int64_t>(t)};
+      for (std::size_t t = 0; t < present.members.size(); ++t)
+        program.entry_of_flat[static_cast<std::size_t>(present.members[t].flat)] = {static_cast<int>(b),
+                                                                                   static_cast<int64_t>(t)};
     }
     program.bound_param_layout.assign(static_cast<std::size_t>(opt.param_count()), 0);
     program.bound_grad_layout.assign(static_cast<std::size_t>(opt.param_count()), 0);
@@ -226,11 +245,14 @@ struct CompiledStep::Impl {
     Program& program = *current;
     const std::vector<double> hyper = opt.hyper_values();
     for (BucketProgram& bp : program.buckets)
-      bp.binding.set_hyper(hyper);
+      if (bp.launched)
+        bp.binding.set_hyper(hyper);
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     for (BucketProgram& bp : program.buckets) {
+      if (!bp.launched)
+        continue;
       launch_cpu_kernel(bp.kernel->tensor_phase, bp.kernel->element_phase, bp.binding.args(),
                         bp.binding.tensor_grain(), bp.binding.item_grain());
     }
@@ -258,7 +280,8 @@ double CompiledStep::operator()(const Closure& closure) {
 int CompiledStep::kernel_count() {
   int count = 0;
   for (const BucketProgram& bp : impl_->program_now().buckets)
-    count += bp.pipeline.stats.kernels;
+    if (!members_with_grads(impl_->opt, bp.bucket).members.empty())
+      count += bp.pipeline.stats.kernels;
   return count;
 }
 

@@ -1,6 +1,6 @@
-// compile(optimizer): the optimizer's step as a callable. Each call checks the compile guards (which grads are
-// present, dtypes, devices, each group's structure), traces and compiles on a miss (logging why with
-// OPTJIT_LOG=recompiles), rebinds when a grad, param or state buffer was replaced, writes this step's
+// compile(optimizer): the optimizer's step as a callable. Each call checks the compile guards (dtypes, devices,
+// each group's structure), traces and compiles on a miss (logging why with OPTJIT_LOG=recompiles), rebinds when a
+// grad appeared or became None or a grad, param or state buffer was replaced, writes this step's
 // hyperparameters and launches one kernel per (device, dtype, structure) bucket. Hyperparameter values are
 // arguments: changing lr never recompiles.
 #pragma once

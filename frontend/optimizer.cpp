@@ -285,14 +285,14 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
   return created;
 }
 
-std::vector<Optimizer::Bucket> Optimizer::make_buckets() const {
+std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) const {
   std::vector<Bucket> buckets;
   std::vector<Structure> structures;
   for (const ParamGroup& group : groups_)
     structures.push_back(structure(group));
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
-    if (!p.grad().defined())
+    if (members == BucketMembers::WithGrads && !p.grad().defined())
       continue;
     int g = flat_group_[static_cast<std::size_t>(i)];
     const Structure& s = structures[static_cast<std::size_t>(g)];

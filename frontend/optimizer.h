@@ -165,8 +165,10 @@ public:
     Structure structure;
     std::vector<Member> members;
   };
-  // Params with grads, grouped by (device, dtype, structure); one list graph (one kernel) each.
-  std::vector<Bucket> make_buckets() const;
+  // Params grouped by (device, dtype, structure); one list graph (one kernel) each. Eager steps bucket the params
+  // with grads; compiled steps bucket every param, since which grads are present only changes the binding.
+  enum class BucketMembers { WithGrads, All };
+  std::vector<Bucket> make_buckets(BucketMembers members = BucketMembers::WithGrads) const;
   Graph trace_bucket(const Bucket& bucket) const;
   ListArguments list_arguments(const Bucket& bucket) const;
   // This step's hyperparameters: groups x hyper_names(), read from the groups' options.

@@ -51,9 +51,10 @@ void check_parity(const std::string& optimizer, const KeywordOptions& options, i
       // The compiled kernel evaluates the same ops in the same order as the interpreter.
       check_same_trajectory(compiled_params, *compiled_opt, eager_params, *eager, 0, 0, "compiled vs eager");
     }
-    // The None grad step recompiled (a guard on which grads are present) and returned to the first variant.
-    CHECK(compiled.metrics().recompiles == 1);
-    CHECK(compiled.metrics().compiles == 2);
+    // The None grad step only rebound the work-item table (without param 1, then with it again).
+    CHECK(compiled.metrics().recompiles == 0);
+    CHECK(compiled.metrics().compiles == 1);
+    CHECK(compiled.metrics().rebinds >= 3);
   }
 }
 

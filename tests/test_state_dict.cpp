@@ -92,7 +92,7 @@ void check_round_trip(const std::string& name, const KeywordOptions& options) {
       check_same_trajectory(resumed.params, *resumed.opt, uninterrupted.params, *uninterrupted.opt, 0, 0,
                             "resumed vs uninterrupted");
       if (resumed.compiled)
-        CHECK(resumed.compiled->metrics().recompiles <= 2); // only the None-grad steps change what is compiled
+        CHECK(resumed.compiled->metrics().recompiles == 0); // None grads rebind, they do not recompile
     }
 }
 
