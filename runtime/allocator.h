@@ -21,4 +21,11 @@ AllocatorStats host_allocator_stats();
 // Frees every cached block (tests and benchmarks use it to measure cold behaviour).
 void host_allocator_trim();
 
+// Device memory on cuda:`device`, 256-byte aligned, from a caching allocator: freed blocks are kept per (device,
+// rounded size) and handed out again, so steady-state steps never call cuMemAlloc. When the driver runs out of
+// memory the cache of that device is freed and the allocation retried once. Throws optjit::Error.
+uint64_t device_allocate(int device, std::size_t bytes);
+void device_release(int device, uint64_t ptr, std::size_t bytes);
+AllocatorStats device_allocator_stats();
+
 } // namespace optjit

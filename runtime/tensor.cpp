@@ -1,5 +1,6 @@
 #include "runtime/tensor.h"
 #include "runtime/allocator.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/error.h"
 
 #include <atomic>
@@ -9,16 +10,19 @@ namespace optjit {
 
 class Storage {
 public:
-  Storage(std::size_t bytes, Device device) : bytes_(bytes) {
-    if (device.kind != DeviceKind::cpu)
-      throw Error("cannot allocate a tensor on " + device.to_string() +
-                  ": this build places tensors on the CPU only (the CUDA backend is not built yet)");
-    data_ = host_allocate(bytes);
-    owned_ = true;
+  Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(device), owned_(true) {
+    if (device.kind == DeviceKind::cuda)
+      data_ = reinterpret_cast<void*>(device_allocate(device.index, bytes));
+    else
+      data_ = host_allocate(bytes);
   }
   Storage(void* user_data, std::size_t bytes) : data_(user_data), bytes_(bytes) {}
   ~Storage() {
-    if (owned_)
+    if (!owned_)
+      return;
+    if (device_.kind == DeviceKind::cuda)
+      device_release(device_.index, reinterpret_cast<uint64_t>(data_), bytes_);
+    else
       host_release(data_, bytes_);
   }
   Storage(const Storage&) = delete;
@@ -28,6 +32,7 @@ public:
 private:
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  Device device_;
   bool owned_ = false;
 };
 
@@ -41,6 +46,12 @@ uint64_t next_uid() {
 std::atomic<uint64_t> slot_epoch{0};
 
 void bump_slot_epoch() { slot_epoch.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t device_address(const Tensor& t, int64_t element = 0) {
+  return reinterpret_cast<uint64_t>(t.data()) + static_cast<uint64_t>(element) * dtype_size(t.dtype());
+}
+
+bool on_cuda(const Tensor& t) { return t.device().kind == DeviceKind::cuda; }
 
 void check_shape(const Shape& shape) {
   for (int64_t extent : shape)
@@ -93,7 +104,10 @@ Tensor Tensor::empty(const Shape& shape, Dtype dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, Dtype dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.data(), 0, t.nbytes());
+  if (on_cuda(t))
+    cuda::memset_zero(device.index, device_address(t), t.nbytes());
+  else
+    std::memset(t.data(), 0, t.nbytes());
   return t;
 }
 
@@ -183,12 +197,25 @@ int64_t Tensor::offset_of(int64_t index) const {
 }
 
 double Tensor::item(int64_t index) const {
+  if (on_cuda(*this)) {
+    float narrow = 0;
+    double wide = 0;
+    void* into = dtype() == Dtype::f32 ? static_cast<void*>(&narrow) : &wide;
+    cuda::copy_to_host(device().index, into, device_address(*this, index), dtype_size(dtype()));
+    return dtype() == Dtype::f32 ? narrow : wide;
+  }
   if (dtype() == Dtype::f32)
     return data_as<float>()[offset_of(index)];
   return data_as<double>()[offset_of(index)];
 }
 
 void Tensor::set_item(int64_t index, double value) const {
+  if (on_cuda(*this)) {
+    const float narrow = static_cast<float>(value);
+    const void* bytes = dtype() == Dtype::f32 ? static_cast<const void*>(&narrow) : &value;
+    cuda::copy_to_device(device().index, device_address(*this, index), bytes, dtype_size(dtype()));
+    return;
+  }
   if (dtype() == Dtype::f32)
     data_as<float>()[offset_of(index)] = static_cast<float>(value);
   else
@@ -196,10 +223,20 @@ void Tensor::set_item(int64_t index, double value) const {
 }
 
 std::vector<double> Tensor::to_vector() const {
+  if (on_cuda(*this))
+    return to(Device::cpu()).to_vector();
   std::vector<double> values(static_cast<std::size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i)
     values[static_cast<std::size_t>(i)] = item(i);
   return values;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device())
+    return *this;
+  Tensor copy = empty(shape(), dtype(), target);
+  copy.copy_from(*this);
+  return copy;
 }
 
 Tensor Tensor::clone() const {
@@ -211,6 +248,24 @@ Tensor Tensor::clone() const {
 void Tensor::copy_from(const Tensor& source) const {
   if (source.shape() != shape() || source.dtype() != dtype())
     throw Error("cannot copy " + source.describe() + " into " + describe() + ": shape and dtype must match");
+  if (on_cuda(*this) || on_cuda(source)) {
+    // Device tensors are always contiguous; a strided host source is made contiguous first.
+    if (!source.is_contiguous())
+      return copy_from(source.clone());
+    if (!is_contiguous()) {
+      Tensor staged = source.to(Device::cpu());
+      return copy_from(staged);
+    }
+    if (on_cuda(*this) && on_cuda(source) && device() == source.device())
+      cuda::copy_on_device(device().index, device_address(*this), device_address(source), nbytes());
+    else if (on_cuda(*this) && on_cuda(source))
+      copy_from(source.to(Device::cpu()));
+    else if (on_cuda(*this))
+      cuda::copy_to_device(device().index, device_address(*this), source.data(), nbytes());
+    else
+      cuda::copy_to_host(source.device().index, data(), device_address(source), nbytes());
+    return;
+  }
   if (is_contiguous() && source.is_contiguous()) {
     std::memcpy(data(), source.data(), nbytes());
     return;
@@ -220,6 +275,12 @@ void Tensor::copy_from(const Tensor& source) const {
 }
 
 void Tensor::fill(double value) const {
+  if (on_cuda(*this)) {
+    Tensor staged = empty(shape(), dtype());
+    staged.fill(value);
+    copy_from(staged);
+    return;
+  }
   for (int64_t i = 0; i < numel(); ++i)
     set_item(i, value);
 }

@@ -81,11 +81,14 @@ public:
   void set_grad(const Tensor& grad) const;
   void reset_grad() const { set_grad(Tensor()); }
 
-  // Elements are addressed by their row-major index, whatever the strides.
+  // Elements are addressed by their row-major index, whatever the strides. On a CUDA device each access is a
+  // synchronous copy (ordered after the kernels launched so far): for checks and state files, not inner loops.
   double item(int64_t index = 0) const;        // element as double
   void set_item(int64_t index, double value) const;
   std::vector<double> to_vector() const;       // all elements as doubles
-  Tensor clone() const;                        // a contiguous copy
+  Tensor clone() const;                        // a contiguous copy on the same device
+  // torch's `tensor.to(device)`: this tensor when it is already there, otherwise a contiguous copy on `target`.
+  Tensor to(Device target) const;
   void copy_from(const Tensor& source) const;  // same shape and dtype required
   void fill(double value) const;
 

@@ -46,8 +46,12 @@ TEST_CASE("tensor: views of user memory are written in place") {
   CHECK(memory == std::vector<float>{7, 7, 7});
 }
 
-TEST_CASE("tensor: cuda tensors need the CUDA backend") {
-  check_error_contains([] { Tensor::zeros({2}, Dtype::f32, parse_device("cuda:0")); }, "cuda:0");
+TEST_CASE("tensor: cuda tensors on a machine without a driver are a clear error; the CPU is unaffected") {
+  if (cuda::available())
+    return; // tests/test_cuda.cpp covers a machine with a GPU
+  check_error_contains([] { Tensor::zeros({2}, Dtype::f32, parse_device("cuda:0")); }, "no CUDA driver");
+  check_error_contains([] { Tensor::full({2}, 1.0, Dtype::f32).to(Device::cuda(0)); }, "no CUDA driver");
+  CHECK(Tensor::full({2}, 1.0, Dtype::f32).to(Device::cpu()).to_vector() == std::vector<double>{1, 1});
 }
 
 TEST_CASE("allocator: 64-byte alignment and reuse instead of fresh pages") {
@@ -102,6 +106,9 @@ TEST_CASE("cuda driver: no library, a missing symbol and a failing call are clea
                        "no CUDA driver: could not load libcuda-not-here.so.1");
   // libm has none of the driver's symbols: the first one is named.
   check_error_contains([] { probe_cuda_driver("libm.so.6"); }, "lacks the symbol cuInit");
+  check_error([] { probe_cuda_driver(OPTJIT_TEST_FAKE_OLD_CUDA); },
+              std::string("CUDA driver ") + OPTJIT_TEST_FAKE_OLD_CUDA +
+                  " lacks the symbol cuGraphInstantiateWithFlags that optjit needs");
   check_error([] { probe_cuda_driver(OPTJIT_TEST_FAKE_CUDA); },
               "CUDA driver call cuInit failed with CUDA_ERROR_NO_DEVICE (100)");
 }
