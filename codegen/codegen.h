@@ -31,4 +31,20 @@ std::string host_cpu_description();
 // Elements per vector step of the element loop for `dtype` (64 bytes: one AVX-512 register, two AVX2).
 int cpu_vector_lanes(Dtype dtype);
 
+// A kernel for NVIDIA GPUs as PTX text (runtime/kernel_abi.h's GPU calling convention), entry point `entry`.
+struct GpuKernelCode {
+  std::string ptx;
+  std::string entry;
+  int sm = 0;             // the compute capability it targets: 80 or 90
+  double compile_ms = 0;  // LLVM time: emit, optimize, PTX
+};
+
+// Compiles a kernel plan to PTX for sm_80 or sm_90 through LLVM's NVPTX backend; needs no GPU.
+GpuKernelCode compile_gpu_kernel(const KernelPlan& plan, int sm);
+// The kernel's LLVM IR for the GPU after the O3 pipeline.
+std::string gpu_kernel_llvm_ir(const KernelPlan& plan, int sm);
+// The PTX target for a device of compute capability major.minor: 90 from Hopper on, 80 for Ampere and Ada (PTX
+// for sm_80 runs on every later GPU); throws for older devices.
+int gpu_target_sm(int major, int minor);
+
 } // namespace optjit

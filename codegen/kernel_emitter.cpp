@@ -1,8 +1,10 @@
 #include "codegen/kernel_emitter.h"
+#include "codegen/device_math.h"
 #include "runtime/kernel_abi.h"
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 namespace optjit {
 namespace {
@@ -40,8 +42,10 @@ void emit_loop(IRBuilder<>& b, Value* begin, Value* end, int64_t step, const std
 
 class Emitter {
 public:
-  Emitter(const KernelPlan& plan, llvm::Module& module, int lanes)
+  Emitter(const KernelPlan& plan, llvm::Module& module, int lanes, bool device_math = false)
       : plan_(plan), graph_(plan.graph), module_(module), ctx_(module.getContext()), lanes_(lanes) {
+    if (device_math)
+      math_ = define_device_math(module);
     ptr_ = llvm::PointerType::getUnqual(ctx_);
     i64_ = llvm::Type::getInt64Ty(ctx_);
     args_type_ = llvm::StructType::create(ctx_, {ptr_, i64_, ptr_, ptr_, i64_, ptr_, i64_, ptr_, i64_},
@@ -58,42 +62,13 @@ public:
     Value* n_hyper = field(b, args, kArgHyperCount);
     Value* scratch = field(b, args, kArgScratch);
     Value* n_scratch = field(b, args, kArgScratchCount);
-    const int n_tensor_slots = static_cast<int>(plan_.abi.tensor_slots.size());
     emit_loop(b, begin, end, 1, "tensor", [&](Value* t) {
-      std::vector<Value*> values(static_cast<std::size_t>(graph_.size()), nullptr);
-      for (ValueId id = 0; id < plan_.prologue_size; ++id) {
-        const Node& n = graph_.node(id);
-        Value* v = nullptr;
-        switch (n.op) {
-        case Op::constant:
-          v = llvm::ConstantFP::get(b.getDoubleTy(), n.number);
-          break;
-        case Op::hyper: {
-          Value* group = b.CreateLoad(i64_, b.CreateGEP(i64_, group_of, t));
-          Value* index = b.CreateAdd(b.CreateMul(group, n_hyper), b.getInt64(index_in(plan_.abi.hypers, n.name)));
-          v = b.CreateLoad(b.getDoubleTy(), b.CreateGEP(b.getDoubleTy(), hyper, index), n.name);
-          break;
-        }
-        case Op::scalar_state: {
-          int s = n_tensor_slots + index_in(plan_.abi.scalar_slots, n.name);
-          Value* stored = b.CreateLoad(element_type(), slot_pointer(b, slots, s, n_tensors, t), n.name);
-          v = b.CreateFPExt(stored, b.getDoubleTy());
-          break;
-        }
-        default:
-          std::vector<Value*> operands;
-          for (ValueId in : n.inputs)
-            operands.push_back(values[static_cast<std::size_t>(in)]);
-          v = emit_op(b, n, operands, scalar_type(n.dtype));
-        }
-        values[static_cast<std::size_t>(id)] = v;
-      }
+      std::vector<Value*> values = emit_prologue(b, {slots, n_tensors, hyper, group_of, n_hyper, t});
       for (const Store& s : graph_.stores) {
         if (s.kind != StoreKind::Scalar)
           continue;
-        int slot = n_tensor_slots + index_in(plan_.abi.scalar_slots, s.name);
         Value* v = b.CreateFPTrunc(values[static_cast<std::size_t>(s.value)], element_type());
-        b.CreateStore(v, slot_pointer(b, slots, slot, n_tensors, t));
+        b.CreateStore(v, slot_pointer(b, slots, scalar_slot(s.name), n_tensors, t));
       }
       Value* row = b.CreateMul(t, n_scratch);
       for (std::size_t k = 0; k < plan_.scratch.size(); ++k) {
@@ -143,7 +118,143 @@ public:
     (void)fn;
   }
 
+  // The GPU kernel (runtime/kernel_abi.h): block = work item, threads stride over its elements, `lanes` at a
+  // time with 128-bit accesses when every slot's address of the item is aligned, one at a time otherwise.
+  void emit_gpu_kernel(const std::string& symbol) {
+    IRBuilder<> b(ctx_);
+    llvm::PointerType* global = llvm::PointerType::get(ctx_, 1);
+    auto* type = llvm::FunctionType::get(b.getVoidTy(), {global, global, global, global, global, global, i64_, i64_},
+                                         false);
+    auto* fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, module_);
+    fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    annotate_kernel(fn);
+    Value* slots = fn->getArg(0);
+    Value* group_of = fn->getArg(1);
+    Value* items = fn->getArg(2);
+    Value* items_of_tensor = fn->getArg(3);
+    Value* done = fn->getArg(4);
+    Value* hyper = fn->getArg(5);
+    Value* n_tensors = fn->getArg(6);
+    Value* n_hyper = fn->getArg(7);
+    b.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
+    Value* block = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, {}, {}), i64_);
+    Value* thread = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}), i64_);
+    Value* item = b.CreateGEP(i64_, items, b.CreateMul(block, b.getInt64(3)));
+    Value* t = b.CreateLoad(i64_, item, "tensor");
+    Value* first = b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(1)), "begin");
+    Value* last = b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(2)), "end");
+    std::vector<Value*> values = emit_prologue(b, {slots, n_tensors, hyper, group_of, n_hyper, t});
+    for (ValueId id = plan_.prologue_size; id < graph_.size(); ++id)
+      values[static_cast<std::size_t>(id)] = nullptr;
+    std::vector<Value*> bases;
+    for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
+      bases.push_back(b.CreateAddrSpaceCast(slot_pointer(b, slots, static_cast<int>(s), n_tensors, t), global,
+                                            plan_.abi.tensor_slots[s]));
+    const int64_t threads = kGpuBlockThreads;
+    Value* scalar_begin = first;
+    if (lanes_ > 1) {
+      // The vector part is used only when every slot's first element of the item is 16-byte aligned.
+      Value* misaligned = b.getInt64(0);
+      for (Value* base : bases)
+        misaligned = b.CreateOr(misaligned, b.CreatePtrToInt(b.CreateGEP(element_type(), base, first), i64_));
+      Value* aligned = b.CreateICmpEQ(b.CreateAnd(misaligned, b.getInt64(kGpuVectorBytes - 1)), b.getInt64(0));
+      Value* whole = b.CreateMul(b.CreateSDiv(b.CreateSub(last, first), b.getInt64(lanes_)), b.getInt64(lanes_));
+      Value* vector_end = b.CreateAdd(first, b.CreateSelect(aligned, whole, b.getInt64(0)));
+      emit_loop(b, b.CreateAdd(first, b.CreateMul(thread, b.getInt64(lanes_))), vector_end, threads * lanes_, "vec",
+                [&](Value* j) { emit_gpu_vector_body(b, bases, values, j); });
+      scalar_begin = vector_end;
+    }
+    emit_loop(b, b.CreateAdd(scalar_begin, thread), last, threads, "elem",
+              [&](Value* j) { emit_body(b, bases, values, j, 1); });
+    emit_gpu_scalar_state_stores(b, fn, values, {slots, n_tensors, items_of_tensor, done, thread, t});
+    b.CreateRetVoid();
+  }
+
 private:
+  // Marks `fn` as a kernel entry with at most kGpuBlockThreads threads per block (nvvm.annotations).
+  void annotate_kernel(llvm::Function* fn) {
+    llvm::NamedMDNode* annotations = module_.getOrInsertNamedMetadata("nvvm.annotations");
+    auto entry = [&](const char* key, int value) {
+      llvm::Metadata* parts[] = {llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx_, key),
+                                 llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx_), value))};
+      annotations->addOperand(llvm::MDNode::get(ctx_, parts));
+    };
+    entry("kernel", 1);
+    entry("maxntid", kGpuBlockThreads);
+  }
+
+  // `lanes_` elements from index j with one 128-bit load per slot read and one store per slot written; the
+  // arithmetic runs lane by lane (device math is scalar).
+  void emit_gpu_vector_body(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& per_tensor,
+                            Value* j) {
+    llvm::Type* vector = lane_type(lanes_);
+    const llvm::Align align(kGpuVectorBytes);
+    std::vector<Value*> loaded(bases.size(), nullptr);
+    auto vector_at = [&](int slot) { return b.CreateGEP(element_type(), bases[static_cast<std::size_t>(slot)], j); };
+    std::vector<Value*> stored(graph_.stores.size(), llvm::PoisonValue::get(vector));
+    for (int lane = 0; lane < lanes_; ++lane) {
+      auto load = [&](int slot) {
+        Value*& v = loaded[static_cast<std::size_t>(slot)];
+        if (!v)
+          v = b.CreateAlignedLoad(vector, vector_at(slot), align, plan_.abi.tensor_slots[slot]);
+        return b.CreateExtractElement(v, static_cast<uint64_t>(lane));
+      };
+      std::vector<Value*> values = evaluate_elements(b, per_tensor, load, element_type());
+      for (std::size_t k = 0; k < graph_.stores.size(); ++k)
+        if (graph_.stores[k].kind == StoreKind::Tensor)
+          stored[k] = b.CreateInsertElement(stored[k], values[static_cast<std::size_t>(graph_.stores[k].value)],
+                                            static_cast<uint64_t>(lane));
+    }
+    for (std::size_t k = 0; k < graph_.stores.size(); ++k)
+      if (graph_.stores[k].kind == StoreKind::Tensor)
+        b.CreateAlignedStore(stored[k], vector_at(index_in(plan_.abi.tensor_slots, graph_.stores[k].name)), align);
+  }
+
+  struct ScalarStateInputs {
+    Value* slots;
+    Value* n_tensors;
+    Value* items_of_tensor;
+    Value* done;
+    Value* thread;
+    Value* t;
+  };
+
+  // After the block's elements: thread 0 counts the item as done; the block that finishes tensor t's last item
+  // (every other block of t has read the old scalar state by then) writes the new one and resets the count.
+  void emit_gpu_scalar_state_stores(IRBuilder<>& b, llvm::Function* fn, const std::vector<Value*>& values,
+                                    const ScalarStateInputs& in) {
+    bool any = false;
+    for (const Store& s : graph_.stores)
+      any |= s.kind == StoreKind::Scalar;
+    if (!any)
+      return;
+    b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    auto* count = llvm::BasicBlock::Create(ctx_, "count", fn);
+    auto* write = llvm::BasicBlock::Create(ctx_, "write_scalar_state", fn);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
+    b.CreateCondBr(b.CreateICmpEQ(in.thread, b.getInt64(0)), count, exit);
+    b.SetInsertPoint(count);
+    b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
+    Value* counter = b.CreateGEP(b.getInt32Ty(), in.done, in.t);
+    Value* before = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt32(1), llvm::MaybeAlign(4),
+                                      llvm::AtomicOrdering::Monotonic);
+    Value* total = b.CreateLoad(i64_, b.CreateGEP(i64_, in.items_of_tensor, in.t));
+    Value* is_last = b.CreateICmpEQ(b.CreateAdd(b.CreateZExt(before, i64_), b.getInt64(1)), total);
+    b.CreateCondBr(is_last, write, exit);
+    b.SetInsertPoint(write);
+    b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
+    for (const Store& s : graph_.stores) {
+      if (s.kind != StoreKind::Scalar)
+        continue;
+      Value* v = b.CreateFPTrunc(values[static_cast<std::size_t>(s.value)], element_type());
+      b.CreateStore(v, slot_pointer(b, in.slots, scalar_slot(s.name), in.n_tensors, in.t));
+    }
+    b.CreateStore(b.getInt32(0), counter);
+    b.CreateBr(exit);
+    b.SetInsertPoint(exit);
+  }
+
   struct Signature {
     llvm::Function* fn;
     Value* args;
@@ -191,13 +302,28 @@ private:
                  int lanes) {
     llvm::Type* type = lane_type(lanes);
     const llvm::Align align(dtype_size(graph_.dtype));
+    auto load = [&](int slot) {
+      Value* base = bases[static_cast<std::size_t>(slot)];
+      return b.CreateAlignedLoad(type, b.CreateGEP(element_type(), base, j), align, plan_.abi.tensor_slots[slot]);
+    };
+    std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type);
+    for (const Store& s : graph_.stores) {
+      if (s.kind != StoreKind::Tensor)
+        continue;
+      Value* base = bases[static_cast<std::size_t>(index_in(plan_.abi.tensor_slots, s.name))];
+      b.CreateAlignedStore(values[static_cast<std::size_t>(s.value)], b.CreateGEP(element_type(), base, j), align);
+    }
+  }
+
+  // The element nodes over operands of `type`, given the per-tensor values and how to load a tensor slot.
+  std::vector<Value*> evaluate_elements(IRBuilder<>& b, const std::vector<Value*>& per_tensor,
+                                        const std::function<Value*(int slot)>& load, llvm::Type* type) {
     std::vector<Value*> values = per_tensor;
     for (ValueId id = plan_.prologue_size; id < graph_.size(); ++id) {
       const Node& n = graph_.node(id);
       Value* v;
       if (n.op == Op::tensor) {
-        Value* base = bases[static_cast<std::size_t>(index_in(plan_.abi.tensor_slots, n.name))];
-        v = b.CreateAlignedLoad(type, b.CreateGEP(element_type(), base, j), align, n.name);
+        v = load(index_in(plan_.abi.tensor_slots, n.name));
       } else {
         std::vector<Value*> operands;
         for (ValueId in : n.inputs)
@@ -206,12 +332,54 @@ private:
       }
       values[static_cast<std::size_t>(id)] = v;
     }
-    for (const Store& s : graph_.stores) {
-      if (s.kind != StoreKind::Tensor)
-        continue;
-      Value* base = bases[static_cast<std::size_t>(index_in(plan_.abi.tensor_slots, s.name))];
-      b.CreateAlignedStore(values[static_cast<std::size_t>(s.value)], b.CreateGEP(element_type(), base, j), align);
+    return values;
+  }
+
+  // Where a per-tensor prologue reads its inputs from: the slot table, the hyperparameters by group, tensor t.
+  struct PrologueInputs {
+    Value* slots;
+    Value* n_tensors;
+    Value* hyper;
+    Value* group_of;
+    Value* n_hyper;
+    Value* t;
+  };
+
+  // The per-tensor nodes [0, prologue_size) of tensor t, in double precision (scalar state read in the element
+  // type and widened).
+  std::vector<Value*> emit_prologue(IRBuilder<>& b, const PrologueInputs& in) {
+    std::vector<Value*> values(static_cast<std::size_t>(graph_.size()), nullptr);
+    for (ValueId id = 0; id < plan_.prologue_size; ++id) {
+      const Node& n = graph_.node(id);
+      Value* v = nullptr;
+      switch (n.op) {
+      case Op::constant:
+        v = llvm::ConstantFP::get(b.getDoubleTy(), n.number);
+        break;
+      case Op::hyper: {
+        Value* group = b.CreateLoad(i64_, b.CreateGEP(i64_, in.group_of, in.t));
+        Value* index = b.CreateAdd(b.CreateMul(group, in.n_hyper), b.getInt64(index_in(plan_.abi.hypers, n.name)));
+        v = b.CreateLoad(b.getDoubleTy(), b.CreateGEP(b.getDoubleTy(), in.hyper, index), n.name);
+        break;
+      }
+      case Op::scalar_state: {
+        Value* address = slot_pointer(b, in.slots, scalar_slot(n.name), in.n_tensors, in.t);
+        v = b.CreateFPExt(b.CreateLoad(element_type(), address, n.name), b.getDoubleTy());
+        break;
+      }
+      default:
+        std::vector<Value*> operands;
+        for (ValueId input : n.inputs)
+          operands.push_back(values[static_cast<std::size_t>(input)]);
+        v = emit_op(b, n, operands, scalar_type(n.dtype));
+      }
+      values[static_cast<std::size_t>(id)] = v;
     }
+    return values;
+  }
+
+  int scalar_slot(const std::string& name) const {
+    return static_cast<int>(plan_.abi.tensor_slots.size()) + index_in(plan_.abi.scalar_slots, name);
   }
 
   // One op on scalars or vectors of `type`; the meaning follows compiler/op_semantics.h.
@@ -228,9 +396,9 @@ private:
     case Op::abs:
       return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, in[0]);
     case Op::exp:
-      return b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, in[0]);
+      return math_ ? call_device_math(b, math_->exp, in, type) : b.CreateUnaryIntrinsic(llvm::Intrinsic::exp, in[0]);
     case Op::log:
-      return b.CreateUnaryIntrinsic(llvm::Intrinsic::log, in[0]);
+      return math_ ? call_device_math(b, math_->log, in, type) : b.CreateUnaryIntrinsic(llvm::Intrinsic::log, in[0]);
     case Op::sign:
       return b.CreateFSub(as_type(b.CreateFCmpOGT(in[0], zero)), as_type(b.CreateFCmpOLT(in[0], zero)));
     case Op::add:
@@ -246,7 +414,8 @@ private:
     case Op::minimum:
       return b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, in[0], in[1]);
     case Op::pow:
-      return b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, in[0], in[1]);
+      return math_ ? call_device_math(b, math_->pow, in, type)
+                   : b.CreateBinaryIntrinsic(llvm::Intrinsic::pow, in[0], in[1]);
     case Op::lt:
       return as_type(b.CreateFCmpOLT(in[0], in[1]));
     case Op::gt:
@@ -264,15 +433,36 @@ private:
     OPTJIT_ASSERT(false, "emit_op called on input op " + std::string(op_name(n.op)));
   }
 
+  // A device math function (double precision) on scalar operands of `type`.
+  Value* call_device_math(IRBuilder<>& b, llvm::Function* fn, const std::vector<Value*>& in, llvm::Type* type) {
+    OPTJIT_ASSERT(!type->isVectorTy(), "device math runs on scalars");
+    std::vector<Value*> wide;
+    for (Value* v : in)
+      wide.push_back(b.CreateFPExt(v, b.getDoubleTy()));
+    return b.CreateFPTrunc(b.CreateCall(fn, wide), type);
+  }
+
   const KernelPlan& plan_;
   const Graph& graph_;
   llvm::Module& module_;
   llvm::LLVMContext& ctx_;
   int lanes_;
+  std::optional<DeviceMath> math_; // set for targets without libm
   llvm::PointerType* ptr_;
   llvm::Type* i64_;
   llvm::StructType* args_type_;
 };
+
+} // namespace
+
+namespace {
+
+void verify(const llvm::Module& module) {
+  std::string problems;
+  llvm::raw_string_ostream os(problems);
+  if (llvm::verifyModule(module, &os))
+    OPTJIT_ASSERT(false, "emitted LLVM IR does not verify: " + problems);
+}
 
 } // namespace
 
@@ -282,11 +472,15 @@ EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, cons
   EmittedKernel names{symbol_prefix + "_tensor_phase", symbol_prefix + "_element_phase"};
   emitter.emit_tensor_phase(names.tensor_phase);
   emitter.emit_element_phase(names.element_phase);
-  std::string problems;
-  llvm::raw_string_ostream os(problems);
-  if (llvm::verifyModule(module, &os))
-    OPTJIT_ASSERT(false, "emitted LLVM IR does not verify: " + problems);
+  verify(module);
   return names;
+}
+
+void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol) {
+  Emitter emitter(plan, module, kGpuVectorBytes / static_cast<int>(dtype_size(plan.graph.dtype)),
+                  /*device_math=*/true);
+  emitter.emit_gpu_kernel(symbol);
+  verify(module);
 }
 
 } // namespace optjit

@@ -17,4 +17,8 @@ struct EmittedKernel {
 EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol_prefix,
                               int lanes);
 
+// The GPU split (runtime/kernel_abi.h): one kernel entry `symbol`, a block per work item, 128-bit accesses where
+// aligned, scalar state written by the last block of each tensor; exp, log and pow from codegen/device_math.h.
+void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol);
+
 } // namespace optjit

@@ -7,9 +7,12 @@ namespace optjit {
 
 std::vector<WorkItem> make_work_items(const std::vector<int64_t>& numels, const LaunchShape& shape) {
   std::vector<WorkItem> items;
-  for (std::size_t t = 0; t < numels.size(); ++t)
+  for (std::size_t t = 0; t < numels.size(); ++t) {
     for (int64_t begin = 0; begin < numels[t]; begin += shape.chunk_elements)
       items.push_back({static_cast<int64_t>(t), begin, std::min(numels[t], begin + shape.chunk_elements)});
+    if (numels[t] == 0 && shape.item_per_empty_tensor)
+      items.push_back({static_cast<int64_t>(t), 0, 0});
+  }
   return items;
 }
 

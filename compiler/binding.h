@@ -15,10 +15,11 @@ struct LaunchShape {
   int64_t chunk_elements = 32768;     // the largest work item
   int64_t elements_per_task = 65536;  // what one thread takes at a time (whole items)
   int64_t tensors_per_task = 512;     // tensor-phase grain
+  bool item_per_empty_tensor = false; // GPU: scalar state is written by a tensor's blocks, so each tensor needs one
 };
 
 // Tensors of the given element counts cut into work items of at most shape.chunk_elements (empty tensors give
-// none). The compiled kernels, the interpreter and the benchmark's traffic probe all walk this table.
+// none, or one empty item with shape.item_per_empty_tensor). The compiled kernels, the interpreter and the benchmark's traffic probe all walk this table.
 std::vector<WorkItem> make_work_items(const std::vector<int64_t>& numels, const LaunchShape& shape);
 // How many whole items one task takes so that it holds about shape.elements_per_task elements.
 int64_t items_per_task(const std::vector<WorkItem>& items, const LaunchShape& shape);
@@ -34,6 +35,10 @@ public:
   }
   // Copies this step's hyperparameters (per group, in args.hyper_names order) into the ABI's order.
   void set_hyper(const std::vector<double>& values_by_group);
+  const std::vector<int64_t>& group_of() const { return group_of_; }
+  const std::vector<WorkItem>& items() const { return items_; }
+  const std::vector<void*>& slots() const { return slots_; }
+  const std::vector<double>& hyper() const { return hyper_; }
   const KernelArgs& args() const { return args_; }
   int64_t item_grain() const { return item_grain_; }
   int64_t tensor_grain() const { return tensor_grain_; }

@@ -1,12 +1,16 @@
 #include "frontend/compiled_step.h"
 #include "codegen/codegen.h"
+#include "compiler/gpu_binding.h"
 #include "compiler/guards.h"
 #include "compiler/kernel_cache.h"
 #include "compiler/log.h"
 #include "compiler/pipeline.h"
 #include "compiler/printer.h"
 #include "runtime/error.h"
+#include "runtime/gpu_module.h"
 #include "runtime/launch.h"
+
+#include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,7 +26,9 @@ Stage parse_stage(std::string_view text) {
     return Stage::Fused;
   if (text == "llvm")
     return Stage::LLVM;
-  throw Error("unknown stage '" + std::string(text) + "': expected traced, optimized, fused or llvm");
+  if (text == "ptx")
+    return Stage::PTX;
+  throw Error("unknown stage '" + std::string(text) + "': expected traced, optimized, fused, llvm or ptx");
 }
 
 namespace {
@@ -30,11 +36,27 @@ namespace {
 struct BucketProgram {
   Optimizer::Bucket bucket; // every param of the bucket, with a grad or not
   PipelineResult pipeline;
-  std::shared_ptr<CpuKernel> kernel;
-  Binding binding;          // the members whose grads were present at the last bind
+  std::shared_ptr<CpuKernel> kernel;        // a bucket on the CPU
+  std::shared_ptr<GpuModule> gpu_kernel;    // a bucket on a CUDA device
+  Binding binding;          // the members whose grads were present at the last bind (CPU)
+  GpuBinding gpu_binding;   // the same, in device memory (CUDA)
   bool launched = false;    // whether any member had a grad then
   int grad_slot = -1;       // the kernel's argument slot of the grads
+
+  bool on_gpu() const { return bucket.device.kind == DeviceKind::cuda; }
+  void set_hyper(const std::vector<double>& hyper) {
+    if (on_gpu())
+      gpu_binding.set_hyper(hyper);
+    else
+      binding.set_hyper(hyper);
+  }
 };
+
+// The PTX target of a CUDA device: its compute capability, as codegen supports it.
+int device_sm(int device) {
+  const cuda::DeviceProperties& p = cuda::properties(device);
+  return gpu_target_sm(p.major, p.minor);
+}
 
 // The bucket's members whose grads are present now: the list its kernel walks this step.
 Optimizer::Bucket members_with_grads(const Optimizer& opt, const Optimizer::Bucket& bucket) {
@@ -61,6 +83,10 @@ struct ArgumentChanges {
 };
 
 std::string kernel_cache_key(const KernelPlan& plan) { return "cpu|" + print_kernel_plan(plan); }
+
+std::string gpu_kernel_cache_key(const KernelPlan& plan, int device, int sm) {
+  return fmt::format("cuda:{}|sm_{}|", device, sm) + print_kernel_plan(plan);
+}
 
 } // namespace
 
@@ -110,18 +136,27 @@ struct CompiledStep::Impl {
     auto program = std::make_unique<Program>();
     program->facts = facts;
     for (Optimizer::Bucket& bucket : opt.make_buckets(Optimizer::BucketMembers::All)) {
-      if (bucket.device != Device::cpu())
-        throw Error("compiled steps on " + bucket.device.to_string() + " need the CUDA backend, not built yet");
       BucketProgram bp;
       bp.pipeline = run_pipeline(opt.trace_bucket(bucket));
       OPTJIT_ASSERT(bp.pipeline.kernels.size() == 1, "a bucket fuses into one kernel");
       bool hit = false;
       const KernelPlan& plan = bp.pipeline.kernels.front();
-      bp.kernel = KernelCache<CpuKernel>::global().get_or_compile(
-          kernel_cache_key(plan), [&] { return compile_cpu_kernel(plan); }, hit);
+      if (bucket.device.kind == DeviceKind::cuda) {
+        const int device = bucket.device.index, sm = device_sm(device);
+        bp.gpu_kernel = KernelCache<GpuModule>::global().get_or_compile(
+            gpu_kernel_cache_key(plan, device, sm),
+            [&] {
+              const GpuKernelCode code = compile_gpu_kernel(plan, sm);
+              return std::make_shared<GpuModule>(device, code.ptx, code.entry);
+            },
+            hit);
+      } else {
+        bp.kernel = KernelCache<CpuKernel>::global().get_or_compile(
+            kernel_cache_key(plan), [&] { return compile_cpu_kernel(plan); }, hit);
+      }
       ++(hit ? metrics.cache_hits : metrics.kernels_generated);
-      OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {})", opt.name(), hit ? "from cache" : "compiled",
-                 bucket.members.size(), dtype_name(bucket.dtype), bucket.structure_key);
+      OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {}, {})", opt.name(), hit ? "from cache" : "compiled",
+                 bucket.members.size(), bucket.device.to_string(), dtype_name(bucket.dtype), bucket.structure_key);
       bp.bucket = std::move(bucket);
       program->buckets.push_back(std::move(bp));
     }
@@ -190,7 +225,10 @@ struct CompiledStep::Impl {
       const TensorImpl& grad = *opt.flat_param(i).impl()->grad;
       const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
       BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
-      bp.binding.repoint(bp.grad_slot, entry, grad.data);
+      if (bp.on_gpu())
+        bp.gpu_binding.repoint(bp.grad_slot, entry, grad.data);
+      else
+        bp.binding.repoint(bp.grad_slot, entry, grad.data);
       program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.layout_id;
     }
     ++metrics.rebinds;
@@ -207,7 +245,10 @@ struct CompiledStep::Impl {
       if (!bp.launched)
         continue;
       const KernelPlan& plan = bp.pipeline.kernels.front();
-      bp.binding.bind(plan, opt.list_arguments(present), options.launch);
+      if (bp.on_gpu())
+        bp.gpu_binding.bind(plan, opt.list_arguments(present), bp.bucket.device.index);
+      else
+        bp.binding.bind(plan, opt.list_arguments(present), options.launch);
       const auto& slots = plan.abi.tensor_slots;
       bp.grad_slot = static_cast<int>(std::find(slots.begin(), slots.end(), "grad") - slots.begin());
       OPTJIT_ASSERT(bp.grad_slot < static_cast<int>(slots.size()), "every optimizer kernel reads the grads");
@@ -246,13 +287,17 @@ struct CompiledStep::Impl {
     const std::vector<double> hyper = opt.hyper_values();
     for (BucketProgram& bp : program.buckets)
       if (bp.launched)
-        bp.binding.set_hyper(hyper);
+        bp.set_hyper(hyper);
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     for (BucketProgram& bp : program.buckets) {
       if (!bp.launched)
         continue;
+      if (bp.on_gpu()) {
+        bp.gpu_binding.launch(*bp.gpu_kernel);
+        continue;
+      }
       launch_cpu_kernel(bp.kernel->tensor_phase, bp.kernel->element_phase, bp.binding.args(),
                         bp.binding.tensor_grain(), bp.binding.item_grain());
     }
@@ -285,9 +330,11 @@ int CompiledStep::kernel_count() {
   return count;
 }
 
-std::string CompiledStep::dump(Stage stage) {
+std::string CompiledStep::dump(Stage stage, int gpu_sm) {
   std::string text;
   for (const BucketProgram& bp : impl_->program_now().buckets) {
+    const int sm = gpu_sm ? gpu_sm : bp.on_gpu() ? device_sm(bp.bucket.device.index) : 80;
+    const bool gpu_code = gpu_sm || bp.on_gpu();
     switch (stage) {
     case Stage::Traced:
       text += print_graph(bp.pipeline.traced);
@@ -299,7 +346,11 @@ std::string CompiledStep::dump(Stage stage) {
       text += print_fused(bp.pipeline);
       break;
     case Stage::LLVM:
-      text += cpu_kernel_llvm_ir(bp.pipeline.kernels.front());
+      text += gpu_code ? gpu_kernel_llvm_ir(bp.pipeline.kernels.front(), sm)
+                       : cpu_kernel_llvm_ir(bp.pipeline.kernels.front());
+      break;
+    case Stage::PTX:
+      text += compile_gpu_kernel(bp.pipeline.kernels.front(), sm).ptx;
       break;
     }
   }

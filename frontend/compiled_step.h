@@ -15,8 +15,8 @@
 
 namespace optjit {
 
-enum class Stage { Traced, Optimized, Fused, LLVM };
-// "traced", "optimized", "fused", "llvm"; throws optjit::Error otherwise.
+enum class Stage { Traced, Optimized, Fused, LLVM, PTX };
+// "traced", "optimized", "fused", "llvm", "ptx"; throws optjit::Error otherwise.
 Stage parse_stage(std::string_view text);
 
 struct CompileOptions {
@@ -39,8 +39,10 @@ public:
   double operator()(const Closure& closure);
   // Kernels launched per step with the grads present now (compiles for them if needed; runs nothing).
   int kernel_count();
-  // A stage of the code for the grads present now, as text.
-  std::string dump(Stage stage);
+  // A stage of the code of every bucket, as text. LLVM IR and PTX are for where the bucket's params live (a CUDA
+  // device's compute capability), or for the GPU target sm_`gpu_sm` (80 or 90) when it is given: PTX needs no
+  // GPU. Stage::PTX of a CPU bucket without gpu_sm is for sm_80.
+  std::string dump(Stage stage, int gpu_sm = 0);
   const StepMetrics& metrics() const;
 
 private:

@@ -12,12 +12,13 @@
 namespace optjit {
 namespace {
 
-// A copy of `t` in `dtype` (values converted as torch's .to(dtype) does).
-Tensor copy_as(const Tensor& t, Dtype dtype) {
+// A copy of `t` in `dtype` on `device` (values converted as torch's .to(dtype) does), as torch's load_state_dict
+// moves state to its param's device.
+Tensor copy_as(const Tensor& t, Dtype dtype, Device device) {
   if (t.dtype() == dtype)
-    return t.clone();
+    return t.device() == device ? t.clone() : t.to(device);
   const std::vector<double> values = t.to_vector();
-  return Tensor::from_values(t.shape(), values, dtype);
+  return Tensor::from_values(t.shape(), values, dtype).to(device);
 }
 
 std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -103,8 +104,9 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
         throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
                                 scalar ? std::string("a scalar state needs one element")
                                        : "the param has shape " + shape_text(param.shape())));
-      state.emplace_back(spec.name, scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, param.dtype())
-                                           : copy_as(saved, param.dtype()));
+      state.emplace_back(spec.name,
+                         scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, param.dtype()).to(param.device())
+                                : copy_as(saved, param.dtype(), param.device()));
     }
     if (saved_keys != wanted_keys)
       throw Error(fmt::format("state of param {} has keys {}, but {} with these options keeps {}", id, saved_keys,

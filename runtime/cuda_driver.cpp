@@ -79,6 +79,7 @@ constexpr int kCaptureThreadLocal = 1;
   X(cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t))                                                         \
   X(cuModuleLoadDataEx, (CUmodule*, const void*, unsigned, CUjit_option*, void**))                               \
   X(cuModuleGetFunction, (CUfunction*, CUmodule, const char*))                                                   \
+  X(cuModuleUnload, (CUmodule))                                                                                  \
   X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, \
                      void**, void**))                                                                            \
   X(cuEventCreate, (CUevent*, unsigned))                                                                         \
@@ -331,6 +332,11 @@ Module load_module(int device, const std::string& ptx) {
                 std::to_string(static_cast<int>(result)) + "); JIT log: " + (log.empty() ? "(empty)" : log));
   }
   return module;
+}
+
+void unload_module(int device, Module module) {
+  const DriverTable& t = on(device);
+  check(t, t.cuModuleUnload(static_cast<CUmodule>(module)), "cuModuleUnload");
 }
 
 Function get_function(int device, Module module, const std::string& name) {

@@ -66,6 +66,7 @@ void host_free_pinned(int device, void* ptr);
 
 // Loads PTX text into a module on `device`; a JIT failure throws with the driver's error log in the message.
 Module load_module(int device, const std::string& ptx);
+void unload_module(int device, Module module);
 Function get_function(int device, Module module, const std::string& name);
 void launch(int device, Function function, unsigned grid, unsigned block, void** params, Stream stream);
 

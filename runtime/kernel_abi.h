@@ -44,6 +44,25 @@ enum KernelArgsField : unsigned {
   kArgFieldCount
 };
 static_assert(sizeof(KernelArgs) == kArgFieldCount * 8, "KernelArgs fields must all be 8 bytes");
+
+// The GPU kernel: one launch of one block per work item, `kGpuBlockThreads` threads each. Its parameters, by value
+// in this order, all pointers into device memory:
+//   slots            u64[slot * n_tensors + t]  data of each tensor slot, then each scalar-state slot
+//   group_of         i64[t]                     param group of tensor t
+//   items            WorkItem[block]            the tensor and element range block `block` updates
+//   items_of_tensor  i64[t]                     how many items tensor t has (>= 1: an empty tensor gets one)
+//   done             u32[t]                     items of t finished this launch; zero between launches
+//   hyper            f64[group * n_hyper + k]   this step's hyperparameters
+//   n_tensors, n_hyper (i64)
+// Every block computes tensor t's per-tensor scalars from the old scalar state; the last block of t to finish
+// (counted in `done`) writes the new scalar state, so no block reads a value another has already replaced.
+struct GpuKernelParams {
+  uint64_t slots, group_of, items, items_of_tensor, done, hyper;
+  int64_t n_tensors, n_hyper;
+};
+constexpr int kGpuBlockThreads = 256;
+constexpr int64_t kGpuChunkBytes = 64 * 1024; // per slot and work item: 16k f32 or 8k f64 elements
+constexpr int kGpuVectorBytes = 16;           // 128-bit loads and stores where the item's addresses allow
 static_assert(sizeof(WorkItem) == 24, "WorkItem is three int64");
 
 } // namespace optjit

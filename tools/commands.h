@@ -1,6 +1,7 @@
 // The optjit CLI's subcommands, callable from C++ (tools/main.cpp parses the command line).
 #pragma once
 
+#include "runtime/device.h"
 #include "runtime/dtype.h"
 
 #include <string>
@@ -26,6 +27,8 @@ struct DumpOptions {
   std::string params = "10x10,10,10x10,10";
   Dtype dtype = Dtype::f32;
   std::string stage = "fused";
+  Device device;  // cuda: LLVM IR and PTX for the GPU (params go there when a GPU is present)
+  int sm = 0;     // GPU target 80 or 90; 0: the device's, or 80 without a GPU
 };
 int run_dump(const DumpOptions& options);
 

@@ -20,7 +20,12 @@ int main(int argc, char** argv) {
   dump_cmd->add_option("--set", dump.set, "options, e.g. lr=0.01,amsgrad=true,betas=(0.8,0.9)");
   dump_cmd->add_option("--params", dump.params, "param shapes, e.g. 10x10,10,10x10,10")->capture_default_str();
   dump_cmd->add_option("--dtype", dtype, "f32 or f64")->capture_default_str();
-  dump_cmd->add_option("--stage", dump.stage, "traced, optimized, fused or llvm")->capture_default_str();
+  dump_cmd->add_option("--stage", dump.stage, "traced, optimized, fused, llvm or ptx")->capture_default_str();
+  std::string dump_device = "cpu";
+  dump_cmd->add_option("--device", dump_device, "cpu or cuda[:N]: the target of the llvm and ptx stages (no GPU needed)")
+      ->capture_default_str();
+  dump_cmd->add_option("--sm", dump.sm, "GPU target: 80 or 90 (default: the device's, or 80 without a GPU)")
+      ->check(CLI::IsMember({0, 80, 90}));
 
   bool counts_json = false;
   auto* counts_cmd = app.add_subcommand("counts", "kernels per step for every known configuration");
@@ -43,6 +48,7 @@ int main(int argc, char** argv) {
       return optjit::run_demo();
     if (app.got_subcommand(dump_cmd)) {
       dump.dtype = optjit::parse_dtype(dtype);
+      dump.device = optjit::parse_device(dump_device);
       return optjit::run_dump(dump);
     }
     if (app.got_subcommand(counts_cmd))

@@ -1,0 +1,116 @@
+#include "compiler/gpu_binding.h"
+#include "runtime/error.h"
+
+#include <array>
+#include <cstring>
+
+namespace optjit {
+
+// Page-locked staging for the hyperparameters: a few slots, so that writing step n+1's values never races the
+// copy of step n still in flight (each slot's event is recorded after its copy).
+struct GpuBinding::Staging {
+  static constexpr std::size_t kSlots = 4;
+  int device;
+  std::size_t doubles;
+  double* host = nullptr;
+  std::array<cuda::Event, kSlots> copied{};
+  std::array<bool, kSlots> in_flight{};
+  std::size_t next = 0;
+
+  Staging(int d, std::size_t n) : device(d), doubles(n) {
+    host = static_cast<double*>(cuda::host_alloc_pinned(device, kSlots * doubles * sizeof(double)));
+    for (cuda::Event& e : copied)
+      e = cuda::event_create(device);
+  }
+  ~Staging() {
+    try {
+      for (cuda::Event e : copied)
+        cuda::event_destroy(device, e);
+      cuda::host_free_pinned(device, host);
+    } catch (const Error&) {
+      // At process exit the driver may be gone already; its resources go with it.
+    }
+  }
+
+  // A slot whose previous copy has finished, filled with `values`.
+  const double* stage(const std::vector<double>& values) {
+    const std::size_t slot = next;
+    next = (next + 1) % kSlots;
+    if (in_flight[slot])
+      cuda::event_synchronize(device, copied[slot]);
+    double* out = host + slot * doubles;
+    std::memcpy(out, values.data(), values.size() * sizeof(double));
+    return out;
+  }
+  void mark_copied(const double* staged, cuda::Stream stream) {
+    const auto slot = static_cast<std::size_t>(staged - host) / doubles;
+    cuda::event_record(device, copied[slot], stream);
+    in_flight[slot] = true;
+  }
+};
+
+namespace {
+
+std::size_t align16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+} // namespace
+
+GpuBinding::GpuBinding() = default;
+GpuBinding::~GpuBinding() = default;
+GpuBinding::GpuBinding(GpuBinding&&) noexcept = default;
+GpuBinding& GpuBinding::operator=(GpuBinding&&) noexcept = default;
+
+void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int device) {
+  LaunchShape shape;
+  shape.chunk_elements = kGpuChunkBytes / static_cast<int64_t>(dtype_size(plan.graph.dtype));
+  shape.item_per_empty_tensor = true;
+  host_.bind(plan, args, shape);
+  device_ = device;
+  const std::size_t n = host_.group_of().size();
+  std::vector<int64_t> items_of_tensor(n, 0);
+  for (const WorkItem& item : host_.items())
+    ++items_of_tensor[static_cast<std::size_t>(item.tensor)];
+
+  // One device allocation: slots | group_of | items | items_of_tensor | done | hyper, each 16-byte aligned.
+  const std::size_t sizes[] = {host_.slots().size() * 8, n * 8, host_.items().size() * sizeof(WorkItem), n * 8, n * 4,
+                               host_.hyper().size() * 8};
+  std::size_t offsets[6], total = 0;
+  for (int k = 0; k < 6; ++k) {
+    offsets[k] = total;
+    total += align16(sizes[k]);
+  }
+  std::vector<unsigned char> image(total, 0); // the done counters start at zero
+  std::memcpy(image.data() + offsets[0], host_.slots().data(), sizes[0]);
+  std::memcpy(image.data() + offsets[1], host_.group_of().data(), sizes[1]);
+  std::memcpy(image.data() + offsets[2], host_.items().data(), sizes[2]);
+  std::memcpy(image.data() + offsets[3], items_of_tensor.data(), sizes[3]);
+  std::memcpy(image.data() + offsets[5], host_.hyper().data(), sizes[5]);
+  if (table_.bytes() < total)
+    table_ = DeviceBuffer(device, total);
+  cuda::copy_to_device(device, table_.address(), image.data(), total);
+  const uint64_t base = table_.address();
+  params_ = {base + offsets[0], base + offsets[1], base + offsets[2], base + offsets[3], base + offsets[4],
+             base + offsets[5], static_cast<int64_t>(n), static_cast<int64_t>(plan.abi.hypers.size())};
+  if (!staging_ || staging_->device != device || staging_->doubles < host_.hyper().size())
+    staging_ = std::make_unique<Staging>(device, host_.hyper().size());
+}
+
+void GpuBinding::repoint(int slot, int64_t tensor, void* data) {
+  host_.repoint(slot, tensor, data);
+  const std::size_t entry = static_cast<std::size_t>(slot) * host_.group_of().size() + static_cast<std::size_t>(tensor);
+  cuda::copy_to_device(device_, params_.slots + entry * 8, &data, 8);
+}
+
+void GpuBinding::launch(const GpuModule& kernel) {
+  OPTJIT_ASSERT(kernel.device() == device_, "a GPU kernel launches on the device it was loaded on");
+  const cuda::Stream stream = cuda::stream(device_);
+  const std::vector<double>& hyper = host_.hyper();
+  const double* staged = staging_->stage(hyper);
+  cuda::copy_to_device_async(device_, params_.hyper, staged, hyper.size() * sizeof(double), stream);
+  staging_->mark_copied(staged, stream);
+  void* params[] = {&params_.slots,           &params_.group_of, &params_.items,     &params_.items_of_tensor,
+                    &params_.done,            &params_.hyper,    &params_.n_tensors, &params_.n_hyper};
+  cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), kGpuBlockThreads, params, stream);
+}
+
+} // namespace optjit

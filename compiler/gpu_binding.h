@@ -1,0 +1,41 @@
+// GpuBinding: the device-side argument table of one GPU kernel (runtime/kernel_abi.h's GpuKernelParams), built
+// from a step's ListArguments like the CPU Binding and uploaded once per bind. Each step only the hyperparameters
+// travel: staged in page-locked memory and copied asynchronously on the launch stream right before the kernel, so
+// a step is one copy and one launch and the host never waits for the GPU.
+#pragma once
+
+#include "compiler/binding.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/gpu_module.h"
+
+#include <memory>
+
+namespace optjit {
+
+class GpuBinding {
+public:
+  GpuBinding();
+  ~GpuBinding();
+  GpuBinding(GpuBinding&&) noexcept;
+  GpuBinding& operator=(GpuBinding&&) noexcept;
+
+  void bind(const KernelPlan& plan, const ListArguments& args, int device);
+  // Points slot `slot` of list entry `tensor` at new device data of the same shape (one 8-byte upload).
+  void repoint(int slot, int64_t tensor, void* data);
+  void set_hyper(const std::vector<double>& values_by_group) { host_.set_hyper(values_by_group); }
+  // Enqueues the hyperparameter copy and the launch of `kernel` on the device's stream.
+  void launch(const GpuModule& kernel);
+  int64_t n_items() const { return static_cast<int64_t>(host_.items().size()); }
+  int device() const { return device_; }
+
+private:
+  struct Staging;
+
+  Binding host_; // the table as the host sees it: slots hold device addresses
+  int device_ = 0;
+  DeviceBuffer table_;
+  GpuKernelParams params_{};
+  std::unique_ptr<Staging> staging_;
+};
+
+} // namespace optjit

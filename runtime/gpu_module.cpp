@@ -1,0 +1,49 @@
+#include "runtime/gpu_module.h"
+#include "runtime/allocator.h"
+#include "runtime/error.h"
+
+#include <chrono>
+#include <utility>
+
+namespace optjit {
+
+GpuModule::GpuModule(int device, const std::string& ptx, const std::string& entry) : device_(device) {
+  auto start = std::chrono::steady_clock::now();
+  module_ = cuda::load_module(device, ptx);
+  try {
+    function_ = cuda::get_function(device, module_, entry);
+  } catch (...) {
+    cuda::unload_module(device, module_);
+    throw;
+  }
+  load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+GpuModule::~GpuModule() {
+  try {
+    cuda::unload_module(device_, module_);
+  } catch (const Error&) {
+    // At process exit the driver may already be shutting down; the module goes with the context.
+  }
+}
+
+DeviceBuffer::DeviceBuffer(int device, std::size_t bytes)
+    : device_(device), ptr_(device_allocate(device, bytes)), bytes_(bytes) {}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_)
+    device_release(device_, ptr_, bytes_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (ptr_)
+      device_release(device_, ptr_, bytes_);
+    device_ = other.device_;
+    ptr_ = std::exchange(other.ptr_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+} // namespace optjit
