@@ -41,6 +41,14 @@ struct GpuKernelCode {
 
 // Compiles a kernel plan to PTX for sm_80 or sm_90 through LLVM's NVPTX backend; needs no GPU.
 GpuKernelCode compile_gpu_kernel(const KernelPlan& plan, int sm);
+// The GPU's exp, log and pow (codegen/device_math.h) compiled for the host, so tests can hold them against libm.
+struct HostDeviceMath {
+  double (*exp)(double);
+  double (*log)(double);
+  double (*pow)(double, double);
+};
+HostDeviceMath device_math_on_host();
+
 // The kernel's LLVM IR for the GPU after the O3 pipeline.
 std::string gpu_kernel_llvm_ir(const KernelPlan& plan, int sm);
 // The PTX target for a device of compute capability major.minor: 90 from Hopper on, 80 for Ampere and Ada (PTX

@@ -1,6 +1,7 @@
 // The process-wide ORC LLJIT for the host CPU: each kernel is its own module under its own resource tracker, so a
 // kernel evicted from the cache gives its machine code back.
 #include "codegen/codegen.h"
+#include "codegen/device_math.h"
 #include "codegen/kernel_emitter.h"
 #include "compiler/log.h"
 
@@ -135,6 +136,33 @@ std::shared_ptr<CpuKernel> compile_cpu_kernel(const KernelPlan& plan) {
   kernel->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   OPTJIT_LOG(codegen, "compiled {} for {} in {:.2f} ms", plan.name, jit.cpu_description(), kernel->compile_ms);
   return kernel;
+}
+
+HostDeviceMath device_math_on_host() {
+  static const HostDeviceMath math = [] {
+    CpuJit& jit = CpuJit::instance();
+    std::lock_guard lock(jit.mutex());
+    auto context = std::make_unique<llvm::LLVMContext>();
+    auto module = std::make_unique<llvm::Module>("device_math", *context);
+    const DeviceMath defined = define_device_math(*module);
+    // External wrappers: the definitions are internal to the module.
+    for (llvm::Function* fn : {defined.exp, defined.log, defined.pow}) {
+      auto* wrapper = llvm::Function::Create(fn->getFunctionType(), llvm::Function::ExternalLinkage,
+                                             "host_" + fn->getName().str().substr(7), *module);
+      llvm::IRBuilder<> b(llvm::BasicBlock::Create(*context, "entry", wrapper));
+      std::vector<llvm::Value*> args;
+      for (llvm::Argument& a : wrapper->args())
+        args.push_back(&a);
+      b.CreateRet(b.CreateCall(fn, args));
+    }
+    jit.optimize(*module);
+    check_llvm(jit.jit().addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
+               "adding the device math module to the JIT");
+    auto find = [&](const char* name) { return check_llvm(jit.jit().lookup(name), std::string("materialising ") + name); };
+    return HostDeviceMath{find("host_exp").toPtr<double (*)(double)>(), find("host_log").toPtr<double (*)(double)>(),
+                          find("host_pow").toPtr<double (*)(double, double)>()};
+  }();
+  return math;
 }
 
 std::string cpu_kernel_llvm_ir(const KernelPlan& plan) {

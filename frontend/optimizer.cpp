@@ -360,6 +360,11 @@ double Optimizer::step(const Closure& closure) { return run_with_step_hooks([thi
 
 void Optimizer::eager_update() {
   check_step();
+  for (int64_t i = 0; i < param_count(); ++i)
+    if (const Tensor& p = flat_param(i); p.grad().defined() && p.device().kind == DeviceKind::cuda)
+      throw Error(name_ + ": param " + std::to_string(i) + " is on " + p.device().to_string() +
+                  ", and eager and forloop steps run on the CPU: compile the step (optjit::compile) to run it on "
+                  "the GPU");
   ensure_state();
   if (!foreach_) {
     for (int64_t i = 0; i < param_count(); ++i) {

@@ -14,9 +14,12 @@ int run_demo();
 
 struct BenchOptions {
   bool json = false;
+  Device device; // cuda: tools/bench_cuda.cpp
 };
 // Compiled Adam against a traffic probe, cold compile times and per-step dispatch overhead.
 int run_bench(const BenchOptions& options);
+// Compiled Adam on a CUDA device against its measured copy bandwidth, with PyTorch's anchors when present.
+int run_bench_cuda(const BenchOptions& options);
 
 // Kernels per step for every known optimizer configuration, beside PyTorch Inductor's counts.
 int run_counts(bool json);
@@ -35,6 +38,7 @@ int run_dump(const DumpOptions& options);
 struct ReplayOptions {
   std::string mode = "all"; // forloop, eager, compiled or all
   std::vector<std::string> paths;
+  Device device;             // cuda: params and grads on the GPU, compiled mode
 };
 int run_replay(const ReplayOptions& options);
 

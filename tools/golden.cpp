@@ -97,7 +97,7 @@ std::vector<std::filesystem::path> collect_golden_files(const std::vector<std::s
   return files;
 }
 
-ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mode) {
+ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mode, Device device) {
   ReplayResult result;
   result.name = file.stem().string();
   try {
@@ -109,7 +109,8 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
     const Dtype dtype = parse_dtype(c.at("dtype").get<std::string>());
     std::vector<Tensor> params;
     for (const json& p : c.at("params"))
-      params.push_back(Tensor::from_values(p.at("shape").get<Shape>(), p.at("data").get<std::vector<double>>(), dtype));
+      params.push_back(
+          Tensor::from_values(p.at("shape").get<Shape>(), p.at("data").get<std::vector<double>>(), dtype).to(device));
 
     std::vector<ParamGroupSpec> groups;
     std::vector<KeywordOptions> group_options;
@@ -149,7 +150,8 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
         if (g.is_null())
           params[i].reset_grad();
         else
-          params[i].set_grad(Tensor::from_values(params[i].shape(), g.get<std::vector<double>>(), dtype));
+          params[i].set_grad(
+              Tensor::from_values(params[i].shape(), g.get<std::vector<double>>(), dtype).to(device));
       }
       if (compiled)
         (*compiled)();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "compiler/metrics.h"
+#include "runtime/device.h"
 
 #include <filesystem>
 #include <string>
@@ -21,7 +22,8 @@ struct ReplayResult {
   StepMetrics metrics;   // compiled mode
 };
 
-ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mode);
+// Replays one case with its params and grads on `device` (a CUDA device runs the compiled mode only).
+ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mode, Device device = Device::cpu());
 // Every *.json under each path (files are taken as given), sorted by name.
 std::vector<std::filesystem::path> collect_golden_files(const std::vector<std::string>& paths);
 

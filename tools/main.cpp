@@ -37,10 +37,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"forloop", "eager", "compiled", "all"}))
       ->capture_default_str();
   replay_cmd->add_option("paths", replay.paths, "golden .json files or directories")->required();
+  std::string replay_device = "cpu";
+  replay_cmd->add_option("--device", replay_device, "cpu or cuda[:N] (cuda: compiled mode)")->capture_default_str();
 
   optjit::BenchOptions bench;
   auto* bench_cmd = app.add_subcommand("bench", "compiled Adam vs a memory-traffic probe, compile and dispatch time");
   bench_cmd->add_flag("--json", bench.json, "print a JSON array");
+  std::string bench_device = "cpu";
+  bench_cmd->add_option("--device", bench_device, "cpu or cuda[:N]")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -53,10 +57,14 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand(counts_cmd))
       return optjit::run_counts(counts_json);
-    if (app.got_subcommand(replay_cmd))
+    if (app.got_subcommand(replay_cmd)) {
+      replay.device = optjit::parse_device(replay_device);
       return optjit::run_replay(replay);
-    if (app.got_subcommand(bench_cmd))
-      return optjit::run_bench(bench);
+    }
+    if (app.got_subcommand(bench_cmd)) {
+      bench.device = optjit::parse_device(bench_device);
+      return bench.device.kind == optjit::DeviceKind::cuda ? optjit::run_bench_cuda(bench) : optjit::run_bench(bench);
+    }
   } catch (const optjit::Error& e) {
     std::fprintf(stderr, "optjit: error: %s\n", e.what());
     return 2;

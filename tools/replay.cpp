@@ -1,6 +1,7 @@
 // optjit replay: golden trajectories through the forloop, eager or compiled path (or all three).
 #include "tools/commands.h"
 #include "tools/golden.h"
+#include "runtime/error.h"
 
 #include <cstdio>
 
@@ -8,14 +9,20 @@ namespace optjit {
 
 int run_replay(const ReplayOptions& options) {
   std::vector<ReplayMode> modes;
-  if (options.mode == "all")
+  const bool gpu = options.device.kind == DeviceKind::cuda;
+  if (gpu && options.mode != "all" && options.mode != "compiled")
+    throw Error("--device " + options.device.to_string() + " replays the compiled mode only (eager and forloop steps "
+                "run on the CPU)");
+  if (gpu || options.mode == "compiled")
+    modes = {ReplayMode::Compiled};
+  else if (options.mode == "all")
     modes = {ReplayMode::Forloop, ReplayMode::Eager, ReplayMode::Compiled};
   else
     modes = {parse_replay_mode(options.mode)};
   int passed = 0, failed = 0;
   for (const auto& file : collect_golden_files(options.paths)) {
     for (ReplayMode mode : modes) {
-      ReplayResult r = replay_golden_file(file, mode);
+      ReplayResult r = replay_golden_file(file, mode, options.device);
       std::string name = r.name;
       if (modes.size() > 1)
         name += " [" + replay_mode_name(mode) + "]";

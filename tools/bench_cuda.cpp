@@ -1,0 +1,134 @@
+// optjit bench --device cuda: compiled Adam (f32) on the GPU over the three shapes against the device's
+// measured copy bandwidth (a device-to-device copy reads and writes each byte once, as the step does), timed with
+// CUDA events in one run; PyTorch's Adam(fused=True) and Adam(foreach=True) on the same shapes beside it when
+// python3 with torch is present (tools/bench_torch.py).
+#include "frontend/adam.h"
+#include "frontend/compiled_step.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/error.h"
+#include "runtime/gpu_module.h"
+#include "tools/commands.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace optjit {
+namespace {
+
+using json = nlohmann::json;
+
+// Milliseconds per call of `fn` on `device`'s stream: the median of `repeats` event-timed batches of `calls`.
+template <class Fn> double device_ms(int device, int repeats, int calls, Fn&& fn) {
+  const cuda::Stream stream = cuda::stream(device);
+  cuda::Event start = cuda::event_create(device), end = cuda::event_create(device);
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    cuda::event_record(device, start, stream);
+    for (int c = 0; c < calls; ++c)
+      fn();
+    cuda::event_record(device, end, stream);
+    cuda::event_synchronize(device, end);
+    times.push_back(cuda::event_elapsed_ms(device, start, end) / calls);
+  }
+  cuda::event_destroy(device, start);
+  cuda::event_destroy(device, end);
+  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
+
+// Bytes per second of a device-to-device copy of `bytes` (each byte read once and written once).
+double copy_bandwidth(int device, std::size_t bytes) {
+  DeviceBuffer from(device, bytes), to(device, bytes);
+  cuda::memset_zero(device, from.address(), bytes);
+  const double ms = device_ms(device, 7, 5, [&] { cuda::copy_on_device(device, to.address(), from.address(), bytes); });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+struct Shape2 {
+  int64_t count, numel;
+  double goal;
+};
+
+json bench_adam(int device, const Shape2& s, double bandwidth) {
+  std::vector<Tensor> params;
+  for (int64_t i = 0; i < s.count; ++i) {
+    Tensor p = Tensor::full({s.numel}, 1.0, Dtype::f32).to(Device::cuda(device));
+    p.set_grad(Tensor::full({s.numel}, 1e-3, Dtype::f32).to(Device::cuda(device)));
+    params.push_back(p);
+  }
+  AdamOptions options;
+  options.lr = 1e-3;
+  Adam opt(params, options);
+  CompiledStep step = compile(opt);
+  for (int i = 0; i < 3; ++i)
+    step();
+  const double ms = device_ms(device, 7, 20, [&] { step(); });
+  const double elements = static_cast<double>(s.count * s.numel);
+  const double bound_ms = 28.0 * elements / bandwidth * 1e3;
+  return {{"optimizer", "Adam"}, {"shape", std::to_string(s.count) + "x" + std::to_string(s.numel)},
+          {"ms", ms},            {"bound_ms", bound_ms},
+          {"ratio", ms / bound_ms}, {"goal", s.goal},
+          {"GB/s", 28.0 * elements / (ms * 1e-3) / 1e9}, {"compiles", step.metrics().compiles},
+          {"dispatch_us", step.metrics().dispatch_ms * 1e3 / static_cast<double>(step.metrics().steps)}};
+}
+
+// PyTorch's numbers for the same shapes, or an empty object with the reason.
+json torch_anchors(const std::string& script) {
+  const std::string command = "python3 " + script + " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe)
+    return {{"skipped", "could not run python3"}};
+  std::string out;
+  char buffer[4096];
+  while (std::size_t n = fread(buffer, 1, sizeof buffer, pipe))
+    out.append(buffer, n);
+  const int status = pclose(pipe);
+  if (status != 0 || out.empty())
+    return {{"skipped", "python3 with torch and a GPU not available"}};
+  return json::parse(out, nullptr, /*allow_exceptions=*/false);
+}
+
+} // namespace
+
+int run_bench_cuda(const BenchOptions& options) {
+  const int device = options.device.index;
+  const cuda::DeviceProperties& props = cuda::properties(device);
+  const double bandwidth = copy_bandwidth(device, std::size_t{1} << 30);
+  const std::vector<Shape2> shapes = {{1, 100'000'000, 1.10}, {1000, 100'000, 1.10}, {10000, 1000, 1.5}};
+  json rows = json::array();
+  for (const Shape2& s : shapes)
+    rows.push_back(bench_adam(device, s, bandwidth));
+  const char* script = std::getenv("OPTJIT_TORCH_BENCH");
+  json torch = torch_anchors(script && *script ? script : OPTJIT_SOURCE_DIR "/tools/bench_torch.py");
+  if (options.json) {
+    std::printf("%s\n", json{{"device", props.name}, {"copy_GBps", bandwidth / 1e9}, {"rows", rows}, {"torch", torch}}
+                            .dump(1)
+                            .c_str());
+    return 0;
+  }
+  std::printf("optjit bench --device cuda:%d: compiled Adam (f32) on %s (sm_%d%d), CUDA events, medians\n"
+              "bound = 28 B x elements / measured device copy bandwidth %.0f GB/s\n\n",
+              device, props.name.c_str(), props.major, props.minor, bandwidth / 1e9);
+  std::printf("%-12s %9s %9s %7s %6s %8s %12s %14s\n", "shape", "ms", "bound ms", "ratio", "goal", "GB/s",
+              "torch fused", "torch foreach");
+  for (const json& r : rows) {
+    const std::string shape = r["shape"];
+    std::string fused = "-", foreach = "-";
+    if (torch.contains(shape)) {
+      fused = std::to_string(torch[shape]["fused_ms"].get<double>()).substr(0, 7) + " ms";
+      foreach = std::to_string(torch[shape]["foreach_ms"].get<double>()).substr(0, 7) + " ms";
+    }
+    std::printf("%-12s %9.4f %9.4f %7.2f %6.2f %8.0f %12s %14s\n", shape.c_str(), r["ms"].get<double>(),
+                r["bound_ms"].get<double>(), r["ratio"].get<double>(), r["goal"].get<double>(),
+                r["GB/s"].get<double>(), fused.c_str(), foreach.c_str());
+  }
+  if (torch.contains("skipped"))
+    std::printf("\ntorch anchors skipped: %s\n", torch["skipped"].get<std::string>().c_str());
+  return 0;
+}
+
+} // namespace optjit
