@@ -19,7 +19,7 @@ int index_in(const std::vector<std::string>& names, const std::string& name) {
 }
 
 // Emits `for (i = begin; i < end; i += step) body(i)`; returns with the builder after the loop.
-void emit_loop(IRBuilder<>& b, Value* begin, Value* end, int64_t step, const std::string& name,
+void emit_loop(IRBuilder<>& b, Value* begin, Value* end, Value* step, const std::string& name,
                const std::function<void(Value*)>& body) {
   llvm::Function* fn = b.GetInsertBlock()->getParent();
   llvm::LLVMContext& ctx = b.getContext();
@@ -34,7 +34,7 @@ void emit_loop(IRBuilder<>& b, Value* begin, Value* end, int64_t step, const std
   b.CreateCondBr(b.CreateICmpSLT(i, end), loop, exit);
   b.SetInsertPoint(loop);
   body(i);
-  Value* next = b.CreateAdd(i, b.getInt64(step), name + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
+  Value* next = b.CreateAdd(i, step, name + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
   i->addIncoming(next, b.GetInsertBlock());
   b.CreateBr(head);
   b.SetInsertPoint(exit);
@@ -62,7 +62,7 @@ public:
     Value* n_hyper = field(b, args, kArgHyperCount);
     Value* scratch = field(b, args, kArgScratch);
     Value* n_scratch = field(b, args, kArgScratchCount);
-    emit_loop(b, begin, end, 1, "tensor", [&](Value* t) {
+    emit_loop(b, begin, end, b.getInt64(1), "tensor", [&](Value* t) {
       std::vector<Value*> values = emit_prologue(b, {slots, n_tensors, hyper, group_of, n_hyper, t});
       for (const Store& s : graph_.stores) {
         if (s.kind != StoreKind::Scalar)
@@ -88,7 +88,7 @@ public:
     Value* scratch = field(b, args, kArgScratch);
     Value* n_scratch = field(b, args, kArgScratchCount);
     Value* items = field(b, args, kArgItems);
-    emit_loop(b, begin, end, 1, "item", [&](Value* i) {
+    emit_loop(b, begin, end, b.getInt64(1), "item", [&](Value* i) {
       Value* item = b.CreateGEP(i64_, items, b.CreateMul(i, b.getInt64(3)));
       Value* t = b.CreateLoad(i64_, item, "tensor");
       Value* first = b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(1)), "begin");
@@ -111,8 +111,8 @@ public:
       Value* count = b.CreateSub(last, first);
       Value* vector_end = b.CreateAdd(first, b.CreateMul(b.CreateSDiv(count, b.getInt64(lanes_)), b.getInt64(lanes_)));
       auto splats = splat_all(b, scalars, lanes_);
-      emit_loop(b, first, vector_end, lanes_, "vec", [&](Value* j) { emit_body(b, bases, splats, j, lanes_); });
-      emit_loop(b, vector_end, last, 1, "tail", [&](Value* j) { emit_body(b, bases, scalars, j, 1); });
+      emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec", [&](Value* j) { emit_body(b, bases, splats, j, lanes_); });
+      emit_loop(b, vector_end, last, b.getInt64(1), "tail", [&](Value* j) { emit_body(b, bases, scalars, j, 1); });
     });
     b.CreateRetVoid();
     (void)fn;
@@ -140,6 +140,7 @@ public:
     b.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
     Value* block = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, {}, {}), i64_);
     Value* thread = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}), i64_);
+    Value* threads = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x, {}, {}), i64_);
     Value* item = b.CreateGEP(i64_, items, b.CreateMul(block, b.getInt64(3)));
     Value* t = b.CreateLoad(i64_, item, "tensor");
     Value* first = b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(1)), "begin");
@@ -151,7 +152,6 @@ public:
     for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
       bases.push_back(b.CreateAddrSpaceCast(slot_pointer(b, slots, static_cast<int>(s), n_tensors, t), global,
                                             plan_.abi.tensor_slots[s]));
-    const int64_t threads = kGpuBlockThreads;
     Value* scalar_begin = first;
     if (lanes_ > 1) {
       // The vector part is used only when every slot's first element of the item is 16-byte aligned.
@@ -161,7 +161,8 @@ public:
       Value* aligned = b.CreateICmpEQ(b.CreateAnd(misaligned, b.getInt64(kGpuVectorBytes - 1)), b.getInt64(0));
       Value* whole = b.CreateMul(b.CreateSDiv(b.CreateSub(last, first), b.getInt64(lanes_)), b.getInt64(lanes_));
       Value* vector_end = b.CreateAdd(first, b.CreateSelect(aligned, whole, b.getInt64(0)));
-      emit_loop(b, b.CreateAdd(first, b.CreateMul(thread, b.getInt64(lanes_))), vector_end, threads * lanes_, "vec",
+      emit_loop(b, b.CreateAdd(first, b.CreateMul(thread, b.getInt64(lanes_))), vector_end,
+                b.CreateMul(threads, b.getInt64(lanes_)), "vec",
                 [&](Value* j) { emit_gpu_vector_body(b, bases, values, j); });
       scalar_begin = vector_end;
     }
@@ -172,7 +173,7 @@ public:
   }
 
 private:
-  // Marks `fn` as a kernel entry with at most kGpuBlockThreads threads per block (nvvm.annotations).
+  // Marks `fn` as a kernel entry with at most kGpuMaxBlockThreads threads per block (nvvm.annotations).
   void annotate_kernel(llvm::Function* fn) {
     llvm::NamedMDNode* annotations = module_.getOrInsertNamedMetadata("nvvm.annotations");
     auto entry = [&](const char* key, int value) {
@@ -181,7 +182,7 @@ private:
       annotations->addOperand(llvm::MDNode::get(ctx_, parts));
     };
     entry("kernel", 1);
-    entry("maxntid", kGpuBlockThreads);
+    entry("maxntid", kGpuMaxBlockThreads);
   }
 
   // `lanes_` elements from index j with one 128-bit load per slot read and one store per slot written; the

@@ -1,6 +1,7 @@
 #include "compiler/gpu_binding.h"
 #include "runtime/error.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -68,8 +69,12 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   device_ = device;
   const std::size_t n = host_.group_of().size();
   std::vector<int64_t> items_of_tensor(n, 0);
-  for (const WorkItem& item : host_.items())
+  int64_t elements = 0;
+  for (const WorkItem& item : host_.items()) {
     ++items_of_tensor[static_cast<std::size_t>(item.tensor)];
+    elements += item.end - item.begin;
+  }
+  block_threads_ = gpu_block_threads(elements / std::max<int64_t>(1, n_items()));
 
   // One device allocation: slots | group_of | items | items_of_tensor | done | hyper, each 16-byte aligned.
   const std::size_t sizes[] = {host_.slots().size() * 8, n * 8, host_.items().size() * sizeof(WorkItem), n * 8, n * 4,
@@ -110,7 +115,8 @@ void GpuBinding::launch(const GpuModule& kernel) {
   staging_->mark_copied(staged, stream);
   void* params[] = {&params_.slots,           &params_.group_of, &params_.items,     &params_.items_of_tensor,
                     &params_.done,            &params_.hyper,    &params_.n_tensors, &params_.n_hyper};
-  cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), kGpuBlockThreads, params, stream);
+  cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), static_cast<unsigned>(block_threads_),
+               params, stream);
 }
 
 } // namespace optjit

@@ -35,6 +35,7 @@ private:
   int device_ = 0;
   DeviceBuffer table_;
   GpuKernelParams params_{};
+  int block_threads_ = 128;
   std::unique_ptr<Staging> staging_;
 };
 

@@ -1,11 +1,30 @@
 #include "runtime/gpu_module.h"
 #include "runtime/allocator.h"
 #include "runtime/error.h"
+#include "runtime/kernel_abi.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
 namespace optjit {
+
+int gpu_block_threads(int64_t mean_item_elements) {
+  static const int forced = [] {
+    const char* text = std::getenv("OPTJIT_GPU_BLOCK_THREADS");
+    if (!text || !*text)
+      return 0;
+    const int value = std::atoi(text);
+    if (value < 32 || value > kGpuMaxBlockThreads || value % 32 != 0)
+      throw Error(std::string("OPTJIT_GPU_BLOCK_THREADS=") + text + ": expected a multiple of 32 from 32 to " +
+                  std::to_string(kGpuMaxBlockThreads));
+    return value;
+  }();
+  if (forced)
+    return forced;
+  return mean_item_elements >= 8192 ? 512 : 128;
+}
+
 
 GpuModule::GpuModule(int device, const std::string& ptx, const std::string& entry) : device_(device) {
   auto start = std::chrono::steady_clock::now();

@@ -45,7 +45,8 @@ enum KernelArgsField : unsigned {
 };
 static_assert(sizeof(KernelArgs) == kArgFieldCount * 8, "KernelArgs fields must all be 8 bytes");
 
-// The GPU kernel: one launch of one block per work item, `kGpuBlockThreads` threads each. Its parameters, by value
+// The GPU kernel: one launch of one block per work item, gpu_block_threads() threads each (any multiple of 32 up
+// to kGpuMaxBlockThreads: the kernel strides by the block's size). Its parameters, by value
 // in this order, all pointers into device memory:
 //   slots            u64[slot * n_tensors + t]  data of each tensor slot, then each scalar-state slot
 //   group_of         i64[t]                     param group of tensor t
@@ -60,7 +61,12 @@ struct GpuKernelParams {
   uint64_t slots, group_of, items, items_of_tensor, done, hyper;
   int64_t n_tensors, n_hyper;
 };
-constexpr int kGpuBlockThreads = 256;
+constexpr int kGpuMaxBlockThreads = 512;
+// Threads per block for work items of `mean_item_elements` on average: 512 for full chunks (fewer, longer blocks
+// stream best: 1.03-1.04x the copy bound on an H100 against 1.05-1.06x at 256), 128 for small tensors (more blocks
+// in flight hide each block's per-tensor prologue: 1.32x against 1.55x at 256 for 10,000 x 1k).
+// OPTJIT_GPU_BLOCK_THREADS (a multiple of 32 from 32 to 512) overrides it.
+int gpu_block_threads(int64_t mean_item_elements);
 constexpr int64_t kGpuChunkBytes = 64 * 1024; // per slot and work item: 16k f32 or 8k f64 elements
 constexpr int kGpuVectorBytes = 16;           // 128-bit loads and stores where the item's addresses allow
 static_assert(sizeof(WorkItem) == 24, "WorkItem is three int64");

@@ -6,8 +6,8 @@
 #include "frontend/compiled_step.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/error.h"
-#include "runtime/gpu_module.h"
 #include "tools/commands.h"
+#include "tools/device_timing.h"
 
 #include <nlohmann/json.hpp>
 
@@ -20,33 +20,6 @@ namespace optjit {
 namespace {
 
 using json = nlohmann::json;
-
-// Milliseconds per call of `fn` on `device`'s stream: the median of `repeats` event-timed batches of `calls`.
-template <class Fn> double device_ms(int device, int repeats, int calls, Fn&& fn) {
-  const cuda::Stream stream = cuda::stream(device);
-  cuda::Event start = cuda::event_create(device), end = cuda::event_create(device);
-  std::vector<double> times;
-  for (int r = 0; r < repeats; ++r) {
-    cuda::event_record(device, start, stream);
-    for (int c = 0; c < calls; ++c)
-      fn();
-    cuda::event_record(device, end, stream);
-    cuda::event_synchronize(device, end);
-    times.push_back(cuda::event_elapsed_ms(device, start, end) / calls);
-  }
-  cuda::event_destroy(device, start);
-  cuda::event_destroy(device, end);
-  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-  return times[times.size() / 2];
-}
-
-// Bytes per second of a device-to-device copy of `bytes` (each byte read once and written once).
-double copy_bandwidth(int device, std::size_t bytes) {
-  DeviceBuffer from(device, bytes), to(device, bytes);
-  cuda::memset_zero(device, from.address(), bytes);
-  const double ms = device_ms(device, 7, 5, [&] { cuda::copy_on_device(device, to.address(), from.address(), bytes); });
-  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
-}
 
 struct Shape2 {
   int64_t count, numel;
@@ -66,7 +39,7 @@ json bench_adam(int device, const Shape2& s, double bandwidth) {
   CompiledStep step = compile(opt);
   for (int i = 0; i < 3; ++i)
     step();
-  const double ms = device_ms(device, 7, 20, [&] { step(); });
+  const double ms = device_median_ms(device, 7, 20, [&] { step(); });
   const double elements = static_cast<double>(s.count * s.numel);
   const double bound_ms = 28.0 * elements / bandwidth * 1e3;
   return {{"optimizer", "Adam"}, {"shape", std::to_string(s.count) + "x" + std::to_string(s.numel)},
@@ -97,7 +70,7 @@ json torch_anchors(const std::string& script) {
 int run_bench_cuda(const BenchOptions& options) {
   const int device = options.device.index;
   const cuda::DeviceProperties& props = cuda::properties(device);
-  const double bandwidth = copy_bandwidth(device, std::size_t{1} << 30);
+  const double bandwidth = device_copy_bandwidth(device);
   const std::vector<Shape2> shapes = {{1, 100'000'000, 1.10}, {1000, 100'000, 1.10}, {10000, 1000, 1.5}};
   json rows = json::array();
   for (const Shape2& s : shapes)

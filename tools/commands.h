@@ -10,7 +10,7 @@
 namespace optjit {
 
 // Compiles Adam for a 4-layer MLP and compares it with eager steps: kernels, compile time, step time, GB/s.
-int run_demo();
+int run_demo(Device device = Device::cpu()); // cuda: the compiled step runs on that GPU
 
 struct BenchOptions {
   bool json = false;

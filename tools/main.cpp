@@ -10,7 +10,9 @@ int main(int argc, char** argv) {
   CLI::App app{"optjit: a tracing JIT compiler for deep-learning optimizer steps"};
   app.require_subcommand(1);
 
-  app.add_subcommand("demo", "compile Adam for a 4-layer MLP and compare it with eager steps");
+  auto* demo_cmd = app.add_subcommand("demo", "compile Adam for a 4-layer MLP and compare it with eager steps");
+  std::string demo_device = "cpu";
+  demo_cmd->add_option("--device", demo_device, "cpu or cuda[:N]: where the compiled step runs")->capture_default_str();
 
   optjit::DumpOptions dump;
   std::string dtype = "f32";
@@ -49,7 +51,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("demo"))
-      return optjit::run_demo();
+      return optjit::run_demo(optjit::parse_device(demo_device));
     if (app.got_subcommand(dump_cmd)) {
       dump.dtype = optjit::parse_dtype(dtype);
       dump.device = optjit::parse_device(dump_device);
