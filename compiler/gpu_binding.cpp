@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <utility>
 
 namespace optjit {
 
@@ -16,6 +17,7 @@ struct GpuBinding::Staging {
   double* host = nullptr;
   std::array<cuda::Event, kSlots> copied{};
   std::array<bool, kSlots> in_flight{};
+  std::array<cuda::GraphExec, kSlots> graphs{}; // copy from this slot + launch, captured for the current binding
   std::size_t next = 0;
 
   Staging(int d, std::size_t n) : device(d), doubles(n) {
@@ -25,12 +27,19 @@ struct GpuBinding::Staging {
   }
   ~Staging() {
     try {
+      drop_graphs();
       for (cuda::Event e : copied)
         cuda::event_destroy(device, e);
       cuda::host_free_pinned(device, host);
     } catch (const Error&) {
       // At process exit the driver may be gone already; its resources go with it.
     }
+  }
+
+  void drop_graphs() {
+    for (cuda::GraphExec& g : graphs)
+      if (g)
+        cuda::graph_destroy(device, std::exchange(g, nullptr));
   }
 
   // A slot whose previous copy has finished, filled with `values`.
@@ -98,6 +107,7 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
              base + offsets[5], static_cast<int64_t>(n), static_cast<int64_t>(plan.abi.hypers.size())};
   if (!staging_ || staging_->device != device || staging_->doubles < host_.hyper().size())
     staging_ = std::make_unique<Staging>(device, host_.hyper().size());
+  staging_->drop_graphs(); // they launch the previous table's items and block size
 }
 
 void GpuBinding::repoint(int slot, int64_t tensor, void* data) {
@@ -106,17 +116,41 @@ void GpuBinding::repoint(int slot, int64_t tensor, void* data) {
   cuda::copy_to_device(device_, params_.slots + entry * 8, &data, 8);
 }
 
-void GpuBinding::launch(const GpuModule& kernel) {
+void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
   OPTJIT_ASSERT(kernel.device() == device_, "a GPU kernel launches on the device it was loaded on");
   const cuda::Stream stream = cuda::stream(device_);
   const std::vector<double>& hyper = host_.hyper();
   const double* staged = staging_->stage(hyper);
-  cuda::copy_to_device_async(device_, params_.hyper, staged, hyper.size() * sizeof(double), stream);
+  auto enqueue = [&] {
+    cuda::copy_to_device_async(device_, params_.hyper, staged, hyper.size() * sizeof(double), stream);
+    void* params[] = {&params_.slots, &params_.group_of, &params_.items,     &params_.items_of_tensor,
+                      &params_.done,  &params_.hyper,    &params_.n_tensors, &params_.n_hyper};
+    cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), static_cast<unsigned>(block_threads_),
+                 params, stream);
+  };
+  if (use_graph) {
+    const auto slot = static_cast<std::size_t>(staged - staging_->host) / staging_->doubles;
+    cuda::GraphExec& graph = staging_->graphs[slot];
+    if (!graph) {
+      cuda::begin_capture(device_, stream);
+      try {
+        enqueue();
+      } catch (...) {
+        try {
+          cuda::graph_destroy(device_, cuda::end_capture(device_, stream));
+        } catch (const Error&) {
+          // The capture was invalidated by the failure; the first error is the one to report.
+        }
+        throw;
+      }
+      graph = cuda::end_capture(device_, stream);
+      ++graph_captures_;
+    }
+    cuda::graph_launch(device_, graph, stream);
+  } else {
+    enqueue();
+  }
   staging_->mark_copied(staged, stream);
-  void* params[] = {&params_.slots,           &params_.group_of, &params_.items,     &params_.items_of_tensor,
-                    &params_.done,            &params_.hyper,    &params_.n_tensors, &params_.n_hyper};
-  cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), static_cast<unsigned>(block_threads_),
-               params, stream);
 }
 
 } // namespace optjit

@@ -23,8 +23,11 @@ public:
   // Points slot `slot` of list entry `tensor` at new device data of the same shape (one 8-byte upload).
   void repoint(int slot, int64_t tensor, void* data);
   void set_hyper(const std::vector<double>& values_by_group) { host_.set_hyper(values_by_group); }
-  // Enqueues the hyperparameter copy and the launch of `kernel` on the device's stream.
-  void launch(const GpuModule& kernel);
+  // Enqueues the hyperparameter copy and the launch of `kernel` on the device's stream. With `use_graph`, the two
+  // are captured into a CUDA graph once per bind (one per staging slot: the copy's source is baked in) and the
+  // graph is replayed; a rebind drops the graphs, a repointed grad does not (the graph reads the table).
+  void launch(const GpuModule& kernel, bool use_graph = false);
+  int64_t graph_captures() const { return graph_captures_; }
   int64_t n_items() const { return static_cast<int64_t>(host_.items().size()); }
   int device() const { return device_; }
 
@@ -36,6 +39,7 @@ private:
   DeviceBuffer table_;
   GpuKernelParams params_{};
   int block_threads_ = 128;
+  int64_t graph_captures_ = 0;
   std::unique_ptr<Staging> staging_;
 };
 

@@ -295,7 +295,9 @@ struct CompiledStep::Impl {
       if (!bp.launched)
         continue;
       if (bp.on_gpu()) {
-        bp.gpu_binding.launch(*bp.gpu_kernel);
+        const int64_t captured = bp.gpu_binding.graph_captures();
+        bp.gpu_binding.launch(*bp.gpu_kernel, options.cuda_graphs);
+        metrics.graph_captures += bp.gpu_binding.graph_captures() - captured;
         continue;
       }
       launch_cpu_kernel(bp.kernel->tensor_phase, bp.kernel->element_phase, bp.binding.args(),

@@ -22,6 +22,7 @@ Stage parse_stage(std::string_view text);
 struct CompileOptions {
   LaunchShape launch;
   std::size_t max_variants = 8; // compiled variants kept per step (guard sets seen); the oldest goes first
+  bool cuda_graphs = false;      // GPU buckets: replay a captured CUDA graph of the step, re-captured on rebind
 };
 
 class CompiledStep {

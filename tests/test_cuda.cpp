@@ -262,3 +262,33 @@ TEST_CASE("cuda: replaced grads repoint, None grads rebind, state_dict round tri
       CHECK(t.device() == Device::cuda(0));
   check_same_trajectory(gpu, *resumed, ref, *forloop, 1e-5, 1e-6, "state_dict on the GPU");
 }
+
+TEST_CASE("cuda: CUDA graphs replay the step, with this step's hyperparameters, and re-capture on rebind") {
+  if (skip_without_gpu())
+    return;
+  std::vector<Tensor> ref = random_params({{1000}, {33, 7}, {5}}, Dtype::f32, 11);
+  std::vector<Tensor> gpu = on_device(ref, Device::cuda(0));
+  auto forloop = make("adam", ref, {{"weight_decay", {0.01}}}, false);
+  auto opt = make("adam", gpu, {{"weight_decay", {0.01}}}, true);
+  CompileOptions options;
+  options.cuda_graphs = true;
+  CompiledStep step = compile(*opt, options);
+  for (int s = 0; s < 12; ++s) {
+    for (Tensor& p : ref)
+      p.set_grad(Tensor::zeros(p.shape(), Dtype::f32));
+    randomize_grads(ref, 70 + static_cast<uint64_t>(s));
+    if (s == 6)
+      ref[1].reset_grad(); // a rebind: the graphs are captured again
+    copy_grads(ref, gpu);    // new grad tensors every step: repointed, the graphs stay
+    for (auto* o : {forloop.get(), opt.get()})
+      o->param_groups()[0].set("lr", 1e-3 * (1 + s)); // every step's lr reaches the replayed graph
+    forloop->step();
+    step();
+  }
+  check_same_trajectory(gpu, *opt, ref, *forloop, 1e-5, 1e-6, "cuda graphs vs cpu forloop");
+  const StepMetrics& m = step.metrics();
+  CHECK(m.compiles == 1);
+  // A graph per staging slot (4) as the slots come round: steps 0-5 capture 4, step 6 (None grad, rebound) 1,
+  // steps 7-11 (the grad back, rebound) 4.
+  CHECK(m.graph_captures == 9);
+}

@@ -26,7 +26,7 @@ struct Shape2 {
   double goal;
 };
 
-json bench_adam(int device, const Shape2& s, double bandwidth) {
+json bench_adam(int device, const Shape2& s, double bandwidth, bool graphs) {
   std::vector<Tensor> params;
   for (int64_t i = 0; i < s.count; ++i) {
     Tensor p = Tensor::full({s.numel}, 1.0, Dtype::f32).to(Device::cuda(device));
@@ -36,13 +36,16 @@ json bench_adam(int device, const Shape2& s, double bandwidth) {
   AdamOptions options;
   options.lr = 1e-3;
   Adam opt(params, options);
-  CompiledStep step = compile(opt);
+  CompileOptions compile_options;
+  compile_options.cuda_graphs = graphs;
+  CompiledStep step = compile(opt, compile_options);
   for (int i = 0; i < 3; ++i)
     step();
   const double ms = device_median_ms(device, 7, 20, [&] { step(); });
   const double elements = static_cast<double>(s.count * s.numel);
   const double bound_ms = 28.0 * elements / bandwidth * 1e3;
   return {{"optimizer", "Adam"}, {"shape", std::to_string(s.count) + "x" + std::to_string(s.numel)},
+          {"graphs", graphs},
           {"ms", ms},            {"bound_ms", bound_ms},
           {"ratio", ms / bound_ms}, {"goal", s.goal},
           {"GB/s", 28.0 * elements / (ms * 1e-3) / 1e9}, {"compiles", step.metrics().compiles},
@@ -73,8 +76,9 @@ int run_bench_cuda(const BenchOptions& options) {
   const double bandwidth = device_copy_bandwidth(device);
   const std::vector<Shape2> shapes = {{1, 100'000'000, 1.10}, {1000, 100'000, 1.10}, {10000, 1000, 1.5}};
   json rows = json::array();
-  for (const Shape2& s : shapes)
-    rows.push_back(bench_adam(device, s, bandwidth));
+  for (bool graphs : {false, true})
+    for (const Shape2& s : shapes)
+      rows.push_back(bench_adam(device, s, bandwidth, graphs));
   const char* script = std::getenv("OPTJIT_TORCH_BENCH");
   json torch = torch_anchors(script && *script ? script : OPTJIT_SOURCE_DIR "/tools/bench_torch.py");
   if (options.json) {
@@ -86,8 +90,8 @@ int run_bench_cuda(const BenchOptions& options) {
   std::printf("optjit bench --device cuda:%d: compiled Adam (f32) on %s (sm_%d%d), CUDA events, medians\n"
               "bound = 28 B x elements / measured device copy bandwidth %.0f GB/s\n\n",
               device, props.name.c_str(), props.major, props.minor, bandwidth / 1e9);
-  std::printf("%-12s %9s %9s %7s %6s %8s %12s %14s\n", "shape", "ms", "bound ms", "ratio", "goal", "GB/s",
-              "torch fused", "torch foreach");
+  std::printf("%-12s %6s %9s %9s %7s %6s %8s %12s %14s\n", "shape", "graph", "ms", "bound ms", "ratio", "goal",
+              "GB/s", "torch fused", "torch foreach");
   for (const json& r : rows) {
     const std::string shape = r["shape"];
     std::string fused = "-", foreach = "-";
@@ -95,7 +99,8 @@ int run_bench_cuda(const BenchOptions& options) {
       fused = std::to_string(torch[shape]["fused_ms"].get<double>()).substr(0, 7) + " ms";
       foreach = std::to_string(torch[shape]["foreach_ms"].get<double>()).substr(0, 7) + " ms";
     }
-    std::printf("%-12s %9.4f %9.4f %7.2f %6.2f %8.0f %12s %14s\n", shape.c_str(), r["ms"].get<double>(),
+    std::printf("%-12s %6s %9.4f %9.4f %7.2f %6.2f %8.0f %12s %14s\n", shape.c_str(),
+                r["graphs"].get<bool>() ? "yes" : "no", r["ms"].get<double>(),
                 r["bound_ms"].get<double>(), r["ratio"].get<double>(), r["goal"].get<double>(),
                 r["GB/s"].get<double>(), fused.c_str(), foreach.c_str());
   }
