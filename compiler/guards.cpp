@@ -6,19 +6,19 @@
 namespace optjit {
 namespace {
 
-const char* device_kind_name(unsigned kind) { return kind ? "cuda" : "cpu"; }
 
 // What differs between two packed param facts, e.g. "dtype changed from f32 to f64".
-std::string describe_param_change(uint8_t before, uint8_t now) {
+std::string describe_param_change(uint32_t before, uint32_t now) {
   std::vector<std::string> changes;
   const unsigned dtype_before = before & 3, dtype_now = now & 3;
   if (dtype_before != dtype_now)
     changes.push_back(fmt::format("dtype changed from {} to {}", dtype_name(static_cast<Dtype>(dtype_before)),
                                   dtype_name(static_cast<Dtype>(dtype_now))));
-  const unsigned device_before = (before >> 2) & 1, device_now = (now >> 2) & 1;
-  if (device_before != device_now)
-    changes.push_back(fmt::format("device changed from {} to {}", device_kind_name(device_before),
-                                  device_kind_name(device_now)));
+  auto device_of = [](uint32_t fact) {
+    return Device{static_cast<DeviceKind>((fact >> 2) & 1), static_cast<int>(fact >> 3)}.to_string();
+  };
+  if ((before >> 2) != (now >> 2))
+    changes.push_back(fmt::format("device changed from {} to {}", device_of(before), device_of(now)));
   return fmt::format("{}", fmt::join(changes, ", "));
 }
 
@@ -36,7 +36,7 @@ std::string explain_guard_failure(const GuardFacts& before, const GuardFacts& no
       return "group " + std::to_string(g) + ": structure changed from {" + before.groups[g] + "} to {" +
              now.groups[g] + "}";
   for (std::size_t i = 0; i < now.params.size(); ++i) {
-    uint8_t a = before.params[i], b = now.params[i];
+    const uint32_t a = before.params[i], b = now.params[i];
     if (a == b)
       continue;
     return fmt::format("param {}: {}", i, describe_param_change(a, b));

@@ -13,14 +13,16 @@
 namespace optjit {
 
 struct GuardFacts {
-  std::vector<uint8_t> params;       // per parameter, packed by param_fact()
+  std::vector<uint32_t> params;      // per parameter, packed by param_fact()
   std::vector<std::string> groups;   // per group, the structure key ("amsgrad=1,maximize=0,...")
 
   bool operator==(const GuardFacts&) const = default;
 };
 
-inline uint8_t param_fact(const TensorImpl& param) {
-  return static_cast<uint8_t>(static_cast<unsigned>(param.dtype) | (static_cast<unsigned>(param.device.kind) << 2));
+// dtype in bits 0-1, device kind in bit 2, device index from bit 3.
+inline uint32_t param_fact(const TensorImpl& param) {
+  return static_cast<uint32_t>(param.dtype) | (static_cast<uint32_t>(param.device.kind) << 2) |
+         (static_cast<uint32_t>(param.device.index) << 3);
 }
 
 // The first guard that differs between `before` and `now`, in words: "param 3: dtype changed from f32 to f64".

@@ -2,7 +2,7 @@
 // ptxas for sm_80 and sm_90 without spills (skipped, with the reason logged, where ptxas is absent); the GPU's exp,
 // log and pow against libm; eager steps refuse params on a GPU clearly. Needing a GPU (skipped with the reason
 // otherwise): tensors round trip; every configuration compiled on the GPU against the CPU forloop; 10,000 small
-// tensors; a tensor of more than 2^31 elements; None grads, replaced grads and state_dict on the GPU.
+// tensors; a tensor of more than 2^31 elements; None grads, replaced grads and state_dict on the GPU; CUDA graphs.
 #include "codegen/codegen.h"
 #include "frontend/compiled_step.h"
 #include "frontend/registry.h"
