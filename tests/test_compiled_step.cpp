@@ -1,5 +1,6 @@
 // The compiled step's contract: one kernel per group, guards that recompile only on structural change, rebinds
 // that keep results right, and hyperparameters that are arguments.
+#include "compiler/guards.h"
 #include "codegen/codegen.h"
 #include "compiler/kernel_cache.h"
 #include "frontend/adagrad.h"
@@ -223,4 +224,24 @@ TEST_CASE("compiled: zero_grad(set_to_none) makes the next step skip every param
   step();
   CHECK(params[0].to_vector() == before);
   CHECK(step.kernel_count() == 0);
+}
+
+TEST_CASE("compiled: guard facts name what changed: dtype, device kind and device index") {
+  Tensor f32 = Tensor::zeros({2}, Dtype::f32), f64 = Tensor::zeros({2}, Dtype::f64);
+  GuardFacts before{{param_fact(*f32.impl())}, {"amsgrad=0"}}, now = before;
+  CHECK(explain_guard_failure(before, now) == "no difference");
+  now.params[0] = param_fact(*f64.impl());
+  CHECK(explain_guard_failure(before, now) == "param 0: dtype changed from f32 to f64");
+  TensorImpl on_gpu = *f32.impl();
+  on_gpu.device = Device::cuda(0);
+  TensorImpl on_second_gpu = on_gpu;
+  on_second_gpu.device = Device::cuda(1);
+  now.params[0] = param_fact(on_gpu);
+  CHECK(explain_guard_failure(before, now) == "param 0: device changed from cpu to cuda:0");
+  before.params[0] = param_fact(on_gpu);
+  now.params[0] = param_fact(on_second_gpu);
+  CHECK(explain_guard_failure(before, now) == "param 0: device changed from cuda:0 to cuda:1");
+  now = before;
+  now.groups[0] = "amsgrad=1";
+  CHECK(explain_guard_failure(before, now) == "group 0: structure changed from {amsgrad=0} to {amsgrad=1}");
 }
