@@ -1,7 +1,7 @@
 // The compiled step's contract: one kernel per group, guards that recompile only on structural change, rebinds
 // that keep results right, and hyperparameters that are arguments.
-#include "compiler/guards.h"
 #include "codegen/codegen.h"
+#include "compiler/guards.h"
 #include "compiler/kernel_cache.h"
 #include "frontend/adagrad.h"
 #include "frontend/adam.h"
