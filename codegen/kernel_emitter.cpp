@@ -64,12 +64,7 @@ public:
     Value* n_scratch = field(b, args, kArgScratchCount);
     emit_loop(b, begin, end, b.getInt64(1), "tensor", [&](Value* t) {
       std::vector<Value*> values = emit_prologue(b, {slots, n_tensors, hyper, group_of, n_hyper, t});
-      for (const Store& s : graph_.stores) {
-        if (s.kind != StoreKind::Scalar)
-          continue;
-        Value* v = b.CreateFPTrunc(values[static_cast<std::size_t>(s.value)], element_type());
-        b.CreateStore(v, slot_pointer(b, slots, scalar_slot(s.name), n_tensors, t));
-      }
+      emit_scalar_state_stores(b, values, slots, n_tensors, t);
       Value* row = b.CreateMul(t, n_scratch);
       for (std::size_t k = 0; k < plan_.scratch.size(); ++k) {
         Value* address = b.CreateGEP(i64_, scratch, b.CreateAdd(row, b.getInt64(static_cast<int64_t>(k))));
@@ -89,10 +84,7 @@ public:
     Value* n_scratch = field(b, args, kArgScratchCount);
     Value* items = field(b, args, kArgItems);
     emit_loop(b, begin, end, b.getInt64(1), "item", [&](Value* i) {
-      Value* item = b.CreateGEP(i64_, items, b.CreateMul(i, b.getInt64(3)));
-      Value* t = b.CreateLoad(i64_, item, "tensor");
-      Value* first = b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(1)), "begin");
-      Value* last = b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(2)), "end");
+      auto [t, first, last] = load_work_item(b, items, i);
       // Per-tensor operands: scratch values of this tensor, and constants.
       std::vector<Value*> scalars(static_cast<std::size_t>(graph_.size()), nullptr);
       Value* row = b.CreateMul(t, n_scratch);
@@ -141,13 +133,8 @@ public:
     Value* block = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, {}, {}), i64_);
     Value* thread = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}), i64_);
     Value* threads = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x, {}, {}), i64_);
-    Value* item = b.CreateGEP(i64_, items, b.CreateMul(block, b.getInt64(3)));
-    Value* t = b.CreateLoad(i64_, item, "tensor");
-    Value* first = b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(1)), "begin");
-    Value* last = b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(2)), "end");
+    auto [t, first, last] = load_work_item(b, items, block);
     std::vector<Value*> values = emit_prologue(b, {slots, n_tensors, hyper, group_of, n_hyper, t});
-    for (ValueId id = plan_.prologue_size; id < graph_.size(); ++id)
-      values[static_cast<std::size_t>(id)] = nullptr;
     std::vector<Value*> bases;
     for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
       bases.push_back(b.CreateAddrSpaceCast(slot_pointer(b, slots, static_cast<int>(s), n_tensors, t), global,
@@ -245,12 +232,7 @@ private:
     b.CreateCondBr(is_last, write, exit);
     b.SetInsertPoint(write);
     b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
-    for (const Store& s : graph_.stores) {
-      if (s.kind != StoreKind::Scalar)
-        continue;
-      Value* v = b.CreateFPTrunc(values[static_cast<std::size_t>(s.value)], element_type());
-      b.CreateStore(v, slot_pointer(b, in.slots, scalar_slot(s.name), in.n_tensors, in.t));
-    }
+    emit_scalar_state_stores(b, values, in.slots, in.n_tensors, in.t);
     b.CreateStore(b.getInt32(0), counter);
     b.CreateBr(exit);
     b.SetInsertPoint(exit);
@@ -377,6 +359,30 @@ private:
       values[static_cast<std::size_t>(id)] = v;
     }
     return values;
+  }
+
+  struct WorkItemValues {
+    Value* tensor;
+    Value* begin;
+    Value* end;
+  };
+
+  // Work item `index` of the (tensor, begin, end) table (runtime/kernel_abi.h's WorkItem).
+  WorkItemValues load_work_item(IRBuilder<>& b, Value* items, Value* index) {
+    Value* item = b.CreateGEP(i64_, items, b.CreateMul(index, b.getInt64(3)));
+    return {b.CreateLoad(i64_, item, "tensor"), b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(1)), "begin"),
+            b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(2)), "end")};
+  }
+
+  // Tensor t's new scalar state: each scalar store of the graph, narrowed to the element type, into its slot.
+  void emit_scalar_state_stores(IRBuilder<>& b, const std::vector<Value*>& values, Value* slots, Value* n_tensors,
+                                Value* t) {
+    for (const Store& s : graph_.stores) {
+      if (s.kind != StoreKind::Scalar)
+        continue;
+      Value* v = b.CreateFPTrunc(values[static_cast<std::size_t>(s.value)], element_type());
+      b.CreateStore(v, slot_pointer(b, slots, scalar_slot(s.name), n_tensors, t));
+    }
   }
 
   int scalar_slot(const std::string& name) const {
