@@ -42,18 +42,18 @@ struct GpuBinding::Staging {
         cuda::graph_destroy(device, std::exchange(g, nullptr));
   }
 
-  // A slot whose previous copy has finished, filled with `values`.
-  const double* stage(const std::vector<double>& values) {
+  const double* data(std::size_t slot) const { return host + slot * doubles; }
+
+  // The next slot, once its previous copy has finished, filled with `values`.
+  std::size_t stage(const std::vector<double>& values) {
     const std::size_t slot = next;
     next = (next + 1) % kSlots;
     if (in_flight[slot])
       cuda::event_synchronize(device, copied[slot]);
-    double* out = host + slot * doubles;
-    std::memcpy(out, values.data(), values.size() * sizeof(double));
-    return out;
+    std::memcpy(host + slot * doubles, values.data(), values.size() * sizeof(double));
+    return slot;
   }
-  void mark_copied(const double* staged, cuda::Stream stream) {
-    const auto slot = static_cast<std::size_t>(staged - host) / doubles;
+  void mark_copied(std::size_t slot, cuda::Stream stream) {
     cuda::event_record(device, copied[slot], stream);
     in_flight[slot] = true;
   }
@@ -120,16 +120,15 @@ void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
   OPTJIT_ASSERT(kernel.device() == device_, "a GPU kernel launches on the device it was loaded on");
   const cuda::Stream stream = cuda::stream(device_);
   const std::vector<double>& hyper = host_.hyper();
-  const double* staged = staging_->stage(hyper);
+  const std::size_t slot = staging_->stage(hyper);
   auto enqueue = [&] {
-    cuda::copy_to_device_async(device_, params_.hyper, staged, hyper.size() * sizeof(double), stream);
+    cuda::copy_to_device_async(device_, params_.hyper, staging_->data(slot), hyper.size() * sizeof(double), stream);
     void* params[] = {&params_.slots, &params_.group_of, &params_.items,     &params_.items_of_tensor,
                       &params_.done,  &params_.hyper,    &params_.n_tensors, &params_.n_hyper};
     cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), static_cast<unsigned>(block_threads_),
                  params, stream);
   };
   if (use_graph) {
-    const auto slot = static_cast<std::size_t>(staged - staging_->host) / staging_->doubles;
     cuda::GraphExec& graph = staging_->graphs[slot];
     if (!graph) {
       cuda::begin_capture(device_, stream);
@@ -150,7 +149,7 @@ void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
   } else {
     enqueue();
   }
-  staging_->mark_copied(staged, stream);
+  staging_->mark_copied(slot, stream);
 }
 
 } // namespace optjit

@@ -44,11 +44,36 @@ struct BucketProgram {
   int grad_slot = -1;       // the kernel's argument slot of the grads
 
   bool on_gpu() const { return bucket.device.kind == DeviceKind::cuda; }
+
+  // The binding operations, on whichever table the bucket's device uses.
+  void bind(const ListArguments& args, const LaunchShape& shape) {
+    if (on_gpu())
+      gpu_binding.bind(pipeline.kernels.front(), args, bucket.device.index);
+    else
+      binding.bind(pipeline.kernels.front(), args, shape);
+  }
+  void repoint_grad(int64_t entry, void* data) {
+    if (on_gpu())
+      gpu_binding.repoint(grad_slot, entry, data);
+    else
+      binding.repoint(grad_slot, entry, data);
+  }
   void set_hyper(const std::vector<double>& hyper) {
     if (on_gpu())
       gpu_binding.set_hyper(hyper);
     else
       binding.set_hyper(hyper);
+  }
+  // Launches this step's kernel; returns the CUDA graphs it captured to do so.
+  int64_t launch(bool cuda_graphs) {
+    if (!on_gpu()) {
+      launch_cpu_kernel(kernel->tensor_phase, kernel->element_phase, binding.args(), binding.tensor_grain(),
+                        binding.item_grain());
+      return 0;
+    }
+    const int64_t captured = gpu_binding.graph_captures();
+    gpu_binding.launch(*gpu_kernel, cuda_graphs);
+    return gpu_binding.graph_captures() - captured;
   }
 };
 
@@ -224,11 +249,7 @@ struct CompiledStep::Impl {
     for (int64_t i : replaced) {
       const TensorImpl& grad = *opt.flat_param(i).impl()->grad;
       const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
-      BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
-      if (bp.on_gpu())
-        bp.gpu_binding.repoint(bp.grad_slot, entry, grad.data);
-      else
-        bp.binding.repoint(bp.grad_slot, entry, grad.data);
+      program.buckets[static_cast<std::size_t>(bucket)].repoint_grad(entry, grad.data);
       program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.layout_id;
     }
     ++metrics.rebinds;
@@ -244,12 +265,8 @@ struct CompiledStep::Impl {
       bp.launched = !present.members.empty();
       if (!bp.launched)
         continue;
-      const KernelPlan& plan = bp.pipeline.kernels.front();
-      if (bp.on_gpu())
-        bp.gpu_binding.bind(plan, opt.list_arguments(present), bp.bucket.device.index);
-      else
-        bp.binding.bind(plan, opt.list_arguments(present), options.launch);
-      const auto& slots = plan.abi.tensor_slots;
+      bp.bind(opt.list_arguments(present), options.launch);
+      const auto& slots = bp.pipeline.kernels.front().abi.tensor_slots;
       bp.grad_slot = static_cast<int>(std::find(slots.begin(), slots.end(), "grad") - slots.begin());
       OPTJIT_ASSERT(bp.grad_slot < static_cast<int>(slots.size()), "every optimizer kernel reads the grads");
       for (std::size_t t = 0; t < present.members.size(); ++t)
@@ -291,18 +308,9 @@ struct CompiledStep::Impl {
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    for (BucketProgram& bp : program.buckets) {
-      if (!bp.launched)
-        continue;
-      if (bp.on_gpu()) {
-        const int64_t captured = bp.gpu_binding.graph_captures();
-        bp.gpu_binding.launch(*bp.gpu_kernel, options.cuda_graphs);
-        metrics.graph_captures += bp.gpu_binding.graph_captures() - captured;
-        continue;
-      }
-      launch_cpu_kernel(bp.kernel->tensor_phase, bp.kernel->element_phase, bp.binding.args(),
-                        bp.binding.tensor_grain(), bp.binding.item_grain());
-    }
+    for (BucketProgram& bp : program.buckets)
+      if (bp.launched)
+        metrics.graph_captures += bp.launch(options.cuda_graphs);
     ++metrics.steps;
   }
 
