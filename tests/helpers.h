@@ -2,6 +2,7 @@
 #pragma once
 
 #include "frontend/optimizer.h"
+#include "frontend/registry.h"
 #include "runtime/error.h"
 
 #include <doctest/doctest.h>
@@ -13,6 +14,13 @@
 #include <vector>
 
 namespace optjit::test {
+
+// Optimizer `name` (torch's name) over one param group, on its foreach (eager or compiled) or forloop path.
+inline std::unique_ptr<Optimizer> make_single_group(const std::string& name, std::vector<Tensor> params,
+                                                    KeywordOptions options, bool foreach) {
+  options["foreach"] = {foreach ? 1.0 : 0.0};
+  return make_optimizer(name, {ParamGroupSpec{std::move(params), {}}}, options);
+}
 
 // Largest |a - b| / (atol + rtol |b|) over two tensors' elements (<= 1 passes); NaNs must match.
 inline double scaled_error(const Tensor& a, const Tensor& b, double rtol, double atol) {

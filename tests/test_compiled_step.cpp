@@ -26,13 +26,9 @@ struct Pair {
 
   Pair(const std::string& name, KeywordOptions options, Dtype dtype = Dtype::f32)
       : ref_params(random_params(two_linear_shapes(), dtype, 21)), params(copy_params(ref_params)),
-        ref(make(name, ref_params, options, false)), opt(make(name, params, options, true)), step(compile(*opt)) {}
-
-  static std::unique_ptr<Optimizer> make(const std::string& name, std::vector<Tensor> p, KeywordOptions o,
-                                         bool foreach) {
-    o["foreach"] = {foreach ? 1.0 : 0.0};
-    return make_optimizer(name, {ParamGroupSpec{std::move(p), {}}}, o);
-  }
+        ref(test::make_single_group(name, ref_params, options, false)),
+        opt(test::make_single_group(name, params, options, true)),
+        step(compile(*opt)) {}
   void run(int steps, uint64_t seed) {
     for (int s = 0; s < steps; ++s) {
       randomize_grads(ref_params, seed + static_cast<uint64_t>(s));

@@ -37,12 +37,6 @@ std::pair<int, std::string> run(const std::string& command) {
   return {pclose(pipe), out};
 }
 
-std::unique_ptr<Optimizer> make(const std::string& name, const std::vector<Tensor>& params, KeywordOptions options,
-                                bool foreach) {
-  options["foreach"] = {foreach ? 1.0 : 0.0};
-  return make_optimizer(name, {ParamGroupSpec{params, {}}}, options);
-}
-
 bool skip_without_gpu() {
   if (cuda::available())
     return false;
@@ -72,8 +66,8 @@ void check_gpu_against_forloop(const std::string& name, const KeywordOptions& op
                                const std::vector<Shape>& shapes, int steps) {
   std::vector<Tensor> ref = random_params(shapes, dtype, 5);
   std::vector<Tensor> gpu = on_device(ref, Device::cuda(0));
-  auto forloop = make(name, ref, options, false);
-  auto compiled_opt = make(name, gpu, options, true);
+  auto forloop = make_single_group(name, ref, options, false);
+  auto compiled_opt = make_single_group(name, gpu, options, true);
   CompiledStep compiled = compile(*compiled_opt);
   for (int s = 0; s < steps; ++s) {
     for (Tensor& p : ref)
@@ -103,7 +97,7 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
   int assembled = 0;
   for (Dtype dtype : {Dtype::f32, Dtype::f64})
     for (const CountConfig& c : torch_optim_configs()) {
-      auto opt = make(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
+      auto opt = make_single_group(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
       CompiledStep step = compile(*opt);
       for (int sm : {80, 90}) {
         INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype) << " sm_" << sm);
@@ -164,7 +158,7 @@ TEST_CASE("cuda: eager and forloop steps refuse params on a GPU with a clear err
     return;
   std::vector<Tensor> params = on_device(random_params({{4}}, Dtype::f32, 1), Device::cuda(0));
   params[0].set_grad(Tensor::zeros({4}, Dtype::f32, Device::cuda(0)));
-  auto opt = make("adam", params, {}, true);
+  auto opt = make_single_group("adam", params, {}, true);
   check_error_contains([&] { opt->step(); }, "compile the step (optjit::compile) to run it on the GPU");
 }
 
@@ -239,8 +233,8 @@ TEST_CASE("cuda: replaced grads repoint, None grads rebind, state_dict round tri
     return;
   std::vector<Tensor> ref = random_params({{100}, {7, 3}}, Dtype::f32, 9);
   std::vector<Tensor> gpu = on_device(ref, Device::cuda(0));
-  auto forloop = make("adam", ref, {{"amsgrad", {1}}}, false);
-  auto opt = make("adam", gpu, {{"amsgrad", {1}}}, true);
+  auto forloop = make_single_group("adam", ref, {{"amsgrad", {1}}}, false);
+  auto opt = make_single_group("adam", gpu, {{"amsgrad", {1}}}, true);
   CompiledStep step = compile(*opt);
   for (int s = 0; s < 5; ++s) {
     for (Tensor& p : ref)
@@ -255,7 +249,7 @@ TEST_CASE("cuda: replaced grads repoint, None grads rebind, state_dict round tri
   check_same_trajectory(gpu, *opt, ref, *forloop, 1e-5, 1e-6, "after replaced and None grads");
   CHECK(step.metrics().compiles == 1);
   const StateDict saved = opt->state_dict();
-  auto resumed = make("adam", gpu, {{"amsgrad", {1}}}, true);
+  auto resumed = make_single_group("adam", gpu, {{"amsgrad", {1}}}, true);
   resumed->load_state_dict(saved);
   for (std::size_t i = 0; i < gpu.size(); ++i)
     for (const auto& [key, t] : resumed->visible_state(gpu[i]))
@@ -268,8 +262,8 @@ TEST_CASE("cuda: CUDA graphs replay the step, with this step's hyperparameters, 
     return;
   std::vector<Tensor> ref = random_params({{1000}, {33, 7}, {5}}, Dtype::f32, 11);
   std::vector<Tensor> gpu = on_device(ref, Device::cuda(0));
-  auto forloop = make("adam", ref, {{"weight_decay", {0.01}}}, false);
-  auto opt = make("adam", gpu, {{"weight_decay", {0.01}}}, true);
+  auto forloop = make_single_group("adam", ref, {{"weight_decay", {0.01}}}, false);
+  auto opt = make_single_group("adam", gpu, {{"weight_decay", {0.01}}}, true);
   CompileOptions options;
   options.cuda_graphs = true;
   CompiledStep step = compile(*opt, options);
