@@ -1,7 +1,7 @@
 // Codegen's public face: kernel plans in, callable kernels or text out. No LLVM type appears here.
 #pragma once
 
-#include "compiler/kernel_plan.h"
+#include "compiler/ir/kernel_plan.h"
 #include "runtime/kernel_abi.h"
 
 #include <memory>

@@ -3,7 +3,7 @@
 #include "codegen/codegen.h"
 #include "codegen/device_math.h"
 #include "codegen/kernel_emitter.h"
-#include "compiler/log.h"
+#include "runtime/log.h"
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>

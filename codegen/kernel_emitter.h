@@ -5,7 +5,7 @@
 #pragma once
 
 #include "codegen/llvm.h"
-#include "compiler/kernel_plan.h"
+#include "compiler/ir/kernel_plan.h"
 
 namespace optjit {
 

@@ -2,7 +2,7 @@
 // compute capability, through LLVM's NVPTX backend. Loading the PTX is the runtime's job (cuModuleLoadDataEx).
 #include "codegen/codegen.h"
 #include "codegen/kernel_emitter.h"
-#include "compiler/log.h"
+#include "runtime/log.h"
 
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/MC/TargetRegistry.h>

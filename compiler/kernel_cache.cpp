@@ -1,5 +1,5 @@
 #include "compiler/kernel_cache.h"
-#include "compiler/log.h"
+#include "runtime/log.h"
 
 #include <cstdlib>
 

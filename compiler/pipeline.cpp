@@ -1,5 +1,5 @@
 #include "compiler/pipeline.h"
-#include "compiler/pass_manager.h"
+#include "passes/pass_manager.h"
 #include "passes/passes.h"
 
 namespace optjit {

@@ -7,7 +7,7 @@
 
 #include "compiler/binding.h"
 #include "compiler/metrics.h"
-#include "frontend/optimizer.h"
+#include "frontend/optim/optimizer.h"
 
 #include <memory>
 #include <string>

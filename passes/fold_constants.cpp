@@ -3,7 +3,7 @@
 // Never x*0, x-x, x+0 or anything else that changes NaN, infinity or signed-zero results: optimizers must match
 // torch bit for bit where they can. Assumes a verified graph; keeps every store.
 #include "passes/passes.h"
-#include "compiler/op_semantics.h"
+#include "compiler/ir/op_semantics.h"
 #include "passes/rewrite.h"
 
 #include <cmath>

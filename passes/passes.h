@@ -2,8 +2,8 @@
 // a new graph and never mutate their input.
 #pragma once
 
-#include "compiler/ir.h"
-#include "compiler/kernel_plan.h"
+#include "compiler/ir/ir.h"
+#include "compiler/ir/kernel_plan.h"
 
 #include <vector>
 

@@ -2,7 +2,7 @@
 // to do with the nodes it changes.
 #pragma once
 
-#include "compiler/builder.h"
+#include "compiler/ir/builder.h"
 
 #include <vector>
 

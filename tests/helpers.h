@@ -1,8 +1,8 @@
 // Shared helpers for the tests: random params, comparing params and state, message checks.
 #pragma once
 
-#include "frontend/optimizer.h"
-#include "frontend/registry.h"
+#include "frontend/optim/optimizer.h"
+#include "frontend/optim/registry.h"
 #include "runtime/error.h"
 
 #include <doctest/doctest.h>

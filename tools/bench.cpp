@@ -2,9 +2,9 @@
 // cold compile time by param count, and per-step dispatch overhead. The step kernels are memory-bound, so time ÷ probe is the figure of merit.
 #include "codegen/codegen.h"
 #include "compiler/kernel_cache.h"
-#include "frontend/adam.h"
+#include "frontend/optim/adam.h"
 #include "frontend/compiled_step.h"
-#include "frontend/registry.h"
+#include "frontend/optim/registry.h"
 #include "runtime/thread_pool.h"
 #include "tools/commands.h"
 #include "tools/count_configs.h"

@@ -2,7 +2,7 @@
 // measured copy bandwidth (a device-to-device copy reads and writes each byte once, as the step does), timed with
 // CUDA events in one run; PyTorch's Adam(fused=True) and Adam(foreach=True) on the same shapes beside it when
 // python3 with torch is present (tools/bench_torch.py).
-#include "frontend/adam.h"
+#include "frontend/optim/adam.h"
 #include "frontend/compiled_step.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/error.h"

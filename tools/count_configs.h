@@ -2,7 +2,7 @@
 // each beside the number of kernels Inductor generates for it on the CPU. `optjit counts` and the tests use them.
 #pragma once
 
-#include "frontend/registry.h"
+#include "frontend/optim/registry.h"
 
 #include <string>
 #include <vector>

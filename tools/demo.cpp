@@ -1,5 +1,5 @@
 // optjit demo: what a user cares about when compiling Adam for a real model's parameters.
-#include "frontend/adam.h"
+#include "frontend/optim/adam.h"
 #include "frontend/compiled_step.h"
 #include "runtime/thread_pool.h"
 #include "tools/commands.h"

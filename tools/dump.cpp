@@ -1,6 +1,6 @@
 // optjit dump: one stage of the code optjit generates for an optimizer configuration, as text.
 #include "frontend/compiled_step.h"
-#include "frontend/registry.h"
+#include "frontend/optim/registry.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/error.h"
 #include "tools/commands.h"

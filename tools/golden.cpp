@@ -1,6 +1,6 @@
 #include "tools/golden.h"
 #include "frontend/compiled_step.h"
-#include "frontend/registry.h"
+#include "frontend/optim/registry.h"
 #include "tools/golden_scheduler.h"
 #include "runtime/error.h"
 

@@ -1,5 +1,5 @@
 #include "tools/golden_scheduler.h"
-#include "frontend/cyclic_schedulers.h"
+#include "frontend/schedulers/cyclic_schedulers.h"
 #include "runtime/error.h"
 
 #include <cmath>

@@ -2,8 +2,8 @@
 // replay procedure says (ReduceLROnPlateau with the recorded metric).
 #pragma once
 
-#include "frontend/lr_scheduler.h"
-#include "frontend/plateau_scheduler.h"
+#include "frontend/schedulers/lr_scheduler.h"
+#include "frontend/schedulers/plateau_scheduler.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,0 +1,166 @@
+#include "compiler/ir/builder.h"
+#include "compiler/ir/printer.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace optjit {
+namespace {
+
+std::string describe(const Graph& graph, ValueId id) {
+  const Node& n = graph.node(id);
+  return std::string("%").append(std::to_string(id)) + " (" + std::string(op_name(n.op)) + ", " +
+         (n.level == Level::PerTensor ? "pt " : "el ") + std::string(dtype_name(n.dtype)) + ")";
+}
+
+} // namespace
+
+void check_and_type(const Graph& graph, Node& node) {
+  const std::string what = "node " + std::string(op_name(node.op));
+  if (static_cast<int>(node.inputs.size()) != op_arity(node.op))
+    throw Error(what + " takes " + std::to_string(op_arity(node.op)) + " operands, got " +
+                std::to_string(node.inputs.size()));
+  for (ValueId in : node.inputs)
+    if (in < 0 || in >= graph.size())
+      throw Error(what + " uses %" + std::to_string(in) + ", which is not defined before it");
+  switch (node.op) {
+  case Op::constant:
+    node.level = Level::PerTensor;
+    node.dtype = Dtype::f64;
+    return;
+  case Op::hyper:
+  case Op::scalar_state:
+  case Op::tensor:
+    if (node.name.empty())
+      throw Error(what + " needs a slot name");
+    node.level = node.op == Op::tensor ? Level::Element : Level::PerTensor;
+    node.dtype = node.op == Op::tensor ? graph.dtype : Dtype::f64;
+    return;
+  case Op::cast:
+    node.level = graph.node(node.inputs[0]).level;
+    if (node.level == Level::Element && node.dtype != graph.dtype)
+      throw Error(what + " of element value " + describe(graph, node.inputs[0]) + " to " +
+                  std::string(dtype_name(node.dtype)) + ": element values keep the graph dtype " +
+                  std::string(dtype_name(graph.dtype)));
+    return;
+  default:
+    break;
+  }
+  // Pointwise ops: operands agree in dtype; the result takes the higher level.
+  const Node& first = graph.node(node.inputs[0]);
+  node.level = Level::PerTensor;
+  for (ValueId in : node.inputs) {
+    const Node& operand = graph.node(in);
+    if (operand.dtype != first.dtype)
+      throw Error(what + " mixes dtypes: " + describe(graph, node.inputs[0]) + " and " + describe(graph, in) +
+                  "; cast one operand first");
+    if (operand.level == Level::Element)
+      node.level = Level::Element;
+  }
+  node.dtype = first.dtype;
+}
+
+GraphBuilder::GraphBuilder(std::string name, Dtype dtype, bool intern) : intern_(intern) {
+  graph_.name = std::move(name);
+  graph_.dtype = dtype;
+}
+
+ValueId GraphBuilder::add(Node node) {
+  if (op_has_trait(node.op, kCommutative))
+    std::sort(node.inputs.begin(), node.inputs.end());
+  check_and_type(graph_, node);
+  if (intern_) {
+    auto key = std::make_tuple(node.op, node.dtype, node.inputs, std::bit_cast<uint64_t>(node.number), node.name);
+    auto [it, inserted] = interned_.emplace(key, graph_.size());
+    if (!inserted)
+      return it->second;
+  }
+  graph_.nodes.push_back(std::move(node));
+  return graph_.size() - 1;
+}
+
+ValueId GraphBuilder::constant(double value) {
+  Node n;
+  n.op = Op::constant;
+  n.number = value;
+  return add(std::move(n));
+}
+
+ValueId GraphBuilder::hyper(const std::string& name) { return add(Node{Op::hyper, {}, {}, {}, 0, name}); }
+ValueId GraphBuilder::scalar_state(const std::string& name) {
+  return add(Node{Op::scalar_state, {}, {}, {}, 0, name});
+}
+ValueId GraphBuilder::tensor(const std::string& name) { return add(Node{Op::tensor, {}, {}, {}, 0, name}); }
+
+ValueId GraphBuilder::cast(ValueId value, Dtype dtype) {
+  if (node(value).dtype == dtype)
+    return value;
+  Node n;
+  n.op = Op::cast;
+  n.dtype = dtype;
+  n.inputs = {value};
+  return add(std::move(n));
+}
+
+ValueId GraphBuilder::operand_for(ValueId value, Level partner_level) {
+  // A per-tensor scalar meeting an element value is rounded to the element dtype first, as torch does.
+  if (partner_level == Level::Element && node(value).level == Level::PerTensor)
+    return cast(value, graph_.dtype);
+  return value;
+}
+
+ValueId GraphBuilder::unary(Op op, ValueId value) {
+  Node n;
+  n.op = op;
+  n.inputs = {value};
+  return add(std::move(n));
+}
+
+ValueId GraphBuilder::binary(Op op, ValueId lhs, ValueId rhs) {
+  Level level = std::max(node(lhs).level, node(rhs).level);
+  Node n;
+  n.op = op;
+  n.inputs = {operand_for(lhs, level), operand_for(rhs, level)};
+  return add(std::move(n));
+}
+
+ValueId GraphBuilder::select(ValueId condition, ValueId if_true, ValueId if_false) {
+  Level level = std::max({node(condition).level, node(if_true).level, node(if_false).level});
+  Node n;
+  n.op = Op::select;
+  n.inputs = {operand_for(condition, level), operand_for(if_true, level), operand_for(if_false, level)};
+  return add(std::move(n));
+}
+
+void GraphBuilder::add_store(Store store) {
+  if (store.value < 0 || store.value >= graph_.size())
+    throw Error("store to '" + store.name + "' uses %" + std::to_string(store.value) + ", which is not defined");
+  const Node& value = node(store.value);
+  if (store.kind == StoreKind::Tensor && value.level != Level::Element)
+    throw Error("store to tensor slot '" + store.name + "' needs an element value, got " +
+                describe(graph_, store.value));
+  if (store.kind == StoreKind::Scalar && (value.level != Level::PerTensor || value.dtype != Dtype::f64))
+    throw Error("store to scalar slot '" + store.name + "' needs a per-tensor f64 value, got " +
+                describe(graph_, store.value));
+  for (const Store& s : graph_.stores)
+    if (s.name == store.name)
+      throw Error("slot '" + store.name + "' is stored twice; a graph writes each slot once");
+  graph_.stores.push_back(std::move(store));
+}
+
+void GraphBuilder::store(const std::string& slot, ValueId value) {
+  add_store(Store{StoreKind::Tensor, slot, value});
+}
+void GraphBuilder::store_scalar(const std::string& slot, ValueId value) {
+  add_store(Store{StoreKind::Scalar, slot, value});
+}
+
+Graph GraphBuilder::finish() {
+  Graph out = std::move(graph_);
+  graph_ = Graph{out.name, out.dtype, {}, {}};
+  interned_.clear();
+  return out;
+}
+
+} // namespace optjit

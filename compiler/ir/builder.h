@@ -1,0 +1,50 @@
+// GraphBuilder: the only way graphs are made. It checks each node on construction (operand count, levels,
+// dtypes), sorts the operands of commutative ops, inserts the cast that rounds a per-tensor scalar to the element
+// dtype where the two meet (as torch rounds a Python scalar to the tensor's dtype), and, when interning, returns
+// the existing node for an identical one (CSE for free).
+#pragma once
+
+#include "compiler/ir/ir.h"
+
+#include <map>
+#include <tuple>
+
+namespace optjit {
+
+class GraphBuilder {
+public:
+  GraphBuilder(std::string name, Dtype dtype, bool intern = true);
+
+  ValueId constant(double value);
+  ValueId hyper(const std::string& name);
+  ValueId scalar_state(const std::string& name);
+  ValueId tensor(const std::string& name);
+  ValueId cast(ValueId value, Dtype dtype);
+  ValueId unary(Op op, ValueId value);
+  ValueId binary(Op op, ValueId lhs, ValueId rhs);
+  ValueId select(ValueId condition, ValueId if_true, ValueId if_false);
+  void store(const std::string& slot, ValueId value);
+  void store_scalar(const std::string& slot, ValueId value);
+
+  // Adds a node as given (operands are not cast); checks it like every other. Used by the parser and passes.
+  ValueId add(Node node);
+  void add_store(Store store);
+
+  const Node& node(ValueId id) const { return graph_.node(id); }
+  Dtype dtype() const { return graph_.dtype; }
+  int size() const { return graph_.size(); }
+  Graph finish();
+
+private:
+  ValueId operand_for(ValueId value, Level partner_level);
+
+  Graph graph_;
+  bool intern_;
+  std::map<std::tuple<Op, Dtype, std::vector<ValueId>, uint64_t, std::string>, ValueId> interned_;
+};
+
+// The level and dtype a node must have, given its operands; throws optjit::Error naming the rule when the
+// operands do not fit. Shared by the builder and the verifier.
+void check_and_type(const Graph& graph, Node& node);
+
+} // namespace optjit

@@ -1,0 +1,224 @@
+#include "compiler/ir/interpreter.h"
+#include "runtime/work_items.h"
+#include "compiler/ir/op_semantics.h"
+#include "runtime/error.h"
+#include "runtime/thread_pool.h"
+
+#include <algorithm>
+#include <type_traits>
+#include <variant>
+
+namespace optjit {
+
+const std::vector<Tensor>& ListArguments::slot(const std::string& name) const {
+  for (std::size_t i = 0; i < slot_names.size(); ++i)
+    if (slot_names[i] == name)
+      return slot_tensors[i];
+  throw Error("no tensors are bound to slot '" + name + "'");
+}
+
+int ListArguments::hyper_index(const std::string& name) const {
+  for (std::size_t i = 0; i < hyper_names.size(); ++i)
+    if (hyper_names[i] == name)
+      return static_cast<int>(i);
+  throw Error("no hyperparameter '" + name + "' is bound");
+}
+
+namespace {
+
+using PerTensorValues = std::vector<double>;  // one per list entry (f32 values are kept exactly rounded)
+using ElementValues = std::vector<Tensor>;     // one tensor per list entry
+using Value = std::variant<PerTensorValues, ElementValues>;
+
+double round_to(Dtype dtype, double x) { return dtype == Dtype::f32 ? static_cast<double>(static_cast<float>(x)) : x; }
+
+double scalar_op(const Node& n, const std::vector<double>& in) {
+  if (n.op == Op::cast)
+    return round_to(n.dtype, in[0]);
+  if (n.op == Op::select)
+    return in[0] != 0 ? in[1] : in[2];
+  if (n.dtype == Dtype::f32) {
+    if (in.size() == 1)
+      return apply_unary<float>(n.op, static_cast<float>(in[0]));
+    return apply_binary<float>(n.op, static_cast<float>(in[0]), static_cast<float>(in[1]));
+  }
+  return in.size() == 1 ? apply_unary<double>(n.op, in[0]) : apply_binary<double>(n.op, in[0], in[1]);
+}
+
+// An operand of an element op: a whole tensor, or one per-tensor scalar broadcast over it.
+template <class T> struct Operand {
+  const T* data = nullptr;
+  T scalar = 0;
+  T at(int64_t i) const { return data ? data[i] : scalar; }
+};
+
+// Calls body(f) with f the element function of `op` (unary or binary, per the op table), so that the switch over
+// ops runs once per chunk instead of once per element.
+template <class T, class Body> void with_element_function(Op op, Body&& body) {
+  switch (op) {
+#define OPTJIT_OP(name, arity, traits)                                                              \
+  case Op::name:                                                                                    \
+    if constexpr ((arity) == 1)                                                                     \
+      body([](T x) { return apply_unary<T>(Op::name, x); });                                        \
+    else if constexpr ((arity) == 2)                                                                \
+      body([](T a, T b) { return apply_binary<T>(Op::name, a, b); });                               \
+    break;
+#include "compiler/ir/ops.def"
+#undef OPTJIT_OP
+  }
+}
+
+// dst[i] = f(a[i], b[i]) over [begin, end), with scalar operands hoisted out of the loop.
+template <class T, class F>
+void binary_loop(F f, const Operand<T>& a, const Operand<T>& b, T* dst, int64_t begin, int64_t end) {
+  if (a.data && b.data) {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = f(a.data[i], b.data[i]);
+  } else if (a.data) {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = f(a.data[i], b.scalar);
+  } else if (b.data) {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = f(a.scalar, b.data[i]);
+  } else {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = f(a.scalar, b.scalar);
+  }
+}
+
+// One element op over elements [begin, end) of list entry t.
+template <class T>
+void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, const Tensor& out, int64_t begin,
+                int64_t end) {
+  Operand<T> ops[3];
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    if (auto* pt = std::get_if<PerTensorValues>(in[k]))
+      ops[k].scalar = static_cast<T>((*pt)[static_cast<std::size_t>(t)]);
+    else
+      ops[k].data = std::get<ElementValues>(*in[k])[static_cast<std::size_t>(t)].template data_as<T>();
+  }
+  T* dst = out.data_as<T>();
+  if (n.op == Op::select) {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = ops[0].at(i) != T(0) ? ops[1].at(i) : ops[2].at(i);
+    return;
+  }
+  with_element_function<T>(n.op, [&](auto f) {
+    if constexpr (std::is_invocable_v<decltype(f), T>) {
+      if (!ops[0].data) {
+        const T value = f(ops[0].scalar);
+        for (int64_t i = begin; i < end; ++i)
+          dst[i] = value;
+      } else {
+        for (int64_t i = begin; i < end; ++i)
+          dst[i] = f(ops[0].data[i]);
+      }
+    } else {
+      binary_loop<T>(f, ops[0], ops[1], dst, begin, end);
+    }
+  });
+}
+
+} // namespace
+
+void interpret(const Graph& graph, const ListArguments& args) {
+  const int64_t n_tensors = args.n_tensors();
+  std::vector<Value> values(static_cast<std::size_t>(graph.size()));
+  // Every element value has the list's shapes: cut them into work items once, so that one parallel loop per op
+  // covers many small tensors as well as one large one.
+  std::vector<WorkItem> items;
+  int64_t grain = 1;
+  for (int id = 0; id < graph.size(); ++id) {
+    const Node& n = graph.node(id);
+    Value& out = values[static_cast<std::size_t>(id)];
+    switch (n.op) {
+    case Op::constant:
+      out = PerTensorValues(static_cast<std::size_t>(n_tensors), n.number);
+      continue;
+    case Op::hyper: {
+      int k = args.hyper_index(n.name);
+      PerTensorValues v(static_cast<std::size_t>(n_tensors));
+      for (int64_t t = 0; t < n_tensors; ++t)
+        v[static_cast<std::size_t>(t)] = args.hyper_value(t, k);
+      out = std::move(v);
+      continue;
+    }
+    case Op::scalar_state: {
+      PerTensorValues v;
+      for (const Tensor& s : args.slot(n.name))
+        v.push_back(s.item(0));
+      out = std::move(v);
+      continue;
+    }
+    case Op::tensor:
+      out = args.slot(n.name); // loads alias the argument; stores replace contents only at the end
+      continue;
+    default:
+      break;
+    }
+    std::vector<const Value*> in;
+    for (ValueId operand : n.inputs)
+      in.push_back(&values[static_cast<std::size_t>(operand)]);
+    if (n.level == Level::PerTensor) {
+      PerTensorValues v(static_cast<std::size_t>(n_tensors));
+      std::vector<double> operands(n.inputs.size());
+      for (int64_t t = 0; t < n_tensors; ++t) {
+        for (std::size_t k = 0; k < in.size(); ++k)
+          operands[k] = std::get<PerTensorValues>(*in[k])[static_cast<std::size_t>(t)];
+        v[static_cast<std::size_t>(t)] = scalar_op(n, operands);
+      }
+      out = std::move(v);
+      continue;
+    }
+    // An element op: the shape of each list entry comes from any element operand.
+    const ElementValues* shape_source = nullptr;
+    for (const Value* v : in)
+      if (auto* e = std::get_if<ElementValues>(v))
+        shape_source = e;
+    ElementValues result;
+    for (const Tensor& like : *shape_source)
+      result.push_back(Tensor::empty(like.shape(), graph.dtype, like.device()));
+    if (items.empty()) {
+      std::vector<int64_t> numels;
+      for (const Tensor& t : result)
+        numels.push_back(t.numel());
+      items = make_work_items(numels, LaunchShape{});
+      grain = items_per_task(items, LaunchShape{});
+    }
+    ThreadPool::global().parallel_for(static_cast<int64_t>(items.size()), grain, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const WorkItem& item = items[static_cast<std::size_t>(k)];
+        const Tensor& dst = result[static_cast<std::size_t>(item.tensor)];
+        if (graph.dtype == Dtype::f32)
+          element_op<float>(n, in, item.tensor, dst, item.begin, item.end);
+        else
+          element_op<double>(n, in, item.tensor, dst, item.begin, item.end);
+      }
+    });
+    out = std::move(result);
+  }
+  // A store whose value is a plain load still aliases its slot; copy it before any store can overwrite it.
+  for (const Store& s : graph.stores)
+    if (graph.node(s.value).op == Op::tensor) {
+      ElementValues copies;
+      for (const Tensor& t : std::get<ElementValues>(values[static_cast<std::size_t>(s.value)]))
+        copies.push_back(t.clone());
+      values[static_cast<std::size_t>(s.value)] = std::move(copies);
+    }
+  for (const Store& s : graph.stores) {
+    const std::vector<Tensor>& targets = args.slot(s.name);
+    const Value& v = values[static_cast<std::size_t>(s.value)];
+    for (int64_t t = 0; t < n_tensors; ++t) {
+      const Tensor& target = targets[static_cast<std::size_t>(t)];
+      if (s.kind == StoreKind::Scalar) {
+        target.set_item(0, std::get<PerTensorValues>(v)[static_cast<std::size_t>(t)]);
+      } else {
+        const Tensor& source = std::get<ElementValues>(v)[static_cast<std::size_t>(t)];
+        if (!source.same(target))
+          target.copy_from(source);
+      }
+    }
+  }
+}
+
+} // namespace optjit

@@ -1,0 +1,55 @@
+#include "compiler/ir/ir.h"
+
+#include <algorithm>
+
+namespace optjit {
+namespace {
+
+struct OpInfo {
+  std::string_view name;
+  int arity;
+  unsigned traits;
+};
+
+constexpr OpInfo kOps[] = {
+#define OPTJIT_OP(name, arity, traits) {#name, arity, traits},
+#include "compiler/ir/ops.def"
+#undef OPTJIT_OP
+};
+
+void add_unique(std::vector<std::string>& list, const std::string& name) {
+  if (std::find(list.begin(), list.end(), name) == list.end())
+    list.push_back(name);
+}
+
+} // namespace
+
+std::string_view op_name(Op op) { return kOps[static_cast<int>(op)].name; }
+int op_arity(Op op) { return kOps[static_cast<int>(op)].arity; }
+bool op_has_trait(Op op, OpTraits trait) { return (kOps[static_cast<int>(op)].traits & trait) != 0; }
+
+bool op_from_name(std::string_view name, Op& op) {
+  for (std::size_t i = 0; i < std::size(kOps); ++i)
+    if (kOps[i].name == name) {
+      op = static_cast<Op>(i);
+      return true;
+    }
+  return false;
+}
+
+GraphSignature signature_of(const Graph& graph) {
+  GraphSignature sig;
+  for (const Node& n : graph.nodes) {
+    if (n.op == Op::tensor)
+      add_unique(sig.tensor_slots, n.name);
+    else if (n.op == Op::scalar_state)
+      add_unique(sig.scalar_slots, n.name);
+    else if (n.op == Op::hyper)
+      add_unique(sig.hypers, n.name);
+  }
+  for (const Store& s : graph.stores)
+    add_unique(s.kind == StoreKind::Tensor ? sig.tensor_slots : sig.scalar_slots, s.name);
+  return sig;
+}
+
+} // namespace optjit

@@ -1,0 +1,75 @@
+// The IR: a flat SSA graph of plain nodes in topological order, plus an effect list of stores that run after
+// every value is computed (so every load sees the values from before the step). The graph owns its nodes;
+// passes return new graphs.
+#pragma once
+
+#include "runtime/dtype.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace optjit {
+
+enum class Op : uint8_t {
+#define OPTJIT_OP(name, arity, traits) name,
+#include "compiler/ir/ops.def"
+#undef OPTJIT_OP
+};
+
+enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2 };
+
+std::string_view op_name(Op op);
+int op_arity(Op op);
+bool op_has_trait(Op op, OpTraits trait);
+// Looks an op up by its printed name; false when there is none.
+bool op_from_name(std::string_view name, Op& op);
+
+// Per-tensor values run once per tensor (f64 scalar math, as torch does on the host); element values run once
+// per element in the graph's dtype.
+enum class Level : uint8_t { PerTensor, Element };
+
+using ValueId = int32_t;
+
+struct Node {
+  Op op = Op::constant;
+  Level level = Level::PerTensor;
+  Dtype dtype = Dtype::f64;
+  std::vector<ValueId> inputs;
+  double number = 0;  // constant
+  std::string name;   // hyper, scalar_state, tensor
+  bool operator==(const Node&) const = default;
+};
+
+enum class StoreKind : uint8_t { Tensor, Scalar };
+
+// Writes value `value` into slot `name`: a tensor slot (element value) or a scalar-state slot (per-tensor value,
+// rounded to the graph's dtype).
+struct Store {
+  StoreKind kind = StoreKind::Tensor;
+  std::string name;
+  ValueId value = -1;
+  bool operator==(const Store&) const = default;
+};
+
+struct Graph {
+  std::string name;
+  Dtype dtype = Dtype::f32; // the element dtype
+  std::vector<Node> nodes;
+  std::vector<Store> stores;
+
+  const Node& node(ValueId id) const { return nodes[static_cast<std::size_t>(id)]; }
+  int size() const { return static_cast<int>(nodes.size()); }
+  bool operator==(const Graph&) const = default;
+};
+
+// The slots a graph touches, in order of first appearance.
+struct GraphSignature {
+  std::vector<std::string> tensor_slots;  // loaded or stored element slots
+  std::vector<std::string> scalar_slots;  // loaded or stored per-tensor state slots
+  std::vector<std::string> hypers;
+};
+GraphSignature signature_of(const Graph& graph);
+
+} // namespace optjit

@@ -1,0 +1,24 @@
+// Deterministic text for graphs: values numbered by position, numbers in shortest round-trip form.
+// The format parses back (compiler/parser.h): print(parse(print(g))) == print(g).
+//
+//   graph @adam f32 {
+//     %0 = tensor "grad" : el f32
+//     %1 = hyper "beta1" : pt f64
+//     %2 = cast %1 : pt f32
+//     %3 = mul %0, %2 : el f32
+//     store "exp_avg" %3
+//     store_scalar "step" %5
+//   }
+#pragma once
+
+#include "compiler/ir/ir.h"
+
+#include <string>
+
+namespace optjit {
+
+std::string print_graph(const Graph& graph);
+std::string print_node(const Graph& graph, ValueId id); // one line, without indentation
+std::string format_number(double value);                 // shortest text that parses back to the same double
+
+} // namespace optjit

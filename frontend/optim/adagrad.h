@@ -1,0 +1,31 @@
+// Adagrad (torch.optim.Adagrad) with lr decay, an initial accumulator, weight decay and maximize: options,
+// validation with torch's messages, the traced foreach algorithm and the forloop reference. As in torch, every
+// param's state (step 0, sum filled with initial_accumulator_value) exists from construction on.
+#pragma once
+
+#include "frontend/optim/optimizer.h"
+
+#include <optional>
+
+namespace optjit {
+
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0;
+  double weight_decay = 0;
+  double initial_accumulator_value = 0;
+  double eps = 1e-10;
+  bool maximize = false;
+  std::optional<bool> foreach;
+};
+
+class Adagrad : public Optimizer {
+public:
+  OPTJIT_DECLARE_OPTIMIZER(Adagrad, AdagradOptions)
+
+protected:
+  double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;
+  bool creates_state_on_add() const override { return true; }
+};
+
+} // namespace optjit

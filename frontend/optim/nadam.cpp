@@ -1,0 +1,119 @@
+#include "frontend/optim/nadam.h"
+#include "frontend/optim/validation.h"
+
+#include <cmath>
+
+namespace optjit {
+namespace {
+
+// The momentum coefficient of step t: beta1 * (1 - 0.5 * 0.96^(t * momentum_decay)).
+double nadam_mu(double beta1, double momentum_decay, double step) {
+  return beta1 * (1. - 0.5 * std::pow(0.96, step * momentum_decay));
+}
+
+// torch's _single_tensor_nadam for one param.
+template <class T>
+void nadam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
+  const double lr = group.get("lr"), beta1 = group.get("beta1"), beta2 = group.get("beta2");
+  const double eps = group.get("eps"), weight_decay = group.get("weight_decay");
+  const double momentum_decay = group.get("momentum_decay");
+  const bool maximize = group.get("maximize") != 0, decoupled = group.get("decoupled_weight_decay") != 0;
+  Tensor step_t = find_state(state, "step"), mu_product_t = find_state(state, "mu_product");
+  const double step = step_t.item() + 1;
+  step_t.set_item(0, step);
+  const double bias_correction2 = 1 - std::pow(beta2, step);
+  const double mu = nadam_mu(beta1, momentum_decay, step);
+  const double mu_next = nadam_mu(beta1, momentum_decay, step + 1);
+  mu_product_t.set_item(0, mu_product_t.item() * mu); // rounded to the state's dtype, then read back
+  const double mu_product = mu_product_t.item();
+  const double mu_product_next = mu_product * mu_next;
+  const T grad_coefficient = static_cast<T>(-lr * (1. - mu) / (1. - mu_product));
+  const T exp_avg_coefficient = static_cast<T>((-lr * mu_next) / (1. - mu_product_next));
+  T* p = param.data_as<T>();
+  const T* g = grad.data_as<T>();
+  T* exp_avg = find_state(state, "exp_avg").data_as<T>();
+  T* exp_avg_sq = find_state(state, "exp_avg_sq").data_as<T>();
+  for (int64_t i = 0; i < param.numel(); ++i) {
+    T gi = maximize ? -g[i] : g[i];
+    if (weight_decay != 0) {
+      if (decoupled)
+        p[i] = p[i] * static_cast<T>(1 - lr * weight_decay);
+      else
+        gi = gi + static_cast<T>(weight_decay) * p[i];
+    }
+    exp_avg[i] = exp_avg[i] * static_cast<T>(beta1) + static_cast<T>(1 - beta1) * gi;
+    exp_avg_sq[i] = exp_avg_sq[i] * static_cast<T>(beta2) + static_cast<T>(1 - beta2) * gi * gi;
+    const T denom = std::sqrt(exp_avg_sq[i] / static_cast<T>(bias_correction2)) + static_cast<T>(eps);
+    p[i] = p[i] + grad_coefficient * (gi / denom);
+    p[i] = p[i] + exp_avg_coefficient * (exp_avg[i] / denom);
+  }
+}
+
+} // namespace
+
+NAdam::NAdam(std::vector<ParamGroupSpec> groups, const NAdamOptions& o)
+    : Optimizer("NAdam",
+                {{"lr", o.lr},
+                 {"beta1", o.betas.first},
+                 {"beta2", o.betas.second},
+                 {"eps", o.eps},
+                 {"weight_decay", o.weight_decay},
+                 {"momentum_decay", o.momentum_decay},
+                 {"decoupled_weight_decay", o.decoupled_weight_decay},
+                 {"maximize", o.maximize}},
+                o.foreach.value_or(false)) {
+  validate_options(defaults());
+  add_param_groups(std::move(groups));
+}
+
+NAdam::NAdam(std::vector<Tensor> params, const NAdamOptions& o) : NAdam(one_param_group(std::move(params)), o) {}
+
+void NAdam::validate_options(const OptionMap& o) const {
+  require_adam_options(o);
+  require_non_negative(o.at("momentum_decay"), "Invalid momentum_decay value: ");
+}
+
+Structure NAdam::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
+
+std::vector<StateSpec> NAdam::state_specs(const Structure&) const {
+  return {{"step", StateKind::Scalar}, {"mu_product", StateKind::Scalar, 1.0}, {"exp_avg"}, {"exp_avg_sq"}};
+}
+
+std::vector<std::string> NAdam::hyper_names() const {
+  return {"lr", "beta1", "beta2", "eps", "weight_decay", "momentum_decay"};
+}
+
+// torch's _multi_tensor_nadam. mu, mu_next and the step sizes are per-tensor scalars computed in the kernel from
+// the tensor's own step and mu_product, so params whose state started on different steps share one kernel.
+void NAdam::trace(Tracer& t, const Structure& s) const {
+  Sym params = t.tensors("param"), grads = t.tensors("grad");
+  Sym lr = t.hyper("lr"), beta1 = t.hyper("beta1"), beta2 = t.hyper("beta2"), eps = t.hyper("eps");
+  Sym weight_decay = t.hyper("weight_decay"), momentum_decay = t.hyper("momentum_decay");
+  if (s["maximize"])
+    grads = -grads;
+  Sym step = t.store_scalar("step", t.scalar_state("step") + 1.0);
+  if (s["decoupled_weight_decay"])
+    params = params * (1.0 - lr * weight_decay);
+  else if (s["weight_decay"])
+    grads = foreach_add(grads, params, weight_decay);
+  Sym bias_correction2 = 1.0 - pow(beta2, step);
+  Sym mu = beta1 * (1.0 - 0.5 * pow(t.constant(0.96), step * momentum_decay));
+  Sym mu_next = beta1 * (1.0 - 0.5 * pow(t.constant(0.96), (step + 1.0) * momentum_decay));
+  Sym mu_product = t.store_scalar("mu_product", t.scalar_state("mu_product") * mu);
+  Sym exp_avgs = foreach_add(t.tensors("exp_avg") * beta1, grads, 1.0 - beta1);
+  Sym exp_avg_sqs = foreach_addcmul(t.tensors("exp_avg_sq") * beta2, grads, grads, 1.0 - beta2);
+  Sym denom = sqrt(exp_avg_sqs) / sqrt(bias_correction2) + eps;
+  Sym step_size_grads = lr * (1.0 - mu) / (1.0 - mu_product) * -1.0;
+  Sym step_size_exp_avg = lr * mu_next / (1.0 - mu_product * mu_next) * -1.0;
+  params = foreach_addcdiv(params, grads, denom, step_size_grads);
+  params = foreach_addcdiv(params, exp_avgs, denom, step_size_exp_avg);
+  t.store("param", params);
+  t.store("exp_avg", exp_avgs);
+  t.store("exp_avg_sq", exp_avg_sqs);
+}
+
+void NAdam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
+  with_element_type(param.dtype(), [&]<class T>() { nadam_forloop<T>(group, param, grad, state); });
+}
+
+} // namespace optjit

@@ -1,0 +1,386 @@
+#include "frontend/optim/optimizer.h"
+#include "compiler/ir/interpreter.h"
+#include "frontend/optim/validation.h"
+#include "runtime/error.h"
+
+#include <cmath>
+#include <set>
+#include <spdlog/spdlog.h>
+
+namespace optjit {
+
+double ParamGroup::get(const std::string& name) const {
+  auto it = options.find(name);
+  if (it == options.end())
+    throw Error("param group has no option '" + name + "'");
+  if (!tensor_options.empty())
+    if (auto held = tensor_options.find(name); held != tensor_options.end())
+      return held->second.item();
+  return it->second;
+}
+
+void ParamGroup::set(const std::string& name, double value) {
+  if (!has(name))
+    throw Error("param group has no option '" + name + "'");
+  put(name, value);
+}
+
+void ParamGroup::set(const std::string& name, const Tensor& value) {
+  auto it = options.find(name);
+  if (it == options.end())
+    throw Error("param group has no option '" + name + "'");
+  if (!value.defined() || value.numel() != 1)
+    throw Error("Tensor " + name + " must be 1-element");
+  if (value.device() != Device::cpu())
+    throw Error("Tensor " + name + " is " + value.describe() + ": optjit reads tensor hyperparameters on the host");
+  it->second = value.item();
+  tensor_options[name] = value;
+}
+
+void ParamGroup::put(const std::string& name, double value) {
+  options[name] = value;
+  if (auto held = tensor_options.find(name); held != tensor_options.end())
+    held->second.fill(value);
+}
+
+bool ParamGroup::is_scheduler_key(const std::string& name) {
+  return name == "initial_lr" || name == "max_lr" || name == "min_lr" || name == "max_momentum" ||
+         name == "base_momentum";
+}
+
+bool Structure::operator[](const std::string& name) const {
+  for (const auto& [flag, value] : flags_)
+    if (flag == name)
+      return value;
+  OPTJIT_ASSERT(false, "structure has no flag " + name);
+}
+
+std::string Structure::key() const {
+  std::string key;
+  for (const auto& [flag, value] : flags_)
+    key += (key.empty() ? "" : ",") + flag + "=" + (value ? "1" : "0");
+  return key;
+}
+
+Structure maximize_and_weight_decay(const ParamGroup& group) {
+  const bool weight_decay = group.get("weight_decay") != 0;
+  Structure s;
+  s.set("maximize", group.get("maximize") != 0);
+  s.set("weight_decay", weight_decay);
+  if (group.options.count("decoupled_weight_decay"))
+    s.set("decoupled_weight_decay", weight_decay && group.get("decoupled_weight_decay") != 0);
+  return s;
+}
+
+std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params) {
+  if (params.empty())
+    throw Error("optimizer got an empty parameter list");
+  return {ParamGroupSpec{std::move(params), {}}};
+}
+
+Tensor find_state(const ParamState& state, const std::string& key) {
+  for (const auto& [name, tensor] : state)
+    if (name == key)
+      return tensor;
+  return Tensor();
+}
+
+Optimizer::Optimizer(std::string name, OptionMap defaults, bool foreach)
+    : name_(std::move(name)), defaults_(std::move(defaults)), foreach_(foreach) {}
+
+namespace {
+
+HookList<StepHook>& global_step_pre_hooks() {
+  static HookList<StepHook> hooks;
+  return hooks;
+}
+
+HookList<StepHook>& global_step_post_hooks() {
+  static HookList<StepHook> hooks;
+  return hooks;
+}
+
+} // namespace
+
+HookHandle register_optimizer_step_pre_hook(StepHook hook) { return global_step_pre_hooks().add(std::move(hook)); }
+HookHandle register_optimizer_step_post_hook(StepHook hook) {
+  return global_step_post_hooks().add(std::move(hook));
+}
+
+void Optimizer::add_param_group(ParamGroupSpec group) {
+  std::vector<ParamGroupSpec> one;
+  one.push_back(std::move(group));
+  add_param_groups(std::move(one));
+  if (creates_state_on_add())
+    create_state_for_every_param();
+}
+
+void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
+  if (specs.empty())
+    throw Error("optimizer got an empty parameter list");
+  // Every group is checked before any is added, so a rejected group leaves the optimizer as it was.
+  std::set<uint64_t> seen_in_other_groups;
+  for (const Tensor& p : flat_params_)
+    seen_in_other_groups.insert(p.uid());
+  std::vector<ParamGroup> added;
+  for (std::size_t index = 0; index < specs.size(); ++index) {
+    const std::size_t g = groups_.size() + index; // the group's index once added
+    const ParamGroupSpec& spec = specs[index];
+    ParamGroup group;
+    group.options = defaults_;
+    for (const auto& [key, value] : spec.options) {
+      if (!defaults_.count(key))
+        throw Error(name_ + " has no option '" + key + "' (param group " + std::to_string(g) + ")");
+      group.options[key] = value;
+    }
+    validate_options(group.options);
+    std::set<uint64_t> seen_here;
+    bool warned = false;
+    for (const Tensor& p : spec.params) {
+      if (!p.defined())
+        throw Error("params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
+                    "an undefined tensor in param group " + std::to_string(g));
+      if (seen_in_other_groups.count(p.uid()))
+        throw Error("some parameters appear in more than one parameter group");
+      if (!seen_here.insert(p.uid()).second) {
+        if (!warned)
+          spdlog::warn("optimizer contains a parameter group with duplicate parameters; in future, this will "
+                       "cause an error; see github.com/pytorch/pytorch/issues/40967 for more information "
+                       "(optjit keeps the first occurrence)");
+        warned = true;
+        continue;
+      }
+      group.params.push_back(p);
+    }
+    seen_in_other_groups.insert(seen_here.begin(), seen_here.end());
+    added.push_back(std::move(group));
+  }
+  for (ParamGroup& group : added) {
+    const int g = static_cast<int>(groups_.size());
+    for (const Tensor& p : group.params) {
+      flat_index_of_uid_[p.uid()] = static_cast<int64_t>(flat_params_.size());
+      flat_params_.push_back(p);
+      flat_group_.push_back(g);
+      states_.emplace_back();
+    }
+    groups_.push_back(std::move(group));
+  }
+  ++state_version_;
+}
+
+const ParamState* Optimizer::state(const Tensor& param) const {
+  auto it = flat_index_of_uid_.find(param.uid());
+  if (it == flat_index_of_uid_.end())
+    return nullptr;
+  return &states_[static_cast<std::size_t>(it->second)];
+}
+
+ParamState Optimizer::visible_state(const Tensor& param) const {
+  ParamState visible;
+  const ParamState* all = state(param);
+  if (!all)
+    return visible;
+  for (const auto& entry : *all)
+    if (entry.first.empty() || entry.first[0] != '_')
+      visible.push_back(entry);
+  return visible;
+}
+
+void Optimizer::set_state(const Tensor& param, const std::string& key, const Tensor& value) {
+  auto it = flat_index_of_uid_.find(param.uid());
+  if (it == flat_index_of_uid_.end())
+    throw Error("set_state: the tensor is not a parameter of this optimizer");
+  for (auto& [name, tensor] : states_[static_cast<std::size_t>(it->second)])
+    if (name == key) {
+      if (value.shape() != tensor.shape() || value.dtype() != tensor.dtype() || value.device() != tensor.device())
+        throw Error("set_state: state '" + key + "' is " + tensor.describe() + ", the replacement is " +
+                    value.describe() + "; shape, dtype and device must match");
+      tensor = value;
+      ++state_version_;
+      return;
+    }
+  throw Error("set_state: the parameter has no state '" + key + "'");
+}
+
+void Optimizer::clear_state() {
+  for (ParamState& s : states_)
+    s.clear();
+  ++state_version_;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (const Tensor& p : flat_params_) {
+    if (set_to_none) {
+      p.reset_grad();
+    } else if (Tensor g = p.grad(); g.defined()) {
+      g.fill(0);
+    }
+  }
+}
+
+std::vector<double> Optimizer::hyper_values() const {
+  std::vector<std::string> names = hyper_names();
+  std::vector<double> values;
+  values.reserve(groups_.size() * names.size());
+  for (const ParamGroup& group : groups_)
+    for (const std::string& name : names)
+      values.push_back(group.get(name));
+  return values;
+}
+
+void Optimizer::check_hyperparameters() const {
+  const std::vector<std::string> names = hyper_names();
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (const std::string& name : names)
+      if (double v = groups_[g].get(name); !std::isfinite(v))
+        throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
+                    ": hyperparameters must be finite");
+}
+
+void Optimizer::check_grad(int64_t flat) const {
+  const Tensor& p = flat_param(flat);
+  const Tensor g = p.grad();
+  if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
+    throw Error("grad of param " + std::to_string(flat) + " is " + g.describe() + " but the param is " +
+                p.describe() + ": a grad must have its param's shape, dtype and device");
+  if (!p.is_contiguous() || !g.is_contiguous())
+    throw Error("param " + std::to_string(flat) + " is " + p.describe() + " with grad " + g.describe() +
+                ": optimizer steps need contiguous params and grads (pass a contiguous copy)");
+}
+
+void Optimizer::check_step() const {
+  check_hyperparameters();
+  for (int64_t i = 0; i < param_count(); ++i)
+    if (flat_param(i).impl()->grad)
+      check_grad(i);
+}
+
+bool Optimizer::ensure_state() { return create_missing_state(/*only_params_with_grads=*/true); }
+
+void Optimizer::create_state_for_every_param() { create_missing_state(/*only_params_with_grads=*/false); }
+
+double Optimizer::initial_state_value(const ParamGroup&, const StateSpec& spec) const { return spec.initial; }
+
+bool Optimizer::create_missing_state(bool only_params_with_grads) {
+  bool created = false;
+  std::vector<std::vector<StateSpec>> specs_of_group;
+  for (const ParamGroup& group : groups_)
+    specs_of_group.push_back(state_specs(structure(group)));
+  for (int64_t i = 0; i < param_count(); ++i) {
+    const Tensor& p = flat_param(i);
+    if (only_params_with_grads && !p.impl()->grad)
+      continue;
+    ParamState& s = states_[static_cast<std::size_t>(i)];
+    const auto g = static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)]);
+    for (const StateSpec& spec : specs_of_group[g]) {
+      if (find_state(s, spec.name).defined())
+        continue;
+      Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();
+      s.emplace_back(spec.name, Tensor::full(shape, initial_state_value(groups_[g], spec), p.dtype(), p.device()));
+      created = true;
+    }
+  }
+  if (created)
+    ++state_version_;
+  return created;
+}
+
+std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) const {
+  std::vector<Bucket> buckets;
+  std::vector<Structure> structures;
+  for (const ParamGroup& group : groups_)
+    structures.push_back(structure(group));
+  for (int64_t i = 0; i < param_count(); ++i) {
+    const Tensor& p = flat_param(i);
+    if (members == BucketMembers::WithGrads && !p.grad().defined())
+      continue;
+    int g = flat_group_[static_cast<std::size_t>(i)];
+    const Structure& s = structures[static_cast<std::size_t>(g)];
+    std::string key = s.key();
+    Bucket* bucket = nullptr;
+    for (Bucket& b : buckets)
+      if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key)
+        bucket = &b;
+    if (!bucket) {
+      buckets.push_back(Bucket{p.dtype(), p.device(), key, s, {}});
+      bucket = &buckets.back();
+    }
+    bucket->members.push_back({g, i});
+  }
+  return buckets;
+}
+
+Graph Optimizer::trace_bucket(const Bucket& bucket) const {
+  std::string graph_name = name_;
+  for (char& c : graph_name)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  Tracer tracer(graph_name, bucket.dtype);
+  trace(tracer, bucket.structure);
+  return tracer.finish();
+}
+
+ListArguments Optimizer::list_arguments(const Bucket& bucket) const {
+  ListArguments args;
+  args.hyper_names = hyper_names();
+  args.hyper = hyper_values();
+  args.slot_names = {"param", "grad"};
+  args.slot_tensors.resize(2);
+  for (const StateSpec& spec : state_specs(bucket.structure)) {
+    args.slot_names.push_back(spec.name);
+    args.slot_tensors.emplace_back();
+  }
+  for (const Member& m : bucket.members) {
+    const Tensor& p = flat_param(m.flat);
+    args.group_of.push_back(m.group);
+    args.slot_tensors[0].push_back(p);
+    args.slot_tensors[1].push_back(p.grad());
+    const ParamState& s = flat_state(m.flat);
+    for (std::size_t k = 2; k < args.slot_names.size(); ++k) {
+      Tensor t = find_state(s, args.slot_names[k]);
+      OPTJIT_ASSERT(t.defined(), "state " + args.slot_names[k] + " missing; ensure_state() runs first");
+      args.slot_tensors[k].push_back(t);
+    }
+  }
+  return args;
+}
+
+double Optimizer::run_with_step_hooks(const std::function<void()>& update, const Closure& closure) {
+  global_step_pre_hooks().run(*this);
+  step_pre_hooks_.run(*this);
+  const double loss = closure ? closure() : 0.0;
+  update();
+  step_post_hooks_.run(*this);
+  global_step_post_hooks().run(*this);
+  return loss;
+}
+
+void Optimizer::step() { run_with_step_hooks([this] { eager_update(); }); }
+
+double Optimizer::step(const Closure& closure) { return run_with_step_hooks([this] { eager_update(); }, closure); }
+
+void Optimizer::eager_update() {
+  check_step();
+  for (int64_t i = 0; i < param_count(); ++i)
+    if (const Tensor& p = flat_param(i); p.grad().defined() && p.device().kind == DeviceKind::cuda)
+      throw Error(name_ + ": param " + std::to_string(i) + " is on " + p.device().to_string() +
+                  ", and eager and forloop steps run on the CPU: compile the step (optjit::compile) to run it on "
+                  "the GPU");
+  ensure_state();
+  if (!foreach_) {
+    for (int64_t i = 0; i < param_count(); ++i) {
+      const Tensor& p = flat_param(i);
+      if (Tensor g = p.grad(); g.defined())
+        forloop_step(groups_[static_cast<std::size_t>(group_of_flat(i))], p, g, states_[static_cast<std::size_t>(i)]);
+    }
+    return;
+  }
+  for (const Bucket& bucket : make_buckets()) {
+    std::string key = std::string(dtype_name(bucket.dtype)) + "|" + bucket.structure_key;
+    auto it = eager_graphs_.find(key);
+    if (it == eager_graphs_.end())
+      it = eager_graphs_.emplace(key, trace_bucket(bucket)).first;
+    interpret(it->second, list_arguments(bucket));
+  }
+}
+
+} // namespace optjit

@@ -1,0 +1,261 @@
+// The Optimizer base, as torch.optim.Optimizer: param groups with per-group options over the defaults, per-param
+// state created lazily on a param's first step with a grad, step() and zero_grad(). A subclass supplies its
+// algorithm three ways: traced foreach ops (trace), a plain scalar forloop reference (forloop_step), and the
+// structure of a group (the options that change the algorithm's shape rather than its numbers).
+#pragma once
+
+#include "compiler/ir/arguments.h"
+#include "compiler/ir/ir.h"
+#include "frontend/trace/foreach.h"
+#include "frontend/optim/hooks.h"
+#include "runtime/tensor.h"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace optjit {
+
+// A group's options: hyperparameters and flags (flags as 0 or 1), by torch's names (betas as beta1, beta2).
+using OptionMap = std::map<std::string, double>;
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  OptionMap options;
+  // Options held in a 1-element tensor (torch's Tensor lr): read at every step, so changing the tensor's value
+  // changes the next step, compiled or not, without a recompile.
+  std::map<std::string, Tensor> tensor_options;
+
+  double get(const std::string& name) const; // the tensor's value when tensor-held; throws for an unknown key
+  bool has(const std::string& name) const { return options.count(name) > 0; }
+  // Only keys the group has. A tensor-held option is filled in place, as torch's LR schedulers do.
+  void set(const std::string& name, double value);
+  // Holds an option the group has in `value`, a 1-element f32 or f64 CPU tensor ("Tensor lr must be 1-element").
+  void set(const std::string& name, const Tensor& value);
+  // Sets or adds any key: the entries LR schedulers keep in param groups (initial_lr, max_lr, ...).
+  void put(const std::string& name, double value);
+  // Keys LR schedulers add to param groups, which state dicts carry along with the optimizer's options.
+  static bool is_scheduler_key(const std::string& name);
+};
+
+// A param group as given to a constructor: its params and the options it overrides.
+struct ParamGroupSpec {
+  std::vector<Tensor> params;
+  OptionMap options;
+};
+
+// The flags a group's algorithm is traced with (amsgrad, maximize, weight_decay != 0, ...).
+class Structure {
+public:
+  void set(const std::string& name, bool value) { flags_.emplace_back(name, value); }
+  bool operator[](const std::string& name) const;
+  std::string key() const; // "amsgrad=1,maximize=0"
+
+private:
+  std::vector<std::pair<std::string, bool>> flags_;
+};
+
+enum class StateKind { Tensor, Scalar };
+
+struct StateSpec {
+  std::string name;
+  StateKind kind = StateKind::Tensor;
+  double initial = 0;   // every element starts at this value
+  bool visible = true;  // false: internal bookkeeping, not part of torch's state keys (named "_...")
+  double loaded = 0;    // hidden entries: the value a param's state loaded by load_state_dict implies
+};
+
+// A param's state entries in torch's key order. Scalar entries are 1-element tensors of the param's dtype.
+using ParamState = std::vector<std::pair<std::string, Tensor>>;
+
+// torch.optim's state_dict(): each group's options with its params as indices (groups in order, params in group
+// order, counting from 0), and the state of every param that has any, by index, in torch's key order. The
+// tensors are copies: a state dict is a snapshot.
+struct StateDict {
+  struct Group {
+    OptionMap options;
+    std::vector<int64_t> params;
+  };
+  std::string optimizer; // torch's class name
+  std::vector<Group> param_groups;
+  std::map<int64_t, ParamState> state;
+};
+
+class Optimizer;
+using StepHook = std::function<void(Optimizer&)>;
+using StateDictHook = std::function<void(Optimizer&, StateDict&)>;
+using Closure = std::function<double()>; // re-evaluates the model, sets the grads and returns the loss
+
+// Step hooks of every optimizer (torch.optim.optimizer.register_optimizer_step_pre_hook / _post_hook): global pre
+// hooks run before an optimizer's own, global post hooks after its own.
+HookHandle register_optimizer_step_pre_hook(StepHook hook);
+HookHandle register_optimizer_step_post_hook(StepHook hook);
+
+class Optimizer {
+public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  const std::string& name() const { return name_; }
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  const OptionMap& defaults() const { return defaults_; }
+  bool foreach() const { return foreach_; }
+
+  // One eager step: the forloop reference (foreach=false) or the interpreted foreach graph (foreach=true), between
+  // the step hooks. Throws before anything changes when a grad or a hyperparameter is invalid.
+  void step();
+  // torch's step(closure): evaluates the closure (which sets the grads) after the pre hooks, then steps; returns
+  // its loss.
+  double step(const Closure& closure);
+  // Runs the closure, when given, then `update`, between the step pre hooks (global, then this optimizer's) and
+  // the post hooks (this optimizer's, then global), as torch's step wrapper does; returns the closure's loss (0
+  // without one). Compiled steps run through it too.
+  double run_with_step_hooks(const std::function<void()>& update, const Closure& closure = {});
+  // set_to_none: every grad becomes None; otherwise grads are zeroed in place (buffers kept).
+  void zero_grad(bool set_to_none = true);
+
+  // A new group over params no group has yet; options not given take the defaults (torch's add_param_group).
+  void add_param_group(ParamGroupSpec group);
+
+  // torch's state_dict() and load_state_dict(). Loading checks everything first (optimizer, group count and sizes,
+  // options, state keys and shapes) and changes nothing when any check fails; state tensors are copied into the
+  // param's dtype. Group options are replaced by the loaded ones.
+  StateDict state_dict();
+  void load_state_dict(StateDict state_dict);
+
+  HookHandle register_step_pre_hook(StepHook hook) { return step_pre_hooks_.add(std::move(hook)); }
+  HookHandle register_step_post_hook(StepHook hook) { return step_post_hooks_.add(std::move(hook)); }
+  // Pre: hook(optimizer) before the dict is built. Post: hook(optimizer, dict) may change the dict returned.
+  HookHandle register_state_dict_pre_hook(StepHook hook, bool prepend = false) {
+    return state_dict_pre_hooks_.add(std::move(hook), prepend);
+  }
+  HookHandle register_state_dict_post_hook(StateDictHook hook, bool prepend = false) {
+    return state_dict_post_hooks_.add(std::move(hook), prepend);
+  }
+  // Pre: hook(optimizer, dict) may change the dict before it is checked and loaded. Post: hook(optimizer) after.
+  HookHandle register_load_state_dict_pre_hook(StateDictHook hook, bool prepend = false) {
+    return load_state_dict_pre_hooks_.add(std::move(hook), prepend);
+  }
+  HookHandle register_load_state_dict_post_hook(StepHook hook, bool prepend = false) {
+    return load_state_dict_post_hooks_.add(std::move(hook), prepend);
+  }
+
+  // State, by param identity. Entries hidden from torch's key set are left out of visible_state().
+  const ParamState* state(const Tensor& param) const;
+  ParamState visible_state(const Tensor& param) const;
+  // Replaces one state buffer (same shape and dtype); compiled steps rebind to it.
+  void set_state(const Tensor& param, const std::string& key, const Tensor& value);
+  void clear_state();
+  uint64_t state_version() const { return state_version_; }
+
+  // What compiled and eager steps build on.
+  struct Member {
+    int group;
+    int64_t flat; // index over all params, in group order
+  };
+  struct Bucket {
+    Dtype dtype;
+    Device device;
+    std::string structure_key;
+    Structure structure;
+    std::vector<Member> members;
+  };
+  // Params grouped by (device, dtype, structure); one list graph (one kernel) each. Eager steps bucket the params
+  // with grads; compiled steps bucket every param, since which grads are present only changes the binding.
+  enum class BucketMembers { WithGrads, All };
+  std::vector<Bucket> make_buckets(BucketMembers members = BucketMembers::WithGrads) const;
+  Graph trace_bucket(const Bucket& bucket) const;
+  ListArguments list_arguments(const Bucket& bucket) const;
+  // This step's hyperparameters: groups x hyper_names(), read from the groups' options.
+  std::vector<double> hyper_values() const;
+  // Step-time checks, run before anything is mutated. Hyperparameters must be finite; a grad must have its
+  // param's shape, dtype and device, and both must be contiguous.
+  void check_hyperparameters() const;
+  void check_grad(int64_t flat) const;
+  void check_step() const; // every hyperparameter and every present grad
+  // Creates the missing state of every param that has a grad; returns whether any was created.
+  bool ensure_state();
+
+  int64_t param_count() const { return static_cast<int64_t>(flat_params_.size()); }
+  const Tensor& flat_param(int64_t i) const { return flat_params_[static_cast<std::size_t>(i)]; }
+  const ParamState& flat_state(int64_t i) const { return states_[static_cast<std::size_t>(i)]; }
+  int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
+
+  virtual Structure structure(const ParamGroup& group) const = 0;
+  virtual std::vector<StateSpec> state_specs(const Structure& structure) const = 0;
+  virtual std::vector<std::string> hyper_names() const = 0;
+  virtual void trace(Tracer& tracer, const Structure& structure) const = 0;
+  virtual void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                            ParamState& state) const = 0;
+  // Throws optjit::Error with torch's message when a group's options break the optimizer's rules.
+  virtual void validate_options(const OptionMap& options) const = 0;
+
+protected:
+  Optimizer(std::string name, OptionMap defaults, bool foreach);
+  // Validates each group's options (the subclass's rules) and adds the groups. Call from the subclass
+  // constructor, where the subclass's validate_options is callable.
+  void add_param_groups(std::vector<ParamGroupSpec> groups);
+  // Creates the state of every param now, grad or not (torch's Adagrad does so in its constructor).
+  void create_state_for_every_param();
+  // Whether params get their state as soon as they join (Adagrad), rather than on their first step with a grad.
+  virtual bool creates_state_on_add() const { return false; }
+  // The value a new state entry starts at; the spec's `initial` unless a group option decides it.
+  virtual double initial_state_value(const ParamGroup& group, const StateSpec& spec) const;
+
+private:
+  std::string name_;
+  OptionMap defaults_;
+  bool foreach_;
+  std::vector<ParamGroup> groups_;
+  std::vector<Tensor> flat_params_;
+  std::vector<int> flat_group_;
+  std::vector<ParamState> states_;
+  std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
+  uint64_t state_version_ = 0;
+  HookList<StepHook> step_pre_hooks_, step_post_hooks_, state_dict_pre_hooks_, load_state_dict_post_hooks_;
+  HookList<StateDictHook> state_dict_post_hooks_, load_state_dict_pre_hooks_;
+  bool create_missing_state(bool only_params_with_grads);
+  void eager_update();
+  // load_state_dict's checks and the state it would install, per flat param; throws on the first mismatch.
+  std::vector<ParamState> checked_loaded_state(const StateDict& loaded) const;
+  mutable std::map<std::string, Graph> eager_graphs_;
+};
+
+// The flags most optimizers trace with: maximize, weight_decay (non-zero) and, for optimizers with the option,
+// decoupled_weight_decay (set only with a non-zero weight decay).
+Structure maximize_and_weight_decay(const ParamGroup& group);
+
+// Declares an optimizer class's two constructors (a plain param list, or param groups; each with its options
+// struct) and the algorithm it supplies to the Optimizer base.
+#define OPTJIT_DECLARE_OPTIMIZER(Class, Options)                                                                    \
+  Class(std::vector<Tensor> params, const Options& options = {});                                                  \
+  Class(std::vector<ParamGroupSpec> groups, const Options& options = {});                                          \
+  Structure structure(const ParamGroup& group) const override;                                                     \
+  std::vector<StateSpec> state_specs(const Structure& structure) const override;                                   \
+  std::vector<std::string> hyper_names() const override;                                                           \
+  void trace(Tracer& tracer, const Structure& structure) const override;                                           \
+  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state)            \
+      const override;                                                                                              \
+  void validate_options(const OptionMap& options) const override;
+
+// Calls body.template operator()<T>() with T the element type of `dtype` (float or double): one forloop
+// reference template serves both dtypes.
+template <class Body> void with_element_type(Dtype dtype, Body&& body) {
+  if (dtype == Dtype::f32)
+    body.template operator()<float>();
+  else
+    body.template operator()<double>();
+}
+
+// A constructor's plain list of params as one param group; an empty list is torch's error.
+std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params);
+
+// Looks up an entry of a param's state; undefined Tensor when absent.
+Tensor find_state(const ParamState& state, const std::string& key);
+
+} // namespace optjit

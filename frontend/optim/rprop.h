@@ -1,0 +1,29 @@
+// Rprop (torch.optim.Rprop): resilient backpropagation. Each element keeps its own step size, grown by etaplus
+// while its gradient keeps its sign and shrunk by etaminus when the sign flips, clamped to step_sizes; lr is
+// only the step size a param starts with. Options, validation with torch's messages, the traced foreach algorithm
+// and the forloop reference.
+#pragma once
+
+#include "frontend/optim/optimizer.h"
+
+#include <optional>
+
+namespace optjit {
+
+struct RpropOptions {
+  double lr = 1e-2;
+  std::pair<double, double> etas{0.5, 1.2};
+  std::pair<double, double> step_sizes{1e-6, 50};
+  bool maximize = false;
+  std::optional<bool> foreach;
+};
+
+class Rprop : public Optimizer {
+public:
+  OPTJIT_DECLARE_OPTIMIZER(Rprop, RpropOptions)
+
+protected:
+  double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;
+};
+
+} // namespace optjit

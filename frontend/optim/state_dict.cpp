@@ -1,0 +1,132 @@
+// Optimizer::state_dict() and load_state_dict(): torch's semantics, with every check done before anything of the
+// optimizer changes.
+#include "frontend/optim/optimizer.h"
+#include "runtime/error.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+
+namespace optjit {
+namespace {
+
+// A copy of `t` in `dtype` on `device` (values converted as torch's .to(dtype) does), as torch's load_state_dict
+// moves state to its param's device.
+Tensor copy_as(const Tensor& t, Dtype dtype, Device device) {
+  if (t.dtype() == dtype)
+    return t.device() == device ? t.clone() : t.to(device);
+  const std::vector<double> values = t.to_vector();
+  return Tensor::from_values(t.shape(), values, dtype).to(device);
+}
+
+std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+} // namespace
+
+StateDict Optimizer::state_dict() {
+  state_dict_pre_hooks_.run(*this);
+  StateDict dict;
+  dict.optimizer = name_;
+  int64_t index = 0;
+  for (const ParamGroup& group : groups_) {
+    StateDict::Group saved{group.options, {}};
+    for (const auto& [name, tensor] : group.tensor_options)
+      saved.options[name] = tensor.item();
+    for (std::size_t k = 0; k < group.params.size(); ++k)
+      saved.params.push_back(index++);
+    dict.param_groups.push_back(std::move(saved));
+  }
+  for (int64_t i = 0; i < param_count(); ++i) {
+    ParamState copy;
+    for (const auto& [key, tensor] : visible_state(flat_param(i)))
+      copy.emplace_back(key, tensor.clone());
+    if (!copy.empty())
+      dict.state.emplace(i, std::move(copy));
+  }
+  state_dict_post_hooks_.run(*this, dict);
+  return dict;
+}
+
+std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded) const {
+  if (loaded.optimizer != name_)
+    throw Error(fmt::format("loaded state dict is for {}, this optimizer is {}", loaded.optimizer, name_));
+  if (loaded.param_groups.size() != groups_.size())
+    throw Error(fmt::format("loaded state dict has a different number of parameter groups ({} saved, {} here)",
+                            loaded.param_groups.size(), groups_.size()));
+  // Saved param ids map to this optimizer's params by position, as torch's id_map does.
+  std::map<int64_t, int64_t> flat_of_id;
+  std::vector<Structure> structures;
+  int64_t flat = 0;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const StateDict::Group& saved = loaded.param_groups[g];
+    if (saved.params.size() != groups_[g].params.size())
+      throw Error(fmt::format("loaded state dict contains a parameter group that doesn't match the size of "
+                              "optimizer's group (group {}: {} params saved, {} here)",
+                              g, saved.params.size(), groups_[g].params.size()));
+    for (const auto& [key, value] : defaults_)
+      if (!saved.options.count(key))
+        throw Error(fmt::format("loaded param group {} lacks option '{}'", g, key));
+    for (const auto& [key, value] : saved.options)
+      if (!defaults_.count(key) && !ParamGroup::is_scheduler_key(key))
+        throw Error(fmt::format("loaded param group {} has option '{}', which {} does not have", g, key, name_));
+    validate_options(saved.options);
+    ParamGroup as_loaded{{}, saved.options, {}};
+    structures.push_back(structure(as_loaded));
+    for (int64_t id : saved.params)
+      flat_of_id[id] = flat++;
+  }
+  std::vector<ParamState> states(static_cast<std::size_t>(param_count()));
+  for (const auto& [id, saved_state] : loaded.state) {
+    auto it = flat_of_id.find(id);
+    if (it == flat_of_id.end())
+      throw Error(fmt::format("loaded state dict has state for param {}, which no parameter group lists", id));
+    const int64_t i = it->second;
+    const Tensor& param = flat_param(i);
+    const auto g = static_cast<std::size_t>(group_of_flat(i));
+    std::set<std::string> saved_keys;
+    for (const auto& entry : saved_state)
+      saved_keys.insert(entry.first);
+    std::set<std::string> wanted_keys;
+    ParamState& state = states[static_cast<std::size_t>(i)];
+    for (const StateSpec& spec : state_specs(structures[g])) {
+      if (!spec.visible) {
+        state.emplace_back(spec.name, Tensor::full({}, spec.loaded, param.dtype(), param.device()));
+        continue;
+      }
+      wanted_keys.insert(spec.name);
+      const Tensor saved = find_state(saved_state, spec.name);
+      if (!saved.defined())
+        continue; // reported below with the whole key sets
+      const bool scalar = spec.kind == StateKind::Scalar;
+      if (scalar ? saved.numel() != 1 : saved.shape() != param.shape())
+        throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
+                                scalar ? std::string("a scalar state needs one element")
+                                       : "the param has shape " + shape_text(param.shape())));
+      state.emplace_back(spec.name,
+                         scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, param.dtype()).to(param.device())
+                                : copy_as(saved, param.dtype(), param.device()));
+    }
+    if (saved_keys != wanted_keys)
+      throw Error(fmt::format("state of param {} has keys {}, but {} with these options keeps {}", id, saved_keys,
+                              name_, wanted_keys));
+  }
+  return states;
+}
+
+void Optimizer::load_state_dict(StateDict loaded) {
+  load_state_dict_pre_hooks_.run(*this, loaded);
+  std::vector<ParamState> states = checked_loaded_state(loaded);
+  // Nothing below throws: the optimizer changes all at once.
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].options = loaded.param_groups[g].options;
+    for (auto& [name, tensor] : groups_[g].tensor_options) // a tensor-held option keeps its tensor
+      tensor.fill(groups_[g].options.at(name));
+  }
+  states_ = std::move(states);
+  ++state_version_;
+  load_state_dict_post_hooks_.run(*this);
+}
+
+} // namespace optjit

@@ -1,0 +1,161 @@
+#include "frontend/optim/state_file.h"
+#include "runtime/error.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace optjit {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "state files store tensors little-endian");
+
+constexpr const char* kFormat = "optjit-optimizer-state";
+constexpr const char* kVersion = "1";
+
+using nlohmann::json;
+
+json option_value(double v) {
+  if (std::isfinite(v))
+    return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+double option_value(const json& v, const std::string& name) {
+  if (v.is_number())
+    return v.get<double>();
+  if (v.is_string()) {
+    const std::string text = v.get<std::string>();
+    if (text == "nan")
+      return std::nan("");
+    if (text == "inf" || text == "-inf")
+      return text == "inf" ? HUGE_VAL : -HUGE_VAL;
+  }
+  throw Error(fmt::format("option '{}' is {}, not a number", name, v.dump()));
+}
+
+const char* dtype_code(Dtype d) { return d == Dtype::f32 ? "F32" : "F64"; }
+
+Dtype dtype_of_code(const std::string& code, const std::string& tensor) {
+  if (code == "F32")
+    return Dtype::f32;
+  if (code == "F64")
+    return Dtype::f64;
+  throw Error(fmt::format("tensor '{}' has dtype {}; optimizer state is F32 or F64", tensor, code));
+}
+
+// "state.<id>.<key>" -> (id, key).
+std::pair<int64_t, std::string> split_tensor_name(const std::string& name) {
+  const std::string prefix = "state.";
+  const auto dot = name.find('.', prefix.size());
+  if (name.rfind(prefix, 0) != 0 || dot == std::string::npos || dot == prefix.size() || dot + 1 == name.size())
+    throw Error(fmt::format("tensor '{}' is not named state.<param id>.<key>", name));
+  const std::string id = name.substr(prefix.size(), dot - prefix.size());
+  if (id.find_first_not_of("0123456789") != std::string::npos)
+    throw Error(fmt::format("tensor '{}' is not named state.<param id>.<key>", name));
+  return {std::stoll(id), name.substr(dot + 1)};
+}
+
+StateDict parse(const std::string& bytes) {
+  if (bytes.size() < 8)
+    throw Error("shorter than the 8-byte header length");
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  if (header_size > bytes.size() - 8)
+    throw Error(fmt::format("header length {} runs past the end of the file ({} bytes)", header_size, bytes.size()));
+  const json header = json::parse(bytes.substr(8, header_size)); // throws json::parse_error
+  const std::string_view data = std::string_view(bytes).substr(8 + header_size);
+  const json& meta = header.at("__metadata__");
+  if (meta.value("format", "") != kFormat || meta.value("version", "") != kVersion)
+    throw Error(fmt::format("metadata says format '{}' version '{}', expected '{}' version '{}'",
+                            meta.value("format", ""), meta.value("version", ""), kFormat, kVersion));
+  StateDict dict;
+  dict.optimizer = meta.at("optimizer").get<std::string>();
+  for (const json& g : json::parse(meta.at("param_groups").get<std::string>())) {
+    StateDict::Group group;
+    for (const auto& [name, value] : g.at("options").items())
+      group.options[name] = option_value(value, name);
+    group.params = g.at("params").get<std::vector<int64_t>>();
+    dict.param_groups.push_back(std::move(group));
+  }
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__")
+      continue;
+    const auto [id, key] = split_tensor_name(name);
+    const Dtype dtype = dtype_of_code(info.at("dtype").get<std::string>(), name);
+    const Shape shape = info.at("shape").get<Shape>();
+    const auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
+    // The size the shape needs, checked against the data before anything is allocated.
+    uint64_t nbytes = dtype_size(dtype);
+    for (int64_t extent : shape) {
+      if (extent < 0 || (extent > 0 && nbytes > data.size() / static_cast<uint64_t>(extent)))
+        nbytes = UINT64_MAX; // negative or larger than the file: fails the check below
+      else
+        nbytes *= static_cast<uint64_t>(extent);
+    }
+    if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data.size() ||
+        offsets[1] - offsets[0] != nbytes)
+      throw Error(fmt::format("tensor '{}' (shape {}) has data_offsets {}, outside the {} data bytes or not the "
+                              "size of its shape",
+                              name, info.at("shape").dump(), info.at("data_offsets").dump(), data.size()));
+    Tensor t = Tensor::empty(shape, dtype);
+    if (t.nbytes() > 0)
+      std::memcpy(t.data(), data.data() + offsets[0], t.nbytes());
+    dict.state[id].emplace_back(key, t);
+  }
+  return dict;
+}
+
+} // namespace
+
+void save_state_dict(const StateDict& dict, const std::filesystem::path& path) {
+  json groups = json::array();
+  for (const StateDict::Group& g : dict.param_groups) {
+    json options = json::object();
+    for (const auto& [name, value] : g.options)
+      options[name] = option_value(value);
+    groups.push_back({{"options", options}, {"params", g.params}});
+  }
+  json header = {{"__metadata__",
+                  {{"format", kFormat}, {"version", kVersion}, {"optimizer", dict.optimizer},
+                   {"param_groups", groups.dump()}}}};
+  std::string data;
+  for (const auto& [id, state] : dict.state)
+    for (const auto& [key, tensor] : state) {
+      const Tensor t = tensor.is_contiguous() ? tensor : tensor.clone();
+      header[fmt::format("state.{}.{}", id, key)] = {
+          {"dtype", dtype_code(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {data.size(), data.size() + t.nbytes()}}};
+      data.append(static_cast<const char*>(t.data()), t.nbytes());
+    }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t header_size = text.size();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&header_size), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  out.close();
+  if (!out)
+    throw Error(fmt::format("cannot write the optimizer state file {}", path.string()));
+}
+
+StateDict load_state_dict_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(fmt::format("cannot read the optimizer state file {}", path.string()));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    return parse(bytes);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{} is not an optjit optimizer state file: {}", path.string(), e.what()));
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} is not an optjit optimizer state file: {}", path.string(), e.what()));
+  }
+}
+
+} // namespace optjit

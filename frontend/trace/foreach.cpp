@@ -1,0 +1,46 @@
+#include "frontend/trace/foreach.h"
+
+namespace optjit {
+namespace {
+
+Sym binary(Op op, Sym a, Sym b) { return a.tracer().wrap(a.tracer().builder().binary(op, a.id(), b.id())); }
+Sym unary(Op op, Sym a) { return a.tracer().wrap(a.tracer().builder().unary(op, a.id())); }
+Sym lift(Sym like, double value) { return like.tracer().constant(value); }
+
+} // namespace
+
+Sym operator+(Sym a, Sym b) { return binary(Op::add, a, b); }
+Sym operator-(Sym a, Sym b) { return binary(Op::sub, a, b); }
+Sym operator*(Sym a, Sym b) { return binary(Op::mul, a, b); }
+Sym operator/(Sym a, Sym b) { return binary(Op::div, a, b); }
+Sym operator-(Sym a) { return unary(Op::neg, a); }
+Sym operator+(Sym a, double b) { return a + lift(a, b); }
+Sym operator-(Sym a, double b) { return a - lift(a, b); }
+Sym operator*(Sym a, double b) { return a * lift(a, b); }
+Sym operator/(Sym a, double b) { return a / lift(a, b); }
+Sym operator+(double a, Sym b) { return lift(b, a) + b; }
+Sym operator-(double a, Sym b) { return lift(b, a) - b; }
+Sym operator*(double a, Sym b) { return lift(b, a) * b; }
+Sym operator/(double a, Sym b) { return lift(b, a) / b; }
+Sym sqrt(Sym a) { return unary(Op::sqrt, a); }
+Sym abs(Sym a) { return unary(Op::abs, a); }
+Sym sign(Sym a) { return unary(Op::sign, a); }
+Sym exp(Sym a) { return unary(Op::exp, a); }
+Sym log(Sym a) { return unary(Op::log, a); }
+Sym pow(Sym base, Sym exponent) { return binary(Op::pow, base, exponent); }
+Sym maximum(Sym a, Sym b) { return binary(Op::maximum, a, b); }
+Sym minimum(Sym a, Sym b) { return binary(Op::minimum, a, b); }
+Sym less(Sym a, Sym b) { return binary(Op::lt, a, b); }
+Sym greater(Sym a, Sym b) { return binary(Op::gt, a, b); }
+Sym equal(Sym a, Sym b) { return binary(Op::eq, a, b); }
+
+Sym where(Sym condition, Sym if_true, Sym if_false) {
+  return condition.tracer().wrap(condition.tracer().builder().select(condition.id(), if_true.id(), if_false.id()));
+}
+
+Sym foreach_add(Sym self, Sym other, Sym alpha) { return self + alpha * other; }
+Sym foreach_addcmul(Sym self, Sym t1, Sym t2, Sym value) { return self + value * t1 * t2; }
+Sym foreach_addcdiv(Sym self, Sym t1, Sym t2, Sym value) { return self + value * (t1 / t2); }
+Sym foreach_lerp(Sym self, Sym end, Sym weight) { return self + weight * (end - self); }
+
+} // namespace optjit

@@ -1,0 +1,82 @@
+// The op vocabulary optimizers are written in: foreach ops over tensor lists (as torch._foreach_*) and scalar
+// math, recorded by a Tracer into a graph. A `Sym` is a traced value: a whole tensor list, or one scalar per list
+// entry (hyperparameters, state scalars, bias corrections). Each foreach op keeps torch's order of evaluation,
+// so float32 results round as torch's do.
+#pragma once
+
+#include "compiler/ir/builder.h"
+
+#include <string>
+
+namespace optjit {
+
+class Tracer;
+
+class Sym {
+public:
+  Sym(Tracer* tracer, ValueId id) : tracer_(tracer), id_(id) {}
+  ValueId id() const { return id_; }
+  Tracer& tracer() const { return *tracer_; }
+
+private:
+  Tracer* tracer_;
+  ValueId id_;
+};
+
+class Tracer {
+public:
+  Tracer(std::string name, Dtype dtype) : builder_(std::move(name), dtype) {}
+
+  Sym tensors(const std::string& slot) { return wrap(builder_.tensor(slot)); }
+  Sym scalar_state(const std::string& slot) { return wrap(builder_.scalar_state(slot)); }
+  Sym hyper(const std::string& name) { return wrap(builder_.hyper(name)); }
+  Sym constant(double value) { return wrap(builder_.constant(value)); }
+  void store(const std::string& slot, Sym value) { builder_.store(slot, value.id()); }
+  // Stores a per-tensor state scalar and returns the value as stored: rounded to the param dtype (the state's
+  // precision), as torch reads back a 0-d state tensor it has just updated in place.
+  Sym store_scalar(const std::string& slot, Sym value) {
+    builder_.store_scalar(slot, value.id());
+    return wrap(builder_.cast(builder_.cast(value.id(), builder_.dtype()), Dtype::f64));
+  }
+
+  Sym wrap(ValueId id) { return Sym(this, id); }
+  GraphBuilder& builder() { return builder_; }
+  Graph finish() { return builder_.finish(); }
+
+private:
+  GraphBuilder builder_;
+};
+
+Sym operator+(Sym a, Sym b);
+Sym operator-(Sym a, Sym b);
+Sym operator*(Sym a, Sym b);
+Sym operator/(Sym a, Sym b);
+Sym operator-(Sym a);
+Sym operator+(Sym a, double b);
+Sym operator-(Sym a, double b);
+Sym operator*(Sym a, double b);
+Sym operator/(Sym a, double b);
+Sym operator+(double a, Sym b);
+Sym operator-(double a, Sym b);
+Sym operator*(double a, Sym b);
+Sym operator/(double a, Sym b);
+Sym sqrt(Sym a);
+Sym abs(Sym a);
+Sym sign(Sym a);
+Sym exp(Sym a);
+Sym log(Sym a);
+Sym pow(Sym base, Sym exponent);
+Sym maximum(Sym a, Sym b);
+Sym minimum(Sym a, Sym b);
+Sym less(Sym a, Sym b);
+Sym greater(Sym a, Sym b);
+Sym equal(Sym a, Sym b);
+Sym where(Sym condition, Sym if_true, Sym if_false);
+
+// torch._foreach_* with torch's evaluation order.
+Sym foreach_add(Sym self, Sym other, Sym alpha);                 // self + alpha * other
+Sym foreach_addcmul(Sym self, Sym t1, Sym t2, Sym value);       // self + value * t1 * t2
+Sym foreach_addcdiv(Sym self, Sym t1, Sym t2, Sym value);       // self + value * (t1 / t2)
+Sym foreach_lerp(Sym self, Sym end, Sym weight);                // self + weight * (end - self)
+
+} // namespace optjit

@@ -1,0 +1,34 @@
+// PassManager: runs graph passes in the order given, verifies the graph after each, times each, and with
+// OPTJIT_LOG=passes prints the graph after each pass (or "(unchanged)").
+#pragma once
+
+#include "compiler/ir/ir.h"
+
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+struct GraphPass {
+  const char* name;
+  Graph (*run)(const Graph&);
+};
+
+struct PassTiming {
+  std::string name;
+  double ms = 0;
+  bool changed = false;
+};
+
+class PassManager {
+public:
+  explicit PassManager(std::vector<GraphPass> passes) : passes_(std::move(passes)) {}
+  Graph run(Graph graph);
+  const std::vector<PassTiming>& timings() const { return timings_; }
+
+private:
+  std::vector<GraphPass> passes_;
+  std::vector<PassTiming> timings_;
+};
+
+} // namespace optjit

@@ -1,0 +1,129 @@
+// The torch.optim API around the step: add_param_group, step hooks (per optimizer and global), step(closure) and
+// zero_grad(set_to_none), on the eager and the compiled step.
+#include "frontend/optim/adagrad.h"
+#include "frontend/optim/adam.h"
+#include "frontend/compiled_step.h"
+#include "frontend/optim/sgd.h"
+#include "helpers.h"
+#include "tools/model.h"
+
+#include <doctest/doctest.h>
+
+using namespace optjit;
+using optjit::test::check_error;
+using optjit::test::check_same_trajectory;
+using optjit::test::Snapshot;
+
+TEST_CASE("api: add_param_group takes the defaults, its own options, and joins eager and compiled steps") {
+  auto a = random_params({{4}, {2, 3}, {5}}, Dtype::f32, 12);
+  auto b = copy_params(a);
+  Adam forloop({a[0]}, {.lr = 0.01}), foreach({b[0]}, {.lr = 0.01, .foreach = true});
+  CompiledStep compiled = compile(foreach);
+  forloop.step();
+  compiled();
+  forloop.add_param_group({{a[1], a[2]}, {{"lr", 0.1}, {"amsgrad", 1}}});
+  foreach.add_param_group({{b[1], b[2]}, {{"lr", 0.1}, {"amsgrad", 1}}});
+  REQUIRE(foreach.param_groups().size() == 2);
+  CHECK(foreach.param_groups()[1].get("lr") == 0.1);
+  CHECK(foreach.param_groups()[1].get("beta1") == 0.9); // from the defaults
+  CHECK(foreach.param_count() == 3);
+  for (int s = 0; s < 3; ++s) {
+    randomize_grads(a, 30 + static_cast<uint64_t>(s));
+    randomize_grads(b, 30 + static_cast<uint64_t>(s));
+    forloop.step();
+    compiled();
+  }
+  check_same_trajectory(b, foreach, a, forloop, 2e-6, 1e-7, "compiled vs forloop after add_param_group");
+  CHECK(compiled.kernel_count() == 2); // the new group's structure (amsgrad) differs: a kernel of its own
+  CHECK(find_state(*foreach.state(b[0]), "step").item() == 4);
+  CHECK(find_state(*foreach.state(b[1]), "step").item() == 3);
+}
+
+TEST_CASE("api: add_param_group refuses a param another group has, or a bad option, and changes nothing") {
+  auto p = random_params({{3}, {4}}, Dtype::f32, 13);
+  Adam opt({p[0]});
+  opt.step();
+  const Snapshot before(p, opt);
+  check_error([&] { opt.add_param_group({{p[1], p[0]}, {}}); }, "some parameters appear in more than one parameter group");
+  check_error([&] { opt.add_param_group({{p[1]}, {{"lr", -1}}}); }, "Invalid learning rate: -1.0");
+  CHECK(opt.param_groups().size() == 1);
+  CHECK(opt.param_count() == 1);
+  CHECK(Snapshot(p, opt) == before);
+}
+
+TEST_CASE("api: Adagrad gives params of an added group their state at once, as at construction") {
+  auto p = random_params({{3}, {4}}, Dtype::f64, 14);
+  Adagrad opt({p[0]}, {.initial_accumulator_value = 0.5});
+  opt.add_param_group({{p[1]}, {{"initial_accumulator_value", 0.25}}});
+  REQUIRE(opt.state(p[1]) != nullptr);
+  CHECK(find_state(*opt.state(p[1]), "sum").item(3) == 0.25);
+  CHECK(find_state(*opt.state(p[1]), "step").item() == 0);
+}
+
+TEST_CASE("api: step hooks run global pre, own pre, closure, update, own post, global post; removable") {
+  for (bool use_compiled : {false, true}) {
+    INFO((use_compiled ? "compiled" : "eager"));
+    auto p = random_params({{3}}, Dtype::f32, 15);
+    SGD opt(p, {.lr = 0.1, .foreach = true});
+    CompiledStep compiled = compile(opt);
+    std::vector<std::string> calls;
+    HookHandle global_pre = register_optimizer_step_pre_hook([&](Optimizer&) { calls.push_back("global-pre"); });
+    HookHandle global_post = register_optimizer_step_post_hook([&](Optimizer&) { calls.push_back("global-post"); });
+    HookHandle pre = opt.register_step_pre_hook([&](Optimizer& o) {
+      calls.push_back("pre");
+      CHECK(&o == &opt);
+    });
+    opt.register_step_post_hook([&](Optimizer&) { calls.push_back("post"); });
+    const double before = p[0].item();
+    const double grad = p[0].grad().item();
+    auto closure = [&] {
+      calls.push_back("closure");
+      CHECK(p[0].item() == before); // the closure sees the params before the update
+      return 2.5;
+    };
+    const double loss = use_compiled ? compiled(closure) : opt.step(closure);
+    CHECK(loss == 2.5);
+    CHECK(calls == std::vector<std::string>{"global-pre", "pre", "closure", "post", "global-post"});
+    CHECK(p[0].item() == doctest::Approx(before - 0.1 * grad));
+    calls.clear();
+    global_pre.remove();
+    global_post.remove();
+    pre.remove();
+    use_compiled ? compiled() : opt.step();
+    CHECK(calls == std::vector<std::string>{"post"});
+  }
+}
+
+TEST_CASE("api: the closure sets the grads the step uses; a throwing closure changes nothing") {
+  auto p = random_params({{4}}, Dtype::f64, 16);
+  p[0].reset_grad();
+  Adam opt(p, {.lr = 0.1, .foreach = true});
+  CompiledStep compiled = compile(opt);
+  auto set_grads = [&] {
+    p[0].set_grad(Tensor::full({4}, 1.0, Dtype::f64));
+    return 7.0;
+  };
+  CHECK(compiled(set_grads) == 7.0);
+  CHECK(p[0].item() != 0);
+  CHECK(find_state(*opt.state(p[0]), "step").item() == 1);
+  const Snapshot before(p, opt);
+  CHECK_THROWS_AS(compiled([]() -> double { throw Error("loss is NaN"); }), Error);
+  CHECK(Snapshot(p, opt) == before);
+}
+
+TEST_CASE("api: zero_grad(set_to_none=false) zeroes grads in place; the step then sees zero grads") {
+  auto p = random_params({{5}, {2}}, Dtype::f32, 17);
+  Adam opt(p, {.lr = 0.1, .foreach = true});
+  CompiledStep compiled = compile(opt);
+  compiled();
+  const Tensor grad_buffer = p[0].grad();
+  opt.zero_grad(/*set_to_none=*/false);
+  CHECK(p[0].grad().same(grad_buffer)); // same buffer, no rebind needed
+  CHECK(p[0].grad().to_vector() == std::vector<double>(5, 0.0));
+  const int64_t rebinds = compiled.metrics().rebinds;
+  compiled();
+  CHECK(compiled.metrics().rebinds == rebinds);
+  CHECK(find_state(*opt.state(p[0]), "step").item() == 2); // a zero grad is still a grad: the step advances
+  opt.zero_grad(); // set_to_none=true, torch's default
+  CHECK_FALSE(p[0].grad().defined());
+}

@@ -1,0 +1,194 @@
+// Constructor validation with torch's exact messages, and step-time errors that leave everything unchanged.
+#include "frontend/optim/adadelta.h"
+#include "frontend/optim/adagrad.h"
+#include "frontend/optim/adam.h"
+#include "frontend/optim/adamax.h"
+#include "frontend/optim/asgd.h"
+#include "frontend/compiled_step.h"
+#include "frontend/optim/nadam.h"
+#include "frontend/optim/radam.h"
+#include "frontend/optim/registry.h"
+#include "frontend/optim/rmsprop.h"
+#include "frontend/optim/rprop.h"
+#include "frontend/optim/sgd.h"
+#include "helpers.h"
+#include "tools/model.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace optjit;
+using optjit::test::check_error;
+using optjit::test::check_error_contains;
+using optjit::test::Snapshot;
+
+namespace {
+
+std::vector<Tensor> sample_params() { return random_params({{1, 1}, {3}}, Dtype::f32, 5); }
+
+} // namespace
+
+TEST_CASE("errors: Adam and AdamW constructor messages, in torch's order") {
+  auto p = sample_params();
+  check_error([&] { Adam(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Adam(p, {.lr = std::nan("")}); }, "Invalid learning rate: nan");
+  check_error([&] { Adam(p, {.eps = -1e-8}); }, "Invalid epsilon value: -1e-08");
+  check_error([&] { Adam(p, {.lr = 1e-2, .betas = {1.0, 0.0}}); }, "Invalid beta parameter at index 0: 1.0");
+  check_error([&] { Adam(p, {.betas = {0.9, -0.5}}); }, "Invalid beta parameter at index 1: -0.5");
+  check_error([&] { Adam(p, {.lr = 1e-2, .weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
+  check_error([&] { AdamW(p, {.lr = 1e-2, .betas = {1.0, 0.0}}); }, "Invalid beta parameter at index 0: 1.0");
+  check_error([&] { AdamW(p, {.weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
+  // lr is checked before eps, eps before betas.
+  check_error([&] { Adam(p, {.lr = -1, .betas = {2, 2}, .eps = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Adam(p, {.betas = {2, 2}, .eps = -1}); }, "Invalid epsilon value: -1.0");
+}
+
+TEST_CASE("errors: SGD constructor messages, with torch's NaN-passing comparisons") {
+  auto p = sample_params();
+  check_error([&] { SGD(p, {.lr = -0.1}); }, "Invalid learning rate: -0.1");
+  check_error([&] { SGD(p, {.lr = 1e-2, .momentum = -0.5}); }, "Invalid momentum value: -0.5");
+  check_error([&] { SGD(p, {.weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
+  check_error([&] { SGD(p, {.nesterov = true}); }, "Nesterov momentum requires a momentum and zero dampening");
+  check_error([&] { SGD(p, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}); },
+              "Nesterov momentum requires a momentum and zero dampening");
+  CHECK_NOTHROW(SGD(p, {.lr = std::nan("")})); // `lr < 0.0` is false for NaN, as in torch
+}
+
+TEST_CASE("errors: Adamax, Adagrad, RMSprop and Adadelta constructor messages, in torch's order") {
+  auto p = sample_params();
+  check_error([&] { Adamax(p, {.lr = -0.1}); }, "Invalid learning rate: -0.1");
+  check_error([&] { Adamax(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { Adamax(p, {.lr = 1e-2, .betas = {0.0, 1.0}}); }, "Invalid beta parameter at index 1: 1.0");
+  check_error([&] { Adamax(p, {.betas = {-0.1, 2.0}}); }, "Invalid beta parameter at index 0: -0.1");
+  check_error([&] { Adamax(p, {.weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
+  check_error([&] { Adagrad(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Adagrad(p, {.lr_decay = -0.5}); }, "Invalid lr_decay value: -0.5");
+  check_error([&] { Adagrad(p, {.weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
+  check_error([&] { Adagrad(p, {.initial_accumulator_value = -0.5}); },
+              "Invalid initial_accumulator_value value: -0.5");
+  check_error([&] { Adagrad(p, {.eps = -1e-10}); }, "Invalid epsilon value: -1e-10");
+  check_error([&] { Adagrad(p, {.lr_decay = -1, .weight_decay = -1}); }, "Invalid lr_decay value: -1.0");
+  check_error([&] { RMSprop(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { RMSprop(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { RMSprop(p, {.lr = 1e-2, .momentum = -1.0}); }, "Invalid momentum value: -1.0");
+  check_error([&] { RMSprop(p, {.weight_decay = -0.1}); }, "Invalid weight_decay value: -0.1");
+  check_error([&] { RMSprop(p, {.alpha = -0.5}); }, "Invalid alpha value: -0.5");
+  check_error([&] { RMSprop(p, {.alpha = -0.5, .momentum = -1}); }, "Invalid momentum value: -1.0");
+  check_error([&] { Adadelta(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Adadelta(p, {.rho = 1.5}); }, "Invalid rho value: 1.5");
+  CHECK_NOTHROW(Adadelta(p, {.rho = 1.0})); // inclusive of 1
+  check_error([&] { Adadelta(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { Adadelta(p, {.weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
+}
+
+TEST_CASE("errors: NAdam, RAdam, Rprop and ASGD constructor messages, in torch's order") {
+  auto p = sample_params();
+  check_error([&] { NAdam(p, {.lr = -0.1}); }, "Invalid learning rate: -0.1");
+  check_error([&] { NAdam(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { NAdam(p, {.lr = 1e-2, .betas = {1.0, 0.0}}); }, "Invalid beta parameter at index 0: 1.0");
+  check_error([&] { NAdam(p, {.betas = {0.9, 1.0}}); }, "Invalid beta parameter at index 1: 1.0");
+  check_error([&] { NAdam(p, {.weight_decay = -0.1}); }, "Invalid weight_decay value: -0.1");
+  check_error([&] { NAdam(p, {.lr = 1e-2, .momentum_decay = -0.2}); }, "Invalid momentum_decay value: -0.2");
+  check_error([&] { NAdam(p, {.weight_decay = -1, .momentum_decay = -1}); }, "Invalid weight_decay value: -1.0");
+  check_error([&] { RAdam(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { RAdam(p, {.eps = -1}); }, "Invalid epsilon value: -1.0");
+  check_error([&] { RAdam(p, {.lr = 1e-2, .betas = {1.0, 0.0}}); }, "Invalid beta parameter at index 0: 1.0");
+  check_error([&] { RAdam(p, {.betas = {0.5, -0.5}}); }, "Invalid beta parameter at index 1: -0.5");
+  check_error([&] { RAdam(p, {.lr = 1e-2, .weight_decay = -1}); }, "Invalid weight_decay value: -1.0");
+  check_error([&] { Rprop(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { Rprop(p, {.lr = 1e-2, .etas = {1.0, 0.5}}); }, "Invalid eta values: 1.0, 0.5");
+  check_error([&] { Rprop(p, {.etas = {0.0, 1.2}}); }, "Invalid eta values: 0.0, 1.2");
+  check_error([&] { Rprop(p, {.etas = {0.5, 1.0}}); }, "Invalid eta values: 0.5, 1.0");
+  check_error([&] { ASGD(p, {.lr = -1}); }, "Invalid learning rate: -1.0");
+  check_error([&] { ASGD(p, {.lr = 1e-2, .lambd = -0.5}); }, "Invalid lambd value: -0.5");
+  check_error([&] { ASGD(p, {.lr = 1e-2, .alpha = -0.5}); }, "Invalid alpha value: -0.5");
+  check_error([&] { ASGD(p, {.lr = 1e-2, .weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
+  check_error([&] { ASGD(p, {.lambd = -1, .alpha = -1}); }, "Invalid lambd value: -1.0");
+  // The same rules through the registry, with torch's keyword names and pairs.
+  check_error([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {{"etas", {0.5, 0.9}}}); },
+              "Invalid eta values: 0.5, 0.9");
+  check_error([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {}, {{{"etas", {2.0, 3.0}}}}); },
+              "Invalid eta values: 2.0, 3.0");
+  check_error_contains([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {{"weight_decay", {0.1}}}); },
+                       "Rprop has no option 'weight_decay'");
+}
+
+TEST_CASE("errors: param groups: empty, duplicates across groups, group options validated, unknown options") {
+  auto p = sample_params();
+  check_error([&] { Adam(std::vector<Tensor>{}); }, "optimizer got an empty parameter list");
+  check_error([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {}}, {{p[0], p[1]}, {}}}); },
+              "some parameters appear in more than one parameter group");
+  check_error([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {}}, {{p[1]}, {{"lr", -2}}}}); },
+              "Invalid learning rate: -2.0");
+  check_error_contains([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {{"momentum", 0.9}}}}); }, "momentum");
+  // Within one group a duplicate is a warning (torch's UserWarning) and the param is stepped once.
+  Adam dup(std::vector<Tensor>{p[0], p[0], p[1]}, {.foreach = true});
+  CHECK(dup.param_count() == 2);
+  check_error_contains([&] { make_optimizer("adam", {ParamGroupSpec{p, {}}}, {{"momentum", {0.9}}}); },
+                       "Adam has no option 'momentum'");
+  check_error_contains([&] { make_optimizer("lion", {ParamGroupSpec{p, {}}}, {}); }, "unknown optimizer 'lion'");
+}
+
+namespace {
+
+// Runs two good steps of `optimizer`, then `break_it`, then a step on each path that must throw `message` and
+// change nothing.
+template <class Break>
+void check_failed_step_changes_nothing(const std::string& optimizer, KeywordOptions options, Break break_it,
+                                       const std::string& message) {
+  for (int path = 0; path < 3; ++path) {
+    INFO(optimizer << " path " << (path == 0 ? "forloop" : path == 1 ? "eager foreach" : "compiled"));
+    auto params = random_params({{4, 3}, {5}, {}}, Dtype::f32, 11);
+    options["foreach"] = {path != 0 ? 1.0 : 0.0};
+    auto opt = make_optimizer(optimizer, {ParamGroupSpec{params, {}}}, options);
+    CompiledStep compiled = compile(*opt);
+    auto step = [&] { path == 2 ? compiled() : opt->step(); };
+    step();
+    step();
+    break_it(params, *opt);
+    const Snapshot before(params, *opt);
+    check_error_contains(step, message);
+    CHECK(Snapshot(params, *opt) == before);
+  }
+}
+
+template <class Break> void check_failed_step_changes_nothing(Break break_it, const std::string& message) {
+  check_failed_step_changes_nothing("adam", {{"weight_decay", {0.1}}, {"amsgrad", {1}}}, break_it, message);
+}
+
+} // namespace
+
+TEST_CASE("errors: a grad whose shape, dtype or device does not match its param throws before any update") {
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) { params[2].set_grad(Tensor::zeros({2}, Dtype::f32)); },
+      "a grad must have its param's shape, dtype and device");
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) { params[1].set_grad(Tensor::zeros({5}, Dtype::f64)); },
+      "a grad must have its param's shape, dtype and device");
+}
+
+TEST_CASE("errors: a strided (non-contiguous) grad is refused with the reason, before any update") {
+  static std::vector<float> memory(24, 0.5f);
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) { params[0].set_grad(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {1, 8})); },
+      "optimizer steps need contiguous params and grads");
+}
+
+TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any update") {
+  check_failed_step_changes_nothing([](auto&, Optimizer& opt) { opt.param_groups()[0].set("lr", INFINITY); },
+                                    "hyperparameter lr of param group 0 is inf: hyperparameters must be finite");
+  check_failed_step_changes_nothing([](auto&, Optimizer& opt) { opt.param_groups()[0].set("beta2", std::nan("")); },
+                                    "hyperparameter beta2 of param group 0 is nan");
+}
+
+TEST_CASE("errors: every optimizer refuses a bad grad or a non-finite hyperparameter before any update") {
+  for (const std::string& name : implemented_optimizers()) {
+    check_failed_step_changes_nothing(
+        name, {}, [](auto& params, Optimizer&) { params[0].set_grad(Tensor::zeros({3, 4}, Dtype::f32)); },
+        "a grad must have its param's shape, dtype and device");
+    check_failed_step_changes_nothing(
+        name, {}, [](auto&, Optimizer& opt) { opt.param_groups()[0].set(opt.hyper_names().back(), -INFINITY); },
+        "of param group 0 is -inf: hyperparameters must be finite");
+  }
+}

@@ -1,0 +1,264 @@
+// state_dict() / load_state_dict() through a state file: a loaded optimizer continues a trajectory bit for bit,
+// on every optimizer and execution path; a mismatched state is an error that changes nothing.
+#include "frontend/optim/adam.h"
+#include "frontend/compiled_step.h"
+#include "frontend/optim/registry.h"
+#include "frontend/optim/state_file.h"
+#include "helpers.h"
+#include "tools/model.h"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace optjit;
+using optjit::test::check_error;
+using optjit::test::check_error_contains;
+using optjit::test::check_same_trajectory;
+using optjit::test::Snapshot;
+
+namespace {
+
+const std::vector<Shape> kShapes = {{3, 4}, {5}, {}, {0}, {6}};
+
+// A state file removed when the test ends.
+struct TempFile {
+  std::filesystem::path path;
+  explicit TempFile(const std::string& name) : path(std::filesystem::temp_directory_path() / name) {}
+  ~TempFile() { std::filesystem::remove(path); }
+};
+
+enum class Path { Forloop, Eager, Compiled };
+
+// An optimizer over params in two groups (the second with its own lr), stepped on one of the three paths.
+struct Run {
+  std::vector<Tensor> params;
+  std::unique_ptr<Optimizer> opt;
+  std::optional<CompiledStep> compiled;
+
+  Run(const std::string& name, const KeywordOptions& options, std::vector<Tensor> p, Path path)
+      : params(std::move(p)) {
+    KeywordOptions o = options;
+    o["foreach"] = {path == Path::Forloop ? 0.0 : 1.0};
+    opt = make_optimizer(name,
+                         {ParamGroupSpec{{params[0], params[1], params[2]}, {}}, ParamGroupSpec{{params[3], params[4]}, {}}},
+                         o, {{}, {{"lr", {0.003}}}});
+    if (path == Path::Compiled)
+      compiled.emplace(compile(*opt));
+  }
+  // Step `step` of a fixed grad schedule: param 1 has no grad at step 1, param 4 none before step 4.
+  void step(int step) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if ((i == 1 && step == 1) || (i == 4 && step < 4)) {
+        params[i].reset_grad();
+        continue;
+      }
+      params[i].set_grad(Tensor::zeros(params[i].shape(), params[i].dtype()));
+      randomize_grads({params[i]}, 500 + static_cast<uint64_t>(step * 10) + i);
+    }
+    compiled ? (*compiled)() : opt->step();
+  }
+};
+
+std::vector<Tensor> params_without_grads(const std::vector<Tensor>& params) {
+  std::vector<Tensor> copies = copy_params(params);
+  for (const Tensor& p : copies)
+    p.reset_grad();
+  return copies;
+}
+
+// Save after 3 steps, load into a fresh optimizer built with default options, continue 4 steps: bit for bit the
+// uninterrupted run.
+void check_round_trip(const std::string& name, const KeywordOptions& options) {
+  for (Dtype dtype : {Dtype::f32, Dtype::f64})
+    for (Path path : {Path::Forloop, Path::Eager, Path::Compiled}) {
+      INFO(name << " " << dtype_name(dtype) << " path " << static_cast<int>(path));
+      const std::vector<Tensor> initial = random_params(kShapes, dtype, 77);
+      Run uninterrupted(name, options, copy_params(initial), path);
+      Run first(name, options, copy_params(initial), path);
+      for (int s = 0; s < 3; ++s) {
+        uninterrupted.step(s);
+        first.step(s);
+      }
+      TempFile file("optjit_state_" + name + ".safetensors");
+      save_state_dict(first.opt->state_dict(), file.path);
+      Run resumed(name, {}, params_without_grads(first.params), path);
+      resumed.opt->load_state_dict(load_state_dict_file(file.path));
+      for (int s = 3; s < 7; ++s) {
+        uninterrupted.step(s);
+        resumed.step(s);
+      }
+      check_same_trajectory(resumed.params, *resumed.opt, uninterrupted.params, *uninterrupted.opt, 0, 0,
+                            "resumed vs uninterrupted");
+      if (resumed.compiled)
+        CHECK(resumed.compiled->metrics().recompiles == 0); // None grads rebind, they do not recompile
+    }
+}
+
+} // namespace
+
+TEST_CASE("state_dict: save after 3 steps, load into a fresh optimizer, continue: bit for bit, every optimizer") {
+  const std::vector<std::pair<std::string, KeywordOptions>> cases = {
+      {"adam", {{"amsgrad", {1}}, {"weight_decay", {0.1}}, {"lr", {0.01}}}},
+      {"adamw", {{"betas", {0.8, 0.9}}}},
+      {"sgd", {{"momentum", {0.9}}, {"nesterov", {1}}, {"lr", {0.05}}}},
+      {"nadam", {{"momentum_decay", {0.01}}, {"weight_decay", {0.1}}, {"decoupled_weight_decay", {1}}}},
+      {"radam", {{"betas", {0.8, 0.95}}, {"lr", {0.01}}}},
+      {"adamax", {{"weight_decay", {0.1}}}},
+      {"adagrad", {{"lr_decay", {0.1}}, {"initial_accumulator_value", {0.2}}}},
+      {"adadelta", {{"rho", {0.8}}, {"lr", {0.5}}}},
+      {"rmsprop", {{"centered", {1}}, {"momentum", {0.5}}}},
+      {"rprop", {{"etas", {0.3, 1.5}}, {"lr", {0.02}}}},
+      {"asgd", {{"t0", {1}}, {"lambd", {0.01}}}}};
+  for (const auto& [name, options] : cases)
+    check_round_trip(name, options);
+}
+
+TEST_CASE("state_dict: the dict holds torch's layout: groups' options, params by index, state by index") {
+  auto params = random_params({{2}, {3}, {4}}, Dtype::f32, 3);
+  Adam opt({ParamGroupSpec{{params[0], params[1]}, {}}, ParamGroupSpec{{params[2]}, {{"lr", 0.5}}}});
+  params[1].reset_grad();
+  opt.step();
+  StateDict dict = opt.state_dict();
+  CHECK(dict.optimizer == "Adam");
+  REQUIRE(dict.param_groups.size() == 2);
+  CHECK(dict.param_groups[0].params == std::vector<int64_t>{0, 1});
+  CHECK(dict.param_groups[1].params == std::vector<int64_t>{2});
+  CHECK(dict.param_groups[1].options.at("lr") == 0.5);
+  CHECK(dict.state.size() == 2); // param 1 had no grad: no state
+  CHECK(dict.state.count(1) == 0);
+  REQUIRE(dict.state.at(2).size() == 3);
+  CHECK(dict.state.at(2)[0].first == "step");
+  CHECK(dict.state.at(2)[0].second.item() == 1);
+  // A snapshot: the dict's tensors are copies, later steps do not change them.
+  opt.step();
+  CHECK(dict.state.at(2)[0].second.item() == 1);
+}
+
+namespace {
+
+// Loading `dict` (or the file it is saved to) into an Adam that has stepped twice throws `message` and changes
+// nothing.
+void check_load_refused(const StateDict& dict, const std::string& message) {
+  auto params = random_params({{2, 2}, {3}}, Dtype::f32, 4);
+  Adam opt({ParamGroupSpec{{params[0]}, {}}, ParamGroupSpec{{params[1]}, {}}});
+  opt.step();
+  opt.step();
+  const Snapshot before(params, opt);
+  check_error_contains([&] { opt.load_state_dict(dict); }, message);
+  CHECK(Snapshot(params, opt) == before);
+}
+
+StateDict adam_dict() {
+  auto params = random_params({{2, 2}, {3}}, Dtype::f32, 5);
+  Adam opt({ParamGroupSpec{{params[0]}, {}}, ParamGroupSpec{{params[1]}, {}}}, {.lr = 0.5, .amsgrad = true});
+  opt.step();
+  return opt.state_dict();
+}
+
+} // namespace
+
+TEST_CASE("state_dict: a mismatched state is refused with the reason and changes nothing") {
+  StateDict wrong_optimizer = adam_dict();
+  wrong_optimizer.optimizer = "NAdam";
+  check_load_refused(wrong_optimizer, "loaded state dict is for NAdam, this optimizer is Adam");
+
+  StateDict one_group = adam_dict();
+  one_group.param_groups.pop_back();
+  check_load_refused(one_group, "loaded state dict has a different number of parameter groups (1 saved, 2 here)");
+
+  StateDict group_size = adam_dict();
+  group_size.param_groups[1].params.push_back(7);
+  check_load_refused(group_size, "loaded state dict contains a parameter group that doesn't match the size of "
+                                 "optimizer's group (group 1: 2 params saved, 1 here)");
+
+  StateDict shape = adam_dict();
+  shape.state.at(0)[1].second = Tensor::zeros({4}, Dtype::f32);
+  check_load_refused(shape, "state 'exp_avg' of param 0 has shape [4], the param has shape [2, 2]");
+
+  StateDict missing_key = adam_dict();
+  missing_key.state.at(1).pop_back(); // max_exp_avg_sq, which amsgrad needs
+  check_load_refused(missing_key, "state of param 1 has keys {\"exp_avg\", \"exp_avg_sq\", \"step\"}, but Adam with "
+                                  "these options keeps {\"exp_avg\", \"exp_avg_sq\", \"max_exp_avg_sq\", \"step\"}");
+
+  StateDict bad_option = adam_dict();
+  bad_option.param_groups[0].options["lr"] = -1;
+  check_load_refused(bad_option, "Invalid learning rate: -1.0");
+
+  StateDict unknown_option = adam_dict();
+  unknown_option.param_groups[0].options["momentum"] = 0.9;
+  check_load_refused(unknown_option, "loaded param group 0 has option 'momentum', which Adam does not have");
+
+  StateDict stray_state = adam_dict();
+  stray_state.state[9] = stray_state.state.at(0);
+  check_load_refused(stray_state, "loaded state dict has state for param 9, which no parameter group lists");
+}
+
+TEST_CASE("state_dict: files: round trip of every field, and clear errors for missing or corrupt files") {
+  StateDict dict = adam_dict();
+  dict.param_groups[0].options["eps"] = std::nan(""); // non-finite options survive too
+  TempFile file("optjit_state_fields.safetensors");
+  save_state_dict(dict, file.path);
+  StateDict back = load_state_dict_file(file.path);
+  CHECK(back.optimizer == dict.optimizer);
+  REQUIRE(back.param_groups.size() == 2);
+  CHECK(std::isnan(back.param_groups[0].options.at("eps")));
+  back.param_groups[0].options["eps"] = dict.param_groups[0].options["eps"] = 1;
+  CHECK(back.param_groups[0].options == dict.param_groups[0].options);
+  CHECK(back.param_groups[1].options == dict.param_groups[1].options);
+  CHECK(back.param_groups[1].params == dict.param_groups[1].params);
+  for (const auto& [id, state] : dict.state)
+    for (const auto& [key, tensor] : state) {
+      Tensor loaded = find_state(back.state.at(id), key);
+      REQUIRE(loaded.defined());
+      CHECK(loaded.shape() == tensor.shape());
+      CHECK(loaded.dtype() == tensor.dtype());
+      CHECK(loaded.to_vector() == tensor.to_vector());
+    }
+
+  check_error_contains([] { load_state_dict_file("/nonexistent/optjit.safetensors"); },
+                       "cannot read the optimizer state file /nonexistent/optjit.safetensors");
+  const std::string bytes = [&] {
+    std::ifstream in(file.path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }();
+  auto write = [&](const std::string& content) { std::ofstream(file.path, std::ios::binary) << content; };
+  write(bytes.substr(0, bytes.size() - 4));
+  check_error_contains([&] { load_state_dict_file(file.path); }, "outside the");
+  write(bytes.substr(0, 5));
+  check_error_contains([&] { load_state_dict_file(file.path); }, "shorter than the 8-byte header length");
+  write("{\"not\": \"a state file\"}");
+  check_error_contains([&] { load_state_dict_file(file.path); }, "is not an optjit optimizer state file");
+}
+
+TEST_CASE("state_dict: hooks: state_dict pre/post and load_state_dict pre/post, in order, prepend, removable") {
+  auto params = random_params({{3}}, Dtype::f64, 6);
+  Adam opt(params);
+  opt.step();
+  std::vector<std::string> calls;
+  opt.register_state_dict_pre_hook([&](Optimizer&) { calls.push_back("pre"); });
+  opt.register_state_dict_pre_hook([&](Optimizer&) { calls.push_back("pre-first"); }, /*prepend=*/true);
+  HookHandle post = opt.register_state_dict_post_hook([&](Optimizer&, StateDict& d) {
+    calls.push_back("post");
+    d.param_groups[0].options["lr"] = 0.25; // a post hook may change the dict returned
+  });
+  StateDict dict = opt.state_dict();
+  CHECK(calls == std::vector<std::string>{"pre-first", "pre", "post"});
+  CHECK(dict.param_groups[0].options.at("lr") == 0.25);
+  post.remove();
+  post.remove(); // harmless twice
+  CHECK(opt.state_dict().param_groups[0].options.at("lr") == 1e-3);
+
+  calls.clear();
+  opt.register_load_state_dict_pre_hook([&](Optimizer&, StateDict& d) {
+    calls.push_back("load-pre");
+    d.param_groups[0].options["lr"] = 0.125; // a pre hook may change what is loaded
+  });
+  opt.register_load_state_dict_post_hook([&](Optimizer& o) {
+    calls.push_back("load-post");
+    CHECK(o.param_groups()[0].get("lr") == 0.125);
+  });
+  opt.load_state_dict(dict);
+  CHECK(calls == std::vector<std::string>{"load-pre", "load-post"});
+}
