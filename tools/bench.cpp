@@ -3,7 +3,7 @@
 #include "codegen/codegen.h"
 #include "compiler/kernel_cache.h"
 #include "frontend/optim/adam.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "runtime/thread_pool.h"
 #include "tools/commands.h"

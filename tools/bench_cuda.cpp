@@ -3,7 +3,7 @@
 // CUDA events in one run; PyTorch's Adam(fused=True) and Adam(foreach=True) on the same shapes beside it when
 // python3 with torch is present (tools/bench_torch.py).
 #include "frontend/optim/adam.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/error.h"
 #include "tools/commands.h"

@@ -1,6 +1,6 @@
 // optjit counts: kernels per step for every configuration PyTorch's OptimizerInfo lists (CPU rows, float lr),
 // compiled on the 4-param model of PyTorch's compiled-optimizer tests, beside Inductor's CPU counts.
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "tools/commands.h"
 #include "tools/count_configs.h"
 #include "tools/model.h"

@@ -1,5 +1,5 @@
 // optjit dump: one stage of the code optjit generates for an optimizer configuration, as text.
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/error.h"

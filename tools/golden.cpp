@@ -1,5 +1,5 @@
 #include "tools/golden.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "tools/golden_scheduler.h"
 #include "runtime/error.h"

@@ -85,6 +85,8 @@ Tensor find_state(const ParamState& state, const std::string& key) {
   return Tensor();
 }
 
+Optimizer::~Optimizer() = default;
+
 Optimizer::Optimizer(std::string name, OptionMap defaults, bool foreach)
     : name_(std::move(name)), defaults_(std::move(defaults)), foreach_(foreach) {}
 
@@ -302,7 +304,7 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
       if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key)
         bucket = &b;
     if (!bucket) {
-      buckets.push_back(Bucket{p.dtype(), p.device(), key, s, {}});
+      buckets.push_back(Bucket{p.dtype(), p.device(), key, {}});
       bucket = &buckets.back();
     }
     bucket->members.push_back({g, i});
@@ -310,22 +312,22 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
   return buckets;
 }
 
-Graph Optimizer::trace_bucket(const Bucket& bucket) const {
+Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   std::string graph_name = name_;
   for (char& c : graph_name)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   Tracer tracer(graph_name, bucket.dtype);
-  trace(tracer, bucket.structure);
+  trace(tracer, structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]));
   return tracer.finish();
 }
 
-ListArguments Optimizer::list_arguments(const Bucket& bucket) const {
+ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   ListArguments args;
   args.hyper_names = hyper_names();
   args.hyper = hyper_values();
   args.slot_names = {"param", "grad"};
   args.slot_tensors.resize(2);
-  for (const StateSpec& spec : state_specs(bucket.structure)) {
+  for (const StateSpec& spec : state_specs(structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]))) {
     args.slot_names.push_back(spec.name);
     args.slot_tensors.emplace_back();
   }
@@ -374,13 +376,12 @@ void Optimizer::eager_update() {
     }
     return;
   }
-  for (const Bucket& bucket : make_buckets()) {
-    std::string key = std::string(dtype_name(bucket.dtype)) + "|" + bucket.structure_key;
-    auto it = eager_graphs_.find(key);
-    if (it == eager_graphs_.end())
-      it = eager_graphs_.emplace(key, trace_bucket(bucket)).first;
-    interpret(it->second, list_arguments(bucket));
+  if (!eager_step_) {
+    CompileOptions interpreted;
+    interpreted.execution = Execution::Interpreted;
+    eager_step_ = std::make_unique<CompiledStep>(*this, interpreted);
   }
+  eager_step_->update();
 }
 
 } // namespace optjit

@@ -4,8 +4,10 @@
 // structure of a group (the options that change the algorithm's shape rather than its numbers).
 #pragma once
 
+#include "compiler/compiled_step.h"
 #include "compiler/ir/arguments.h"
 #include "compiler/ir/ir.h"
+#include "compiler/step_source.h"
 #include "frontend/trace/foreach.h"
 #include "frontend/optim/hooks.h"
 #include "runtime/tensor.h"
@@ -94,13 +96,13 @@ using Closure = std::function<double()>; // re-evaluates the model, sets the gra
 HookHandle register_optimizer_step_pre_hook(StepHook hook);
 HookHandle register_optimizer_step_post_hook(StepHook hook);
 
-class Optimizer {
+class Optimizer : public StepSource {
 public:
-  virtual ~Optimizer() = default;
+  ~Optimizer() override;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const override { return name_; }
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   const OptionMap& defaults() const { return defaults_; }
@@ -115,7 +117,7 @@ public:
   // Runs the closure, when given, then `update`, between the step pre hooks (global, then this optimizer's) and
   // the post hooks (this optimizer's, then global), as torch's step wrapper does; returns the closure's loss (0
   // without one). Compiled steps run through it too.
-  double run_with_step_hooks(const std::function<void()>& update, const Closure& closure = {});
+  double run_with_step_hooks(const std::function<void()>& update, const Closure& closure = {}) override;
   // set_to_none: every grad becomes None; otherwise grads are zeroed in place (buffers kept).
   void zero_grad(bool set_to_none = true);
 
@@ -151,38 +153,34 @@ public:
   // Replaces one state buffer (same shape and dtype); compiled steps rebind to it.
   void set_state(const Tensor& param, const std::string& key, const Tensor& value);
   void clear_state();
-  uint64_t state_version() const { return state_version_; }
+  uint64_t state_version() const override { return state_version_; }
 
-  // What compiled and eager steps build on.
-  struct Member {
-    int group;
-    int64_t flat; // index over all params, in group order
-  };
-  struct Bucket {
-    Dtype dtype;
-    Device device;
-    std::string structure_key;
-    Structure structure;
-    std::vector<Member> members;
-  };
+  // What compiled and eager steps build on (compiler/step_source.h).
+  using Member = BucketMember;
+  using Bucket = ParamBucket;
   // Params grouped by (device, dtype, structure); one list graph (one kernel) each. Eager steps bucket the params
   // with grads; compiled steps bucket every param, since which grads are present only changes the binding.
   enum class BucketMembers { WithGrads, All };
   std::vector<Bucket> make_buckets(BucketMembers members = BucketMembers::WithGrads) const;
-  Graph trace_bucket(const Bucket& bucket) const;
-  ListArguments list_arguments(const Bucket& bucket) const;
+  std::vector<ParamBucket> compile_buckets() const override { return make_buckets(BucketMembers::All); }
+  Graph trace_bucket(const ParamBucket& bucket) const override;
+  ListArguments list_arguments(const ParamBucket& bucket) const override;
   // This step's hyperparameters: groups x hyper_names(), read from the groups' options.
-  std::vector<double> hyper_values() const;
+  std::vector<double> hyper_values() const override;
   // Step-time checks, run before anything is mutated. Hyperparameters must be finite; a grad must have its
   // param's shape, dtype and device, and both must be contiguous.
-  void check_hyperparameters() const;
-  void check_grad(int64_t flat) const;
+  void check_hyperparameters() const override;
+  void check_grad(int64_t flat) const override;
   void check_step() const; // every hyperparameter and every present grad
   // Creates the missing state of every param that has a grad; returns whether any was created.
-  bool ensure_state();
+  bool ensure_state() override;
+  int group_count() const override { return static_cast<int>(groups_.size()); }
+  std::string group_structure_key(int group) const override {
+    return structure(groups_[static_cast<std::size_t>(group)]).key();
+  }
 
-  int64_t param_count() const { return static_cast<int64_t>(flat_params_.size()); }
-  const Tensor& flat_param(int64_t i) const { return flat_params_[static_cast<std::size_t>(i)]; }
+  int64_t param_count() const override { return static_cast<int64_t>(flat_params_.size()); }
+  const Tensor& flat_param(int64_t i) const override { return flat_params_[static_cast<std::size_t>(i)]; }
   const ParamState& flat_state(int64_t i) const { return states_[static_cast<std::size_t>(i)]; }
   int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
 
@@ -223,7 +221,7 @@ private:
   void eager_update();
   // load_state_dict's checks and the state it would install, per flat param; throws on the first mismatch.
   std::vector<ParamState> checked_loaded_state(const StateDict& loaded) const;
-  mutable std::map<std::string, Graph> eager_graphs_;
+  std::unique_ptr<CompiledStep> eager_step_; // the foreach path: the driver with the interpreter backend
 };
 
 // The flags most optimizers trace with: maximize, weight_decay (non-zero) and, for optimizers with the option,

@@ -4,7 +4,7 @@
 // otherwise): tensors round trip; every configuration compiled on the GPU against the CPU forloop; 10,000 small
 // tensors; a tensor of more than 2^31 elements; None grads, replaced grads and state_dict on the GPU; CUDA graphs.
 #include "codegen/codegen.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/sgd.h"
 #include "runtime/cuda_driver.h"

@@ -2,7 +2,7 @@
 // zero_grad(set_to_none), on the eager and the compiled step.
 #include "frontend/optim/adagrad.h"
 #include "frontend/optim/adam.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/sgd.h"
 #include "helpers.h"
 #include "tools/model.h"

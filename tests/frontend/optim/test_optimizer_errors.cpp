@@ -4,7 +4,7 @@
 #include "frontend/optim/adam.h"
 #include "frontend/optim/adamax.h"
 #include "frontend/optim/asgd.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/nadam.h"
 #include "frontend/optim/radam.h"
 #include "frontend/optim/registry.h"

@@ -1,6 +1,6 @@
 // forloop vs eager (interpreted foreach graph) vs compiled, on random data, for every option combination of every
 // optimizer, over several steps, in f32 and f64, with 0-d, zero-size, multi-chunk tensors and a None grad.
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "helpers.h"
 #include "tools/model.h"

@@ -1,7 +1,7 @@
 // state_dict() / load_state_dict() through a state file: a loaded optimizer continues a trajectory bit for bit,
 // on every optimizer and execution path; a mismatched state is an error that changes nothing.
 #include "frontend/optim/adam.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/state_file.h"
 #include "helpers.h"

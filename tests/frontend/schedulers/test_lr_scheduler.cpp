@@ -2,7 +2,7 @@
 // middle of the schedule, 100 compiled steps per scheduler with one compile, tensor lr, torch's messages.
 #include "frontend/optim/adagrad.h"
 #include "frontend/optim/adam.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/schedulers/cyclic_schedulers.h"
 #include "frontend/schedulers/plateau_scheduler.h"
 #include "frontend/schedulers/scheduler_composition.h"

@@ -5,7 +5,7 @@
 #include "compiler/kernel_cache.h"
 #include "frontend/optim/adagrad.h"
 #include "frontend/optim/adam.h"
-#include "frontend/compiled_step.h"
+#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/sgd.h"
 #include "helpers.h"

@@ -1,0 +1,50 @@
+// The one backend interface: a backend turns a bucket's pipeline result into an Executable for a Target, and shows
+// its code. The driver (compiler/compiled_step.cpp) calls only this; the CPU (ORC), GPU (PTX + driver) and
+// interpreter backends implement it, one file each.
+#pragma once
+
+#include "compiler/compile_options.h"
+#include "compiler/ir/arguments.h"
+#include "compiler/pipeline.h"
+#include "compiler/target.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+// A bucket's code on one target, bound to that step's arguments.
+class Executable {
+public:
+  virtual ~Executable() = default;
+  // Builds the argument tables from `args` (slots by name, hyperparameters by group).
+  virtual void bind(const ListArguments& args) = 0;
+  // Points slot `slot` of list entry `entry` at `tensor` (same shape, dtype and device as the one bound).
+  virtual void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) = 0;
+  // This step's hyperparameters, per group, in the bound ListArguments' hyper_names order.
+  virtual void set_hyper(const std::vector<double>& values_by_group) = 0;
+  // Runs the step's kernels, in order, over the bound arguments.
+  virtual void launch() = 0;
+  // CUDA graphs captured so far (CompileOptions::cuda_graphs).
+  virtual int64_t graph_captures() const { return 0; }
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  // The code of `pipeline` for `target`, from the process-wide kernel cache when it holds it (`cache_hit` says).
+  virtual std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target,
+                                           const CompileOptions& options, bool& cache_hit) const = 0;
+  // Kernels launched per step.
+  virtual int kernel_count(const PipelineResult& pipeline) const { return pipeline.stats.kernels; }
+  // The code as text: Stage::LLVM or Stage::PTX (throws optjit::Error for a stage the backend has no code for).
+  virtual std::string code(const PipelineResult& pipeline, const Target& target, Stage stage) const = 0;
+};
+
+const Backend& backend_for(const Target& target);
+const Backend& cpu_backend();
+const Backend& gpu_backend();
+const Backend& interpreter_backend();
+
+} // namespace optjit

@@ -1,0 +1,22 @@
+#include "compiler/compile_options.h"
+#include "runtime/error.h"
+
+#include <string>
+
+namespace optjit {
+
+Stage parse_stage(std::string_view text) {
+  if (text == "traced")
+    return Stage::Traced;
+  if (text == "optimized")
+    return Stage::Optimized;
+  if (text == "fused")
+    return Stage::Fused;
+  if (text == "llvm")
+    return Stage::LLVM;
+  if (text == "ptx")
+    return Stage::PTX;
+  throw Error("unknown stage '" + std::string(text) + "': expected traced, optimized, fused, llvm or ptx");
+}
+
+} // namespace optjit

@@ -1,0 +1,23 @@
+// How the driver compiles and launches a step: the stages it can show, and the options a user chooses.
+#pragma once
+
+#include "compiler/target.h"
+#include "runtime/work_items.h"
+
+#include <cstddef>
+#include <string_view>
+
+namespace optjit {
+
+enum class Stage { Traced, Optimized, Fused, LLVM, PTX };
+// "traced", "optimized", "fused", "llvm", "ptx"; throws optjit::Error otherwise.
+Stage parse_stage(std::string_view text);
+
+struct CompileOptions {
+  LaunchShape launch;            // how CPU launches cut tensors into work items
+  std::size_t max_variants = 8;  // compiled variants kept per step (guard sets seen); the oldest goes first
+  bool cuda_graphs = false;      // GPU buckets: replay a captured CUDA graph of the step, re-captured on rebind
+  Execution execution = Execution::Compiled; // Interpreted: the eager path (traced graphs run op by op)
+};
+
+} // namespace optjit

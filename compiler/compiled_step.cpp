@@ -1,0 +1,293 @@
+#include "compiler/compiled_step.h"
+#include "compiler/backend.h"
+#include "compiler/guards.h"
+#include "compiler/ir/printer.h"
+#include "compiler/pipeline.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace optjit {
+
+namespace {
+
+struct BucketProgram {
+  ParamBucket bucket; // every param of the bucket, with a grad or not
+  Target target;
+  PipelineResult pipeline;
+  std::unique_ptr<Executable> code; // the pipeline's kernels on the target, bound to the members with grads
+  bool launched = false;            // whether any member had a grad at the last bind
+};
+
+// The bucket's members whose grads are present now: the list its kernel walks this step.
+ParamBucket members_with_grads(const StepSource& source, const ParamBucket& bucket) {
+  ParamBucket present = bucket;
+  std::erase_if(present.members, [&](const BucketMember& m) { return !source.flat_param(m.flat).grad().defined(); });
+  return present;
+}
+
+// Compiled code for one set of guard facts, and the binding it last ran with.
+struct Program {
+  GuardFacts facts;
+  std::vector<BucketProgram> buckets;
+  bool bound = false;
+  uint64_t bound_state_version = 0;
+  std::vector<uint64_t> bound_param_layout; // per flat param: the layouts the binding holds
+  std::vector<uint64_t> bound_grad_layout;
+  std::vector<std::pair<int, int64_t>> entry_of_flat; // per flat param: (bucket, list entry), bucket -1 if none
+};
+
+// What changed in a step's arguments since the program's binding.
+struct ArgumentChanges {
+  const char* rebind_reason = nullptr; // non-null: the argument tables must be rebuilt
+  std::vector<int64_t> replaced_grads; // otherwise: params whose grad buffer alone was replaced
+};
+
+} // namespace
+
+struct CompiledStep::Impl {
+  StepSource& source;
+  CompileOptions options;
+  StepMetrics metrics;
+  std::vector<std::unique_ptr<Program>> programs;
+  Program* current = nullptr;
+  GuardFacts facts; // reused every step
+  uint64_t checked_slot_epoch = 0; // tensor_slot_epoch() when the current program's guards and binding last held
+  ArgumentChanges changes;         // reused every step
+
+  Impl(StepSource& s, CompileOptions opts) : source(s), options(std::move(opts)) {}
+
+  void read_facts() {
+    facts.params.resize(static_cast<std::size_t>(source.param_count()));
+    for (int64_t i = 0; i < source.param_count(); ++i)
+      facts.params[static_cast<std::size_t>(i)] = param_fact(*source.flat_param(i).impl());
+    facts.groups.resize(static_cast<std::size_t>(source.group_count()));
+    for (int g = 0; g < source.group_count(); ++g)
+      facts.groups[static_cast<std::size_t>(g)] = source.group_structure_key(g);
+  }
+
+  Program& program_for_facts() {
+    if (current && current->facts == facts)
+      return *current;
+    for (auto& p : programs)
+      if (p->facts == facts) {
+        ++metrics.guard_cache_hits;
+        return *(current = p.get());
+      }
+    return compile_program();
+  }
+
+  Program& compile_program() {
+    auto start = std::chrono::steady_clock::now();
+    if (metrics.compiles > 0) {
+      const GuardFacts& before = current ? current->facts : programs.back()->facts;
+      std::string reason = explain_guard_failure(before, facts);
+      ++metrics.recompiles;
+      metrics.recompile_reasons.push_back(reason);
+      OPTJIT_LOG(recompiles, "{}: recompiling step #{}: {}", source.name(), metrics.steps, reason);
+    }
+    ++metrics.compiles;
+    auto program = std::make_unique<Program>();
+    program->facts = facts;
+    for (ParamBucket& bucket : source.compile_buckets()) {
+      BucketProgram bp;
+      bp.target = Target::for_device(bucket.device, options.execution);
+      bp.pipeline = run_pipeline(source.trace_bucket(bucket));
+      bool hit = false;
+      bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, hit);
+      ++(hit ? metrics.cache_hits : metrics.kernels_generated);
+      OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {}, {}, {})", source.name(), hit ? "from cache" : "compiled",
+                 bucket.members.size(), bucket.device.to_string(), dtype_name(bucket.dtype), bucket.structure_key,
+                 bp.target.isa);
+      bp.bucket = std::move(bucket);
+      program->buckets.push_back(std::move(bp));
+    }
+    metrics.compile_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (programs.size() >= options.max_variants) {
+      OPTJIT_LOG(recompiles, "{}: {} compiled variants kept, dropping the oldest", source.name(), options.max_variants);
+      programs.erase(programs.begin());
+    }
+    programs.push_back(std::move(program));
+    return *(current = programs.back().get());
+  }
+
+  // True when nothing a guard or the binding depends on changed since the last step: no grad or param buffer
+  // anywhere was replaced, no state was created or replaced, and every group still has the structure the current
+  // program was compiled for. O(groups): a steady-state step does not visit every param.
+  bool unchanged_since_last_step(uint64_t slot_epoch) const {
+    if (!current || !current->bound || checked_slot_epoch != slot_epoch ||
+        current->bound_state_version != source.state_version() ||
+        current->facts.params.size() != static_cast<std::size_t>(source.param_count()))
+      return false;
+    if (static_cast<std::size_t>(source.group_count()) != current->facts.groups.size())
+      return false;
+    for (int g = 0; g < source.group_count(); ++g)
+      if (source.group_structure_key(g) != current->facts.groups[static_cast<std::size_t>(g)])
+        return false;
+    return true;
+  }
+
+  // Validates the grads that changed since the program's last binding (before anything is mutated) and says what
+  // the binding needs.
+  void check_arguments(const Program& program, ArgumentChanges& changes) const {
+    changes.replaced_grads.clear();
+    const char* reason = !program.bound ? "first step of this variant"
+                         : program.bound_state_version != source.state_version() ? "optimizer state created or replaced"
+                                                                               : nullptr;
+    for (int64_t i = 0; i < source.param_count(); ++i) {
+      const TensorImpl& p = *source.flat_param(i).impl();
+      const TensorImpl* g = p.grad.get();
+      const std::size_t at = static_cast<std::size_t>(i);
+      // Layout ids are never 0, so a bound layout of 0 means the param was bound without a grad.
+      const bool was_bound_with_grad = program.bound && program.bound_grad_layout[at] != 0;
+      if (!g) {
+        if (was_bound_with_grad && !reason)
+          reason = "a grad became None";
+        continue;
+      }
+      const bool same_param = program.bound && p.layout_id == program.bound_param_layout[at];
+      if (same_param && g->layout_id == program.bound_grad_layout[at])
+        continue;
+      source.check_grad(i);
+      if (program.bound && !was_bound_with_grad && !reason)
+        reason = "a grad appeared";
+      if (!same_param && !reason)
+        reason = "a param's data was replaced";
+      changes.replaced_grads.push_back(i);
+    }
+    changes.rebind_reason = reason;
+  }
+
+  // Points the binding at grad buffers that replaced the bound ones (same shape, dtype and device: checked).
+  void repoint_grads(Program& program, const std::vector<int64_t>& replaced) {
+    OPTJIT_LOG(guards, "{}: {} grad buffer(s) replaced at step #{}, repointing them", source.name(), replaced.size(),
+               metrics.steps);
+    for (int64_t i : replaced) {
+      const Tensor grad = source.flat_param(i).grad();
+      const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
+      program.buckets[static_cast<std::size_t>(bucket)].code->repoint("grad", entry, grad);
+      program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.impl()->layout_id;
+    }
+    ++metrics.rebinds;
+  }
+
+  void bind(Program& program, const char* reason) {
+    OPTJIT_LOG(guards, "{}: rebinding arguments at step #{}: {}", source.name(), metrics.steps, reason);
+    source.ensure_state();
+    program.entry_of_flat.assign(static_cast<std::size_t>(source.param_count()), {-1, 0});
+    for (std::size_t b = 0; b < program.buckets.size(); ++b) {
+      BucketProgram& bp = program.buckets[b];
+      const ParamBucket present = members_with_grads(source, bp.bucket);
+      bp.launched = !present.members.empty();
+      if (!bp.launched)
+        continue;
+      bp.code->bind(source.list_arguments(present));
+      for (std::size_t t = 0; t < present.members.size(); ++t)
+        program.entry_of_flat[static_cast<std::size_t>(present.members[t].flat)] = {static_cast<int>(b),
+                                                                                   static_cast<int64_t>(t)};
+    }
+    program.bound_param_layout.assign(static_cast<std::size_t>(source.param_count()), 0);
+    program.bound_grad_layout.assign(static_cast<std::size_t>(source.param_count()), 0);
+    for (int64_t i = 0; i < source.param_count(); ++i) {
+      const TensorImpl& p = *source.flat_param(i).impl();
+      program.bound_param_layout[static_cast<std::size_t>(i)] = p.layout_id;
+      program.bound_grad_layout[static_cast<std::size_t>(i)] = p.grad ? p.grad->layout_id : 0;
+    }
+    program.bound_state_version = source.state_version();
+    program.bound = true;
+    ++metrics.rebinds;
+  }
+
+  void step() {
+    auto start = std::chrono::steady_clock::now();
+    const int64_t compiles_before = metrics.compiles;
+    const uint64_t slot_epoch = tensor_slot_epoch();
+    source.check_hyperparameters();
+    if (!unchanged_since_last_step(slot_epoch)) {
+      read_facts();
+      Program& checked = program_for_facts();
+      check_arguments(checked, changes);
+      if (changes.rebind_reason)
+        bind(checked, changes.rebind_reason);
+      else if (!changes.replaced_grads.empty())
+        repoint_grads(checked, changes.replaced_grads);
+      checked_slot_epoch = slot_epoch;
+    }
+    Program& program = *current;
+    const std::vector<double> hyper = source.hyper_values();
+    for (BucketProgram& bp : program.buckets)
+      if (bp.launched)
+        bp.code->set_hyper(hyper);
+    if (metrics.compiles == compiles_before)
+      metrics.dispatch_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    for (BucketProgram& bp : program.buckets)
+      if (bp.launched) {
+        const int64_t captured = bp.code->graph_captures();
+        bp.code->launch();
+        metrics.graph_captures += bp.code->graph_captures() - captured;
+      }
+    ++metrics.steps;
+  }
+
+  Program& program_now() {
+    read_facts();
+    return program_for_facts();
+  }
+};
+
+CompiledStep::CompiledStep(StepSource& source, CompileOptions options)
+    : impl_(std::make_unique<Impl>(source, std::move(options))) {}
+CompiledStep::~CompiledStep() = default;
+CompiledStep::CompiledStep(CompiledStep&&) noexcept = default;
+CompiledStep& CompiledStep::operator=(CompiledStep&&) noexcept = default;
+
+void CompiledStep::operator()() { impl_->source.run_with_step_hooks([this] { impl_->step(); }); }
+
+double CompiledStep::operator()(const std::function<double()>& closure) {
+  return impl_->source.run_with_step_hooks([this] { impl_->step(); }, closure);
+}
+
+void CompiledStep::update() { impl_->step(); }
+
+int CompiledStep::kernel_count() {
+  int count = 0;
+  for (const BucketProgram& bp : impl_->program_now().buckets)
+    if (!members_with_grads(impl_->source, bp.bucket).members.empty())
+      count += backend_for(bp.target).kernel_count(bp.pipeline);
+  return count;
+}
+
+std::string CompiledStep::dump(Stage stage, int gpu_sm) {
+  std::string text;
+  for (const BucketProgram& bp : impl_->program_now().buckets) {
+    switch (stage) {
+    case Stage::Traced:
+      text += print_graph(bp.pipeline.traced);
+      break;
+    case Stage::Optimized:
+      text += print_graph(bp.pipeline.optimized);
+      break;
+    case Stage::Fused:
+      text += print_fused(bp.pipeline);
+      break;
+    case Stage::LLVM:
+    case Stage::PTX: {
+      // PTX needs no GPU: a bucket elsewhere shows the code it would have on sm_80, or on the sm asked for.
+      const bool other_gpu = gpu_sm || (stage == Stage::PTX && bp.target.sm == 0);
+      const Target target = other_gpu ? Target::cuda_code(gpu_sm ? gpu_sm : 80) : bp.target;
+      text += backend_for(target).code(bp.pipeline, target, stage);
+      break;
+    }
+    }
+  }
+  return text;
+}
+
+const StepMetrics& CompiledStep::metrics() const { return impl_->metrics; }
+
+CompiledStep compile(StepSource& source, CompileOptions options) { return CompiledStep(source, std::move(options)); }
+
+} // namespace optjit

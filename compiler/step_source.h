@@ -1,0 +1,62 @@
+// StepSource: what the driver compiles and runs, seen from below the frontend. An optimizer (frontend/optim) is
+// one: it owns the params, their state and the param groups, splits the params into buckets that share one traced
+// list graph, traces a bucket, and gathers a bucket's arguments for one step. The driver never sees an optimizer's
+// options or algorithm, only these answers.
+#pragma once
+
+#include "compiler/ir/arguments.h"
+#include "compiler/ir/ir.h"
+#include "runtime/tensor.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+struct BucketMember {
+  int group;    // its param group
+  int64_t flat; // its index over all params, in group order
+};
+
+// Params that run under one traced list graph: the same device, dtype and group structure.
+struct ParamBucket {
+  Dtype dtype;
+  Device device;
+  std::string structure_key; // the group structure the graph was traced for ("amsgrad=1,maximize=0")
+  std::vector<BucketMember> members;
+};
+
+class StepSource {
+public:
+  virtual ~StepSource() = default;
+
+  virtual const std::string& name() const = 0;
+  virtual int64_t param_count() const = 0;
+  virtual const Tensor& flat_param(int64_t flat) const = 0;
+  // Per param group: the key of the structure its graph is traced for; a change recompiles.
+  virtual int group_count() const = 0;
+  virtual std::string group_structure_key(int group) const = 0;
+
+  // Every param in buckets (with a grad or not: which grads are present only changes the binding).
+  virtual std::vector<ParamBucket> compile_buckets() const = 0;
+  virtual Graph trace_bucket(const ParamBucket& bucket) const = 0;
+  // The bucket's tensors by slot (its state must exist: ensure_state()) and this step's hyperparameters.
+  virtual ListArguments list_arguments(const ParamBucket& bucket) const = 0;
+  // This step's hyperparameters: groups x names, in list_arguments' hyper_names order.
+  virtual std::vector<double> hyper_values() const = 0;
+
+  // Step-time checks, run before anything changes; they throw optjit::Error.
+  virtual void check_hyperparameters() const = 0;
+  virtual void check_grad(int64_t flat) const = 0;
+  // Creates the missing state of every param with a grad; returns whether any was created.
+  virtual bool ensure_state() = 0;
+  // Changes whenever state is created or a state buffer is replaced: bindings hold state addresses.
+  virtual uint64_t state_version() const = 0;
+
+  // Runs the closure (when given), then `update`, between the step hooks; returns the closure's loss.
+  virtual double run_with_step_hooks(const std::function<void()>& update,
+                                     const std::function<double()>& closure = {}) = 0;
+};
+
+} // namespace optjit
