@@ -266,7 +266,15 @@ private:
     return b.CreateLoad(ptr_, b.CreateGEP(ptr_, slots, index), name);
   }
 
-  llvm::Type* scalar_type(Dtype d) { return d == Dtype::f32 ? llvm::Type::getFloatTy(ctx_) : llvm::Type::getDoubleTy(ctx_); }
+  llvm::Type* scalar_type(Dtype d) {
+    switch (d) {
+    case Dtype::f32:
+      return llvm::Type::getFloatTy(ctx_);
+    case Dtype::f64:
+      return llvm::Type::getDoubleTy(ctx_);
+    }
+    OPTJIT_ASSERT(false, "dtype without an LLVM type");
+  }
   llvm::Type* element_type() { return scalar_type(graph_.dtype); }
   llvm::Type* lane_type(int lanes) {
     return lanes == 1 ? element_type() : llvm::FixedVectorType::get(element_type(), static_cast<unsigned>(lanes));

@@ -19,7 +19,7 @@ std::optional<double> constant_value(const GraphBuilder& b, ValueId id) {
     return n.number;
   if (n.op == Op::cast) {
     auto inner = constant_value(b, n.inputs[0]);
-    if (inner && static_cast<double>(static_cast<float>(*inner)) == *inner)
+    if (inner && round_to_dtype(n.dtype, *inner) == *inner)
       return inner;
   }
   return std::nullopt;

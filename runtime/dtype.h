@@ -1,17 +1,70 @@
-// Element types of tensors. Scalar (per-tensor) arithmetic is always done in f64, as torch does on the host.
+// Element types of tensors, from the one dtype table (runtime/dtypes.def). Scalar (per-tensor) arithmetic is
+// always done in f64, as torch does on the host. Code that depends on a dtype either visits it (visit_dtype: one
+// template for every C++ storage type) or switches over it without a default, so adding a dtype to the table is a
+// compile error (-Wswitch) at every switch that still has to handle it.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace optjit {
 
-enum class Dtype { f32, f64 };
+enum class Dtype : uint8_t {
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code) name,
+#include "runtime/dtypes.def"
+#undef OPTJIT_DTYPE
+};
 
-constexpr std::size_t dtype_size(Dtype d) { return d == Dtype::f32 ? 4 : 8; }
-constexpr std::string_view dtype_name(Dtype d) { return d == Dtype::f32 ? "f32" : "f64"; }
-// Accepts "f32", "float32", "f64", "float64"; throws optjit::Error otherwise.
+// Calls body.template operator()<T>() with T the C++ type that stores one element of `dtype`.
+template <class Body> decltype(auto) visit_dtype(Dtype dtype, Body&& body) {
+  switch (dtype) {
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                     \
+  case Dtype::name:                                                                                                \
+    return body.template operator()<type>();
+#include "runtime/dtypes.def"
+#undef OPTJIT_DTYPE
+  }
+  __builtin_unreachable();
+}
+
+constexpr std::size_t dtype_size(Dtype dtype) {
+  switch (dtype) {
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                     \
+  case Dtype::name:                                                                                                \
+    return sizeof(type);
+#include "runtime/dtypes.def"
+#undef OPTJIT_DTYPE
+  }
+  __builtin_unreachable();
+}
+
+// "f32", "f64": the names optjit prints and parses.
+constexpr std::string_view dtype_name(Dtype dtype) {
+  switch (dtype) {
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                     \
+  case Dtype::name:                                                                                                \
+    return #name;
+#include "runtime/dtypes.def"
+#undef OPTJIT_DTYPE
+  }
+  __builtin_unreachable();
+}
+
+// The safetensors code ("F32") of a dtype, and the dtype of a code (none for a code outside the table).
+std::string_view dtype_safetensors_code(Dtype dtype);
+std::optional<Dtype> dtype_from_safetensors_code(std::string_view code);
+// Every safetensors code of the table, for messages: "F32 or F64".
+std::string dtype_safetensors_codes();
+
+// `value` rounded to the precision of `dtype` (and back to double).
+inline double round_to_dtype(Dtype dtype, double value) {
+  return visit_dtype(dtype, [&]<class T>() { return static_cast<double>(static_cast<T>(value)); });
+}
+
+// Accepts optjit's and torch's names ("f32", "float32", ...); throws optjit::Error otherwise.
 Dtype parse_dtype(std::string_view text);
 
 } // namespace optjit

@@ -197,29 +197,24 @@ int64_t Tensor::offset_of(int64_t index) const {
 }
 
 double Tensor::item(int64_t index) const {
-  if (on_cuda(*this)) {
-    float narrow = 0;
-    double wide = 0;
-    void* into = dtype() == Dtype::f32 ? static_cast<void*>(&narrow) : &wide;
-    cuda::copy_to_host(device().index, into, device_address(*this, index), dtype_size(dtype()));
-    return dtype() == Dtype::f32 ? narrow : wide;
-  }
-  if (dtype() == Dtype::f32)
-    return data_as<float>()[offset_of(index)];
-  return data_as<double>()[offset_of(index)];
+  return visit_dtype(dtype(), [&]<class T>() {
+    if (on_cuda(*this)) {
+      T value{};
+      cuda::copy_to_host(device().index, &value, device_address(*this, index), sizeof(T));
+      return static_cast<double>(value);
+    }
+    return static_cast<double>(data_as<T>()[offset_of(index)]);
+  });
 }
 
 void Tensor::set_item(int64_t index, double value) const {
-  if (on_cuda(*this)) {
-    const float narrow = static_cast<float>(value);
-    const void* bytes = dtype() == Dtype::f32 ? static_cast<const void*>(&narrow) : &value;
-    cuda::copy_to_device(device().index, device_address(*this, index), bytes, dtype_size(dtype()));
-    return;
-  }
-  if (dtype() == Dtype::f32)
-    data_as<float>()[offset_of(index)] = static_cast<float>(value);
-  else
-    data_as<double>()[offset_of(index)] = value;
+  visit_dtype(dtype(), [&]<class T>() {
+    const T stored = static_cast<T>(value);
+    if (on_cuda(*this))
+      cuda::copy_to_device(device().index, device_address(*this, index), &stored, sizeof(T));
+    else
+      data_as<T>()[offset_of(index)] = stored;
+  });
 }
 
 std::vector<double> Tensor::to_vector() const {

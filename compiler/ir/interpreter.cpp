@@ -30,19 +30,17 @@ using PerTensorValues = std::vector<double>;  // one per list entry (f32 values 
 using ElementValues = std::vector<Tensor>;     // one tensor per list entry
 using Value = std::variant<PerTensorValues, ElementValues>;
 
-double round_to(Dtype dtype, double x) { return dtype == Dtype::f32 ? static_cast<double>(static_cast<float>(x)) : x; }
-
 double scalar_op(const Node& n, const std::vector<double>& in) {
   if (n.op == Op::cast)
-    return round_to(n.dtype, in[0]);
+    return round_to_dtype(n.dtype, in[0]);
   if (n.op == Op::select)
     return in[0] != 0 ? in[1] : in[2];
-  if (n.dtype == Dtype::f32) {
+  // Per-tensor math in the node's dtype: f32 values are rounded after every op, as a float on the host would be.
+  return visit_dtype(n.dtype, [&]<class T>() -> double {
     if (in.size() == 1)
-      return apply_unary<float>(n.op, static_cast<float>(in[0]));
-    return apply_binary<float>(n.op, static_cast<float>(in[0]), static_cast<float>(in[1]));
-  }
-  return in.size() == 1 ? apply_unary<double>(n.op, in[0]) : apply_binary<double>(n.op, in[0], in[1]);
+      return apply_unary<T>(n.op, static_cast<T>(in[0]));
+    return apply_binary<T>(n.op, static_cast<T>(in[0]), static_cast<T>(in[1]));
+  });
 }
 
 // An operand of an element op: a whole tensor, or one per-tensor scalar broadcast over it.
@@ -189,10 +187,7 @@ void interpret(const Graph& graph, const ListArguments& args) {
       for (int64_t k = b; k < e; ++k) {
         const WorkItem& item = items[static_cast<std::size_t>(k)];
         const Tensor& dst = result[static_cast<std::size_t>(item.tensor)];
-        if (graph.dtype == Dtype::f32)
-          element_op<float>(n, in, item.tensor, dst, item.begin, item.end);
-        else
-          element_op<double>(n, in, item.tensor, dst, item.begin, item.end);
+        visit_dtype(graph.dtype, [&]<class T>() { element_op<T>(n, in, item.tensor, dst, item.begin, item.end); });
       }
     });
     out = std::move(result);

@@ -84,7 +84,7 @@ void Adadelta::trace(Tracer& t, const Structure& s) const {
 
 void Adadelta::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                             ParamState& state) const {
-  with_element_type(param.dtype(), [&]<class T>() { adadelta_forloop<T>(group, param, grad, state); });
+  visit_dtype(param.dtype(), [&]<class T>() { adadelta_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -83,7 +83,7 @@ void Adagrad::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adagrad::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  with_element_type(param.dtype(), [&]<class T>() { adagrad_forloop<T>(group, param, grad, state); });
+  visit_dtype(param.dtype(), [&]<class T>() { adagrad_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -130,7 +130,7 @@ void Adam::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  with_element_type(param.dtype(), [&]<class T>() { adam_forloop<T>(group, param, grad, state); });
+  visit_dtype(param.dtype(), [&]<class T>() { adam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -89,7 +89,7 @@ void ASGD::trace(Tracer& t, const Structure& s) const {
 }
 
 void ASGD::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  with_element_type(param.dtype(), [&]<class T>() { asgd_forloop<T>(group, param, grad, state); });
+  visit_dtype(param.dtype(), [&]<class T>() { asgd_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -113,7 +113,7 @@ void NAdam::trace(Tracer& t, const Structure& s) const {
 }
 
 void NAdam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  with_element_type(param.dtype(), [&]<class T>() { nadam_forloop<T>(group, param, grad, state); });
+  visit_dtype(param.dtype(), [&]<class T>() { nadam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -241,15 +241,6 @@ Structure maximize_and_weight_decay(const ParamGroup& group);
       const override;                                                                                              \
   void validate_options(const OptionMap& options) const override;
 
-// Calls body.template operator()<T>() with T the element type of `dtype` (float or double): one forloop
-// reference template serves both dtypes.
-template <class Body> void with_element_type(Dtype dtype, Body&& body) {
-  if (dtype == Dtype::f32)
-    body.template operator()<float>();
-  else
-    body.template operator()<double>();
-}
-
 // A constructor's plain list of params as one param group; an empty list is torch's error.
 std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params);
 

@@ -109,7 +109,7 @@ void RAdam::trace(Tracer& t, const Structure& s) const {
 }
 
 void RAdam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  with_element_type(param.dtype(), [&]<class T>() { radam_forloop<T>(group, param, grad, state); });
+  visit_dtype(param.dtype(), [&]<class T>() { radam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

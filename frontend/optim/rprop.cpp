@@ -96,7 +96,7 @@ void Rprop::trace(Tracer& t, const Structure& s) const {
 }
 
 void Rprop::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  with_element_type(param.dtype(), [&]<class T>() { rprop_forloop<T>(group, param, grad, state); });
+  visit_dtype(param.dtype(), [&]<class T>() { rprop_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

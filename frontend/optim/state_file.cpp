@@ -39,14 +39,10 @@ double option_value(const json& v, const std::string& name) {
   throw Error(fmt::format("option '{}' is {}, not a number", name, v.dump()));
 }
 
-const char* dtype_code(Dtype d) { return d == Dtype::f32 ? "F32" : "F64"; }
-
 Dtype dtype_of_code(const std::string& code, const std::string& tensor) {
-  if (code == "F32")
-    return Dtype::f32;
-  if (code == "F64")
-    return Dtype::f64;
-  throw Error(fmt::format("tensor '{}' has dtype {}; optimizer state is F32 or F64", tensor, code));
+  if (std::optional<Dtype> dtype = dtype_from_safetensors_code(code))
+    return *dtype;
+  throw Error(fmt::format("tensor '{}' has dtype {}; optimizer state is {}", tensor, code, dtype_safetensors_codes()));
 }
 
 // "state.<id>.<key>" -> (id, key).
@@ -129,7 +125,7 @@ void save_state_dict(const StateDict& dict, const std::filesystem::path& path) {
     for (const auto& [key, tensor] : state) {
       const Tensor t = tensor.is_contiguous() ? tensor : tensor.clone();
       header[fmt::format("state.{}.{}", id, key)] = {
-          {"dtype", dtype_code(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {data.size(), data.size() + t.nbytes()}}};
+          {"dtype", dtype_safetensors_code(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {data.size(), data.size() + t.nbytes()}}};
       data.append(static_cast<const char*>(t.data()), t.nbytes());
     }
   std::string text = header.dump();
