@@ -42,29 +42,51 @@ void emit_loop(IRBuilder<>& b, Value* begin, Value* end, Value* step, const std:
 
 class Emitter {
 public:
+  // Where per-tensor work reads and writes for tensor t: the slot table, the hyperparameters by group, the carried
+  // values of the plan.
+  struct PerTensorInputs {
+    Value* slots;
+    Value* n_tensors;
+    Value* hyper;
+    Value* group_of;
+    Value* n_hyper;
+    Value* carry;
+    Value* n_carry;
+    Value* t;
+  };
+
   Emitter(const KernelPlan& plan, llvm::Module& module, int lanes, bool device_math = false)
       : plan_(plan), graph_(plan.graph), module_(module), ctx_(module.getContext()), lanes_(lanes) {
     if (device_math)
       math_ = define_device_math(module);
     ptr_ = llvm::PointerType::getUnqual(ctx_);
     i64_ = llvm::Type::getInt64Ty(ctx_);
-    args_type_ = llvm::StructType::create(ctx_, {ptr_, i64_, ptr_, ptr_, i64_, ptr_, i64_, ptr_, i64_},
+    const auto llvm_type = [&](std::string_view kind) -> llvm::Type* { return kind == "ptr" ? ptr_ : i64_; };
+    args_type_ = llvm::StructType::create(ctx_,
+                                          {
+#define OPTJIT_CPU_ARG(name, type, kind) llvm_type(#kind),
+#include "runtime/kernel_abi.def"
+#undef OPTJIT_CPU_ARG
+                                          },
                                           "optjit.KernelArgs");
   }
 
   void emit_tensor_phase(const std::string& symbol) {
     IRBuilder<> b(ctx_);
     auto [fn, args, begin, end] = declare(symbol, b);
-    Value* n_tensors = field(b, args, kArgTensors);
-    Value* slots = field(b, args, kArgSlots);
-    Value* hyper = field(b, args, kArgHyper);
-    Value* group_of = field(b, args, kArgGroupOf);
-    Value* n_hyper = field(b, args, kArgHyperCount);
-    Value* scratch = field(b, args, kArgScratch);
-    Value* n_scratch = field(b, args, kArgScratchCount);
+    Value* n_tensors = field(b, args, KernelArg::n_tensors);
+    Value* slots = field(b, args, KernelArg::slots);
+    Value* hyper = field(b, args, KernelArg::hyper);
+    Value* group_of = field(b, args, KernelArg::group_of);
+    Value* n_hyper = field(b, args, KernelArg::n_hyper);
+    Value* scratch = field(b, args, KernelArg::scratch);
+    Value* n_scratch = field(b, args, KernelArg::n_scratch);
+    Value* carry = field(b, args, KernelArg::carry);
+    Value* n_carry = field(b, args, KernelArg::n_carry);
     emit_loop(b, begin, end, b.getInt64(1), "tensor", [&](Value* t) {
-      std::vector<Value*> values = emit_prologue(b, {slots, n_tensors, hyper, group_of, n_hyper, t});
-      emit_scalar_state_stores(b, values, slots, n_tensors, t);
+      const PerTensorInputs in{slots, n_tensors, hyper, group_of, n_hyper, carry, n_carry, t};
+      std::vector<Value*> values = emit_prologue(b, in);
+      emit_per_tensor_stores(b, values, in);
       Value* row = b.CreateMul(t, n_scratch);
       for (std::size_t k = 0; k < plan_.scratch.size(); ++k) {
         Value* address = b.CreateGEP(i64_, scratch, b.CreateAdd(row, b.getInt64(static_cast<int64_t>(k))));
@@ -78,11 +100,11 @@ public:
   void emit_element_phase(const std::string& symbol) {
     IRBuilder<> b(ctx_);
     auto [fn, args, begin, end] = declare(symbol, b);
-    Value* n_tensors = field(b, args, kArgTensors);
-    Value* slots = field(b, args, kArgSlots);
-    Value* scratch = field(b, args, kArgScratch);
-    Value* n_scratch = field(b, args, kArgScratchCount);
-    Value* items = field(b, args, kArgItems);
+    Value* n_tensors = field(b, args, KernelArg::n_tensors);
+    Value* slots = field(b, args, KernelArg::slots);
+    Value* scratch = field(b, args, KernelArg::scratch);
+    Value* n_scratch = field(b, args, KernelArg::n_scratch);
+    Value* items = field(b, args, KernelArg::items);
     emit_loop(b, begin, end, b.getInt64(1), "item", [&](Value* i) {
       auto [t, first, last] = load_work_item(b, items, i);
       // Per-tensor operands: scratch values of this tensor, and constants.
@@ -115,26 +137,38 @@ public:
   void emit_gpu_kernel(const std::string& symbol) {
     IRBuilder<> b(ctx_);
     llvm::PointerType* global = llvm::PointerType::get(ctx_, 1);
-    auto* type = llvm::FunctionType::get(b.getVoidTy(), {global, global, global, global, global, global, i64_, i64_},
+    const auto llvm_type = [&](std::string_view kind) -> llvm::Type* { return kind == "global" ? global : i64_; };
+    auto* type = llvm::FunctionType::get(b.getVoidTy(),
+                                         {
+#define OPTJIT_GPU_PARAM(name, type, kind) llvm_type(#kind),
+#include "runtime/kernel_abi.def"
+#undef OPTJIT_GPU_PARAM
+                                         },
                                          false);
     auto* fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, module_);
     fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
     annotate_kernel(fn);
-    Value* slots = fn->getArg(0);
-    Value* group_of = fn->getArg(1);
-    Value* items = fn->getArg(2);
-    Value* items_of_tensor = fn->getArg(3);
-    Value* done = fn->getArg(4);
-    Value* hyper = fn->getArg(5);
-    Value* n_tensors = fn->getArg(6);
-    Value* n_hyper = fn->getArg(7);
+    const auto param = [&](GpuParam p) { return fn->getArg(static_cast<unsigned>(p)); };
+    Value* slots = param(GpuParam::slots);
+    Value* items = param(GpuParam::items);
+    Value* items_of_tensor = param(GpuParam::items_of_tensor);
+    Value* done = param(GpuParam::done);
+    Value* n_tensors = param(GpuParam::n_tensors);
     b.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
     Value* block = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, {}, {}), i64_);
     Value* thread = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}), i64_);
     Value* threads = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x, {}, {}), i64_);
     auto [t, first, last] = load_work_item(b, items, block);
-    std::vector<Value*> values = emit_prologue(b, {slots, n_tensors, hyper, group_of, n_hyper, t});
+    const PerTensorInputs in{slots,
+                             n_tensors,
+                             param(GpuParam::hyper),
+                             param(GpuParam::group_of),
+                             param(GpuParam::n_hyper),
+                             param(GpuParam::carry),
+                             param(GpuParam::n_carry),
+                             t};
+    std::vector<Value*> values = emit_prologue(b, in);
     std::vector<Value*> bases;
     for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
       bases.push_back(b.CreateAddrSpaceCast(slot_pointer(b, slots, static_cast<int>(s), n_tensors, t), global,
@@ -155,7 +189,7 @@ public:
     }
     emit_loop(b, b.CreateAdd(scalar_begin, thread), last, threads, "elem",
               [&](Value* j) { emit_body(b, bases, values, j, 1); });
-    emit_gpu_scalar_state_stores(b, fn, values, {slots, n_tensors, items_of_tensor, done, thread, t});
+    emit_gpu_per_tensor_stores(b, fn, values, in, {items_of_tensor, done, thread});
     b.CreateRetVoid();
   }
 
@@ -199,40 +233,38 @@ private:
         b.CreateAlignedStore(stored[k], vector_at(index_in(plan_.abi.tensor_slots, graph_.stores[k].name)), align);
   }
 
-  struct ScalarStateInputs {
-    Value* slots;
-    Value* n_tensors;
+  struct BlockCount {
     Value* items_of_tensor;
     Value* done;
     Value* thread;
-    Value* t;
   };
 
   // After the block's elements: thread 0 counts the item as done; the block that finishes tensor t's last item
-  // (every other block of t has read the old scalar state by then) writes the new one and resets the count.
-  void emit_gpu_scalar_state_stores(IRBuilder<>& b, llvm::Function* fn, const std::vector<Value*>& values,
-                                    const ScalarStateInputs& in) {
+  // (every other block of t has read the old scalar state by then) writes the new one and the carried values, and
+  // resets the count.
+  void emit_gpu_per_tensor_stores(IRBuilder<>& b, llvm::Function* fn, const std::vector<Value*>& values,
+                                  const PerTensorInputs& in, const BlockCount& count_in) {
     bool any = false;
     for (const Store& s : graph_.stores)
-      any |= s.kind == StoreKind::Scalar;
+      any |= s.kind != StoreKind::Tensor;
     if (!any)
       return;
     b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
     auto* count = llvm::BasicBlock::Create(ctx_, "count", fn);
     auto* write = llvm::BasicBlock::Create(ctx_, "write_scalar_state", fn);
     auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
-    b.CreateCondBr(b.CreateICmpEQ(in.thread, b.getInt64(0)), count, exit);
+    b.CreateCondBr(b.CreateICmpEQ(count_in.thread, b.getInt64(0)), count, exit);
     b.SetInsertPoint(count);
     b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
-    Value* counter = b.CreateGEP(b.getInt32Ty(), in.done, in.t);
+    Value* counter = b.CreateGEP(b.getInt32Ty(), count_in.done, in.t);
     Value* before = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt32(1), llvm::MaybeAlign(4),
                                       llvm::AtomicOrdering::Monotonic);
-    Value* total = b.CreateLoad(i64_, b.CreateGEP(i64_, in.items_of_tensor, in.t));
+    Value* total = b.CreateLoad(i64_, b.CreateGEP(i64_, count_in.items_of_tensor, in.t));
     Value* is_last = b.CreateICmpEQ(b.CreateAdd(b.CreateZExt(before, i64_), b.getInt64(1)), total);
     b.CreateCondBr(is_last, write, exit);
     b.SetInsertPoint(write);
     b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
-    emit_scalar_state_stores(b, values, in.slots, in.n_tensors, in.t);
+    emit_per_tensor_stores(b, values, in);
     b.CreateStore(b.getInt32(0), counter);
     b.CreateBr(exit);
     b.SetInsertPoint(exit);
@@ -255,7 +287,8 @@ private:
     return {fn, fn->getArg(0), fn->getArg(1), fn->getArg(2)};
   }
 
-  Value* field(IRBuilder<>& b, Value* args, unsigned index) {
+  Value* field(IRBuilder<>& b, Value* args, KernelArg arg) {
+    const unsigned index = static_cast<unsigned>(arg);
     llvm::Type* type = args_type_->getElementType(index);
     return b.CreateLoad(type, b.CreateStructGEP(args_type_, args, index));
   }
@@ -326,19 +359,15 @@ private:
     return values;
   }
 
-  // Where a per-tensor prologue reads its inputs from: the slot table, the hyperparameters by group, tensor t.
-  struct PrologueInputs {
-    Value* slots;
-    Value* n_tensors;
-    Value* hyper;
-    Value* group_of;
-    Value* n_hyper;
-    Value* t;
-  };
+  // Where tensor t's carried value `name` lives: carry[t * n_carry + index of name in the plan's carries].
+  Value* carry_address(IRBuilder<>& b, const PerTensorInputs& in, const std::string& name) {
+    Value* index = b.CreateAdd(b.CreateMul(in.t, in.n_carry), b.getInt64(index_in(plan_.carries, name)));
+    return b.CreateGEP(i64_, in.carry, index);
+  }
 
   // The per-tensor nodes [0, prologue_size) of tensor t, in double precision (scalar state read in the element
   // type and widened).
-  std::vector<Value*> emit_prologue(IRBuilder<>& b, const PrologueInputs& in) {
+  std::vector<Value*> emit_prologue(IRBuilder<>& b, const PerTensorInputs& in) {
     std::vector<Value*> values(static_cast<std::size_t>(graph_.size()), nullptr);
     for (ValueId id = 0; id < plan_.prologue_size; ++id) {
       const Node& n = graph_.node(id);
@@ -358,6 +387,9 @@ private:
         v = b.CreateFPExt(b.CreateLoad(element_type(), address, n.name), b.getDoubleTy());
         break;
       }
+      case Op::carried:
+        v = b.CreateLoad(scalar_type(n.dtype), carry_address(b, in, n.name), n.name);
+        break;
       default:
         std::vector<Value*> operands;
         for (ValueId input : n.inputs)
@@ -382,14 +414,22 @@ private:
             b.CreateLoad(i64_, b.CreateGEP(i64_, item, b.getInt64(2)), "end")};
   }
 
-  // Tensor t's new scalar state: each scalar store of the graph, narrowed to the element type, into its slot.
-  void emit_scalar_state_stores(IRBuilder<>& b, const std::vector<Value*>& values, Value* slots, Value* n_tensors,
-                                Value* t) {
+  // Tensor t's per-tensor results: its new scalar state (each scalar store, narrowed to the element type, into its
+  // slot) and the values it hands to later kernels (into the carry buffer, in their own dtype).
+  void emit_per_tensor_stores(IRBuilder<>& b, const std::vector<Value*>& values, const PerTensorInputs& in) {
     for (const Store& s : graph_.stores) {
-      if (s.kind != StoreKind::Scalar)
-        continue;
-      Value* v = b.CreateFPTrunc(values[static_cast<std::size_t>(s.value)], element_type());
-      b.CreateStore(v, slot_pointer(b, slots, scalar_slot(s.name), n_tensors, t));
+      Value* value = values[static_cast<std::size_t>(s.value)];
+      switch (s.kind) {
+      case StoreKind::Tensor:
+        break;
+      case StoreKind::Scalar:
+        b.CreateStore(b.CreateFPTrunc(value, element_type()),
+                      slot_pointer(b, in.slots, scalar_slot(s.name), in.n_tensors, in.t));
+        break;
+      case StoreKind::Carry:
+        b.CreateStore(value, carry_address(b, in, s.name));
+        break;
+      }
     }
   }
 
@@ -443,6 +483,7 @@ private:
     case Op::hyper:
     case Op::scalar_state:
     case Op::tensor:
+    case Op::carried:
       break;
     }
     OPTJIT_ASSERT(false, "emit_op called on input op " + std::string(op_name(n.op)));

@@ -23,6 +23,11 @@ public:
   }
   // Copies this step's hyperparameters (per group, in args.hyper_names order) into the ABI's order.
   void set_hyper(const std::vector<double>& values_by_group);
+  // The plan's carry buffer (8 bytes per tensor and carried value), shared by every kernel of the plan.
+  void set_carry(void* carry, int64_t n_carry) {
+    args_.carry = carry;
+    args_.n_carry = n_carry;
+  }
   const std::vector<int64_t>& group_of() const { return group_of_; }
   const std::vector<WorkItem>& items() const { return items_; }
   const std::vector<void*>& slots() const { return slots_; }

@@ -12,48 +12,74 @@
 namespace optjit {
 namespace {
 
-// The index Binding::repoint takes for slot `name`: tensor slots first, then scalar-state slots.
+// The index Binding::repoint takes for slot `name` (tensor slots first, then scalar-state slots); -1 when the
+// kernel does not use the slot.
 int binding_slot(const KernelPlan& plan, const std::string& name) {
   const auto& tensors = plan.abi.tensor_slots;
   if (auto it = std::find(tensors.begin(), tensors.end(), name); it != tensors.end())
     return static_cast<int>(it - tensors.begin());
   const auto& scalars = plan.abi.scalar_slots;
-  auto it = std::find(scalars.begin(), scalars.end(), name);
-  OPTJIT_ASSERT(it != scalars.end(), "slot '" + name + "' is not an argument of kernel " + plan.name);
-  return static_cast<int>(tensors.size() + static_cast<std::size_t>(it - scalars.begin()));
+  if (auto it = std::find(scalars.begin(), scalars.end(), name); it != scalars.end())
+    return static_cast<int>(tensors.size() + static_cast<std::size_t>(it - scalars.begin()));
+  return -1;
 }
 
+// One compiled kernel of the plan and its argument block.
+struct BoundCpuKernel {
+  KernelPlan plan;
+  std::shared_ptr<CpuKernel> code;
+  Binding binding;
+};
+
+// The plan's kernels, launched in order; they share one carry buffer.
 class CpuExecutable final : public Executable {
 public:
-  CpuExecutable(KernelPlan plan, std::shared_ptr<CpuKernel> kernel, LaunchShape shape)
-      : plan_(std::move(plan)), kernel_(std::move(kernel)), shape_(shape) {}
+  CpuExecutable(std::vector<BoundCpuKernel> kernels, LaunchShape shape) : kernels_(std::move(kernels)), shape_(shape) {}
 
-  void bind(const ListArguments& args) override { binding_.bind(plan_, args, shape_); }
-  void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) override {
-    binding_.repoint(binding_slot(plan_, slot), entry, tensor.data());
+  void bind(const ListArguments& args) override {
+    const std::size_t n_carry = kernels_.front().plan.carries.size();
+    carry_.assign(std::max<std::size_t>(1, n_carry * static_cast<std::size_t>(args.n_tensors())), 0);
+    for (BoundCpuKernel& k : kernels_) {
+      k.binding.bind(k.plan, args, shape_);
+      k.binding.set_carry(carry_.data(), static_cast<int64_t>(n_carry));
+    }
   }
-  void set_hyper(const std::vector<double>& values_by_group) override { binding_.set_hyper(values_by_group); }
+  void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) override {
+    for (BoundCpuKernel& k : kernels_)
+      if (const int index = binding_slot(k.plan, slot); index >= 0)
+        k.binding.repoint(index, entry, tensor.data());
+  }
+  void set_hyper(const std::vector<double>& values_by_group) override {
+    for (BoundCpuKernel& k : kernels_)
+      k.binding.set_hyper(values_by_group);
+  }
   void launch() override {
-    launch_cpu_kernel(kernel_->tensor_phase, kernel_->element_phase, binding_.args(), binding_.tensor_grain(),
-                      binding_.item_grain());
+    for (const BoundCpuKernel& k : kernels_)
+      launch_cpu_kernel(k.code->tensor_phase, k.code->element_phase, k.binding.args(), k.binding.tensor_grain(),
+                        k.binding.item_grain());
   }
 
 private:
-  KernelPlan plan_;
-  std::shared_ptr<CpuKernel> kernel_;
+  std::vector<BoundCpuKernel> kernels_;
   LaunchShape shape_;
-  Binding binding_;
+  std::vector<uint64_t> carry_;
 };
 
 class CpuBackend final : public Backend {
 public:
   std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target,
                                    const CompileOptions& options, bool& cache_hit) const override {
-    OPTJIT_ASSERT(pipeline.kernels.size() == 1, "a bucket fuses into one kernel");
-    const KernelPlan& plan = pipeline.kernels.front();
-    std::shared_ptr<CpuKernel> kernel = KernelCache<CpuKernel>::global().get_or_compile(
-        target.cache_key() + "|" + print_kernel_plan(plan), [&] { return compile_cpu_kernel(plan); }, cache_hit);
-    return std::make_unique<CpuExecutable>(plan, std::move(kernel), options.launch);
+    OPTJIT_ASSERT(!pipeline.kernels.empty(), "a plan without kernels has nothing to load");
+    std::vector<BoundCpuKernel> kernels;
+    cache_hit = true;
+    for (const KernelPlan& plan : pipeline.kernels) {
+      bool hit = false;
+      std::shared_ptr<CpuKernel> code = KernelCache<CpuKernel>::global().get_or_compile(
+          target.cache_key() + "|" + print_kernel_plan(plan), [&] { return compile_cpu_kernel(plan); }, hit);
+      cache_hit = cache_hit && hit;
+      kernels.push_back({plan, std::move(code), {}});
+    }
+    return std::make_unique<CpuExecutable>(std::move(kernels), options.launch);
   }
 
   std::string code(const PipelineResult& pipeline, const Target&, Stage stage) const override {

@@ -13,47 +13,80 @@
 namespace optjit {
 namespace {
 
+// The index of tensor slot `name` in the kernel's table; -1 when the kernel does not use it.
 int binding_slot(const KernelPlan& plan, const std::string& name) {
   const auto& tensors = plan.abi.tensor_slots;
   auto it = std::find(tensors.begin(), tensors.end(), name);
-  OPTJIT_ASSERT(it != tensors.end(), "slot '" + name + "' is not a tensor argument of kernel " + plan.name);
-  return static_cast<int>(it - tensors.begin());
+  return it == tensors.end() ? -1 : static_cast<int>(it - tensors.begin());
 }
 
+struct BoundGpuKernel {
+  KernelPlan plan;
+  std::shared_ptr<GpuModule> module;
+  GpuBinding binding;
+};
+
+// The plan's kernels, launched in order on the device's stream; they share one device carry buffer.
 class GpuExecutable final : public Executable {
 public:
-  GpuExecutable(KernelPlan plan, std::shared_ptr<GpuModule> module, bool cuda_graphs)
-      : plan_(std::move(plan)), module_(std::move(module)), cuda_graphs_(cuda_graphs) {}
+  GpuExecutable(std::vector<BoundGpuKernel> kernels, int device, bool cuda_graphs)
+      : kernels_(std::move(kernels)), device_(device), cuda_graphs_(cuda_graphs) {}
 
-  void bind(const ListArguments& args) override { binding_.bind(plan_, args, module_->device()); }
-  void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) override {
-    binding_.repoint(binding_slot(plan_, slot), entry, tensor.data());
+  void bind(const ListArguments& args) override {
+    const std::size_t carry_bytes =
+        std::max<std::size_t>(8, kernels_.front().plan.carries.size() * static_cast<std::size_t>(args.n_tensors()) * 8);
+    if (carry_.bytes() < carry_bytes)
+      carry_ = DeviceBuffer(device_, carry_bytes);
+    for (BoundGpuKernel& k : kernels_)
+      k.binding.bind(k.plan, args, device_, carry_.address());
   }
-  void set_hyper(const std::vector<double>& values_by_group) override { binding_.set_hyper(values_by_group); }
-  void launch() override { binding_.launch(*module_, cuda_graphs_); }
-  int64_t graph_captures() const override { return binding_.graph_captures(); }
+  void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) override {
+    for (BoundGpuKernel& k : kernels_)
+      if (const int index = binding_slot(k.plan, slot); index >= 0)
+        k.binding.repoint(index, entry, tensor.data());
+  }
+  void set_hyper(const std::vector<double>& values_by_group) override {
+    for (BoundGpuKernel& k : kernels_)
+      k.binding.set_hyper(values_by_group);
+  }
+  void launch() override {
+    for (BoundGpuKernel& k : kernels_)
+      k.binding.launch(*k.module, cuda_graphs_);
+  }
+  int64_t graph_captures() const override {
+    int64_t captures = 0;
+    for (const BoundGpuKernel& k : kernels_)
+      captures += k.binding.graph_captures();
+    return captures;
+  }
 
 private:
-  KernelPlan plan_;
-  std::shared_ptr<GpuModule> module_;
+  std::vector<BoundGpuKernel> kernels_;
+  int device_;
   bool cuda_graphs_;
-  GpuBinding binding_;
+  DeviceBuffer carry_;
 };
 
 class GpuBackend final : public Backend {
 public:
   std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target,
                                    const CompileOptions& options, bool& cache_hit) const override {
-    OPTJIT_ASSERT(pipeline.kernels.size() == 1, "a bucket fuses into one kernel");
-    const KernelPlan& plan = pipeline.kernels.front();
-    std::shared_ptr<GpuModule> module = KernelCache<GpuModule>::global().get_or_compile(
-        target.cache_key() + "|" + print_kernel_plan(plan),
-        [&] {
-          const GpuKernelCode code = compile_gpu_kernel(plan, target.sm);
-          return std::make_shared<GpuModule>(target.device.index, code.ptx, code.entry);
-        },
-        cache_hit);
-    return std::make_unique<GpuExecutable>(plan, std::move(module), options.cuda_graphs);
+    OPTJIT_ASSERT(!pipeline.kernels.empty(), "a plan without kernels has nothing to load");
+    std::vector<BoundGpuKernel> kernels;
+    cache_hit = true;
+    for (const KernelPlan& plan : pipeline.kernels) {
+      bool hit = false;
+      std::shared_ptr<GpuModule> module = KernelCache<GpuModule>::global().get_or_compile(
+          target.cache_key() + "|" + print_kernel_plan(plan),
+          [&] {
+            const GpuKernelCode code = compile_gpu_kernel(plan, target.sm);
+            return std::make_shared<GpuModule>(target.device.index, code.ptx, code.entry);
+          },
+          hit);
+      cache_hit = cache_hit && hit;
+      kernels.push_back({plan, std::move(module), {}});
+    }
+    return std::make_unique<GpuExecutable>(std::move(kernels), target.device.index, options.cuda_graphs);
   }
 
   std::string code(const PipelineResult& pipeline, const Target& target, Stage stage) const override {

@@ -70,7 +70,7 @@ GpuBinding::~GpuBinding() = default;
 GpuBinding::GpuBinding(GpuBinding&&) noexcept = default;
 GpuBinding& GpuBinding::operator=(GpuBinding&&) noexcept = default;
 
-void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int device) {
+void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int device, uint64_t carry) {
   LaunchShape shape;
   shape.chunk_elements = kGpuChunkBytes / static_cast<int64_t>(dtype_size(plan.graph.dtype));
   shape.item_per_empty_tensor = true;
@@ -103,8 +103,16 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
     table_ = DeviceBuffer(device, total);
   cuda::copy_to_device(device, table_.address(), image.data(), total);
   const uint64_t base = table_.address();
-  params_ = {base + offsets[0], base + offsets[1], base + offsets[2], base + offsets[3], base + offsets[4],
-             base + offsets[5], static_cast<int64_t>(n), static_cast<int64_t>(plan.abi.hypers.size())};
+  params_.slots = base + offsets[0];
+  params_.group_of = base + offsets[1];
+  params_.items = base + offsets[2];
+  params_.items_of_tensor = base + offsets[3];
+  params_.done = base + offsets[4];
+  params_.hyper = base + offsets[5];
+  params_.carry = carry;
+  params_.n_tensors = static_cast<int64_t>(n);
+  params_.n_hyper = static_cast<int64_t>(plan.abi.hypers.size());
+  params_.n_carry = static_cast<int64_t>(plan.carries.size());
   if (!staging_ || staging_->device != device || staging_->doubles < host_.hyper().size())
     staging_ = std::make_unique<Staging>(device, host_.hyper().size());
   staging_->drop_graphs(); // they launch the previous table's items and block size
@@ -123,8 +131,11 @@ void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
   const std::size_t slot = staging_->stage(hyper);
   auto enqueue = [&] {
     cuda::copy_to_device_async(device_, params_.hyper, staging_->data(slot), hyper.size() * sizeof(double), stream);
-    void* params[] = {&params_.slots, &params_.group_of, &params_.items,     &params_.items_of_tensor,
-                      &params_.done,  &params_.hyper,    &params_.n_tensors, &params_.n_hyper};
+    void* params[] = {
+#define OPTJIT_GPU_PARAM(name, type, kind) &params_.name,
+#include "runtime/kernel_abi.def"
+#undef OPTJIT_GPU_PARAM
+    };
     cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), static_cast<unsigned>(block_threads_),
                  params, stream);
   };

@@ -19,7 +19,8 @@ public:
   GpuBinding(GpuBinding&&) noexcept;
   GpuBinding& operator=(GpuBinding&&) noexcept;
 
-  void bind(const KernelPlan& plan, const ListArguments& args, int device);
+  // `carry`: the plan's device carry buffer (8 bytes per tensor and carried value), shared by its kernels.
+  void bind(const KernelPlan& plan, const ListArguments& args, int device, uint64_t carry);
   // Points slot `slot` of list entry `tensor` at new device data of the same shape (one 8-byte upload).
   void repoint(int slot, int64_t tensor, void* data);
   void set_hyper(const std::vector<double>& values_by_group) { host_.set_hyper(values_by_group); }

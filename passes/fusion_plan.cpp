@@ -1,10 +1,13 @@
-// plan_fusion — contract: decides which nodes form which kernel and records why, without changing the graph.
-// Vertical fusion joins producer->consumer chains into connected components; horizontal fusion then joins every
-// component into one kernel, because all of them run over the same tensor list and one launch can walk a table
-// of (tensor, chunk) work items. Every op of the IR is pointwise, so nothing is refused today; an op that needs
-// its inputs materialised (a reduction) would start a new kernel here, with the reason recorded. Assumes a
-// verified, hoisted graph. A graph without stores needs no kernel.
+// plan_fusion — contract: decides which nodes form which kernel and records why, without changing the graph;
+// every decision is also logged (OPTJIT_LOG=fusion). Vertical fusion joins producer->consumer chains into
+// connected components; horizontal fusion then joins every component into one kernel, because all of them run
+// over the same tensor list and one launch can walk a table of (tensor, chunk) work items. A plan of several
+// kernels hands per-tensor values from one kernel to the next (apply_fusion); the planner starts a new kernel only
+// where an op needs its operands complete first, which no op of the IR does yet: every op is pointwise, so today
+// every graph plans into one kernel, and the refusals line says so. Assumes a verified, hoisted graph. A graph
+// without stores needs no kernel.
 #include "passes/passes.h"
+#include "runtime/log.h"
 
 #include <numeric>
 #include <set>
@@ -25,6 +28,7 @@ FusionPlan plan_fusion(const Graph& graph) {
   plan.kernel_of.assign(static_cast<std::size_t>(graph.size()), graph.stores.empty() ? -1 : 0);
   if (graph.stores.empty()) {
     plan.decisions.push_back("no stores: the step has nothing to do, no kernel");
+    OPTJIT_LOG(fusion, "@{}: {}", graph.name, plan.decisions.back());
     return plan;
   }
   std::vector<int> parent(static_cast<std::size_t>(graph.size()));
@@ -49,6 +53,8 @@ FusionPlan plan_fusion(const Graph& graph) {
                            " component(s) share the tensor list, so they join kernel k0, which walks a table of "
                            "(tensor, chunk) work items: one launch for every tensor");
   plan.decisions.push_back("refused: none (every op is pointwise)");
+  for (const std::string& line : plan.decisions)
+    OPTJIT_LOG(fusion, "@{}: {}", graph.name, line);
   return plan;
 }
 

@@ -1,6 +1,8 @@
-// The one calling convention of compiled kernels, used by codegen (which lays the same struct out in LLVM IR) and
-// by the launcher. A kernel is two entry points over one argument block:
-//   tensor phase:  for t in [begin, end): compute per-tensor scalars into scratch, update per-tensor state;
+// The one calling convention of compiled kernels. Its fields are declared once, in runtime/kernel_abi.def, and
+// read from there by these structs, by codegen (which lays the same fields out in LLVM IR) and by the bindings.
+// A step runs a plan's kernels in order; each kernel is two entry points over one argument block on the CPU:
+//   tensor phase:  for t in [begin, end): compute per-tensor scalars into scratch, update per-tensor state, and
+//                  write the per-tensor values later kernels read (carry);
 //   element phase: for i in [begin, end): run the element body over items[i], reading scratch of items[i].tensor.
 // Every field is 8 bytes wide so the layout is the same on every 64-bit target.
 #pragma once
@@ -17,49 +19,37 @@ struct WorkItem {
 };
 
 struct KernelArgs {
-  void* const* slots;     // slots[s * n_tensors + t]: data of slot s (tensor slots, then scalar-state slots)
-  int64_t n_tensors;
-  const double* hyper;    // hyper[group_of[t] * n_hyper + k]: step-wide hyperparameters, per param group
-  const int64_t* group_of;
-  int64_t n_hyper;
-  void* scratch;          // scratch[t * n_scratch + k]: 8-byte per-tensor values from the tensor phase
-  int64_t n_scratch;
-  const WorkItem* items;
-  int64_t n_items;
+#define OPTJIT_CPU_ARG(name, type, kind) type name;
+#include "runtime/kernel_abi.def"
+#undef OPTJIT_CPU_ARG
 };
 
 using KernelPhaseFn = void (*)(const KernelArgs*, int64_t begin, int64_t end);
 
 // Field indices, as codegen addresses them.
-enum KernelArgsField : unsigned {
-  kArgSlots,
-  kArgTensors,
-  kArgHyper,
-  kArgGroupOf,
-  kArgHyperCount,
-  kArgScratch,
-  kArgScratchCount,
-  kArgItems,
-  kArgItemCount,
-  kArgFieldCount
+enum class KernelArg : unsigned {
+#define OPTJIT_CPU_ARG(name, type, kind) name,
+#include "runtime/kernel_abi.def"
+#undef OPTJIT_CPU_ARG
+  count
 };
-static_assert(sizeof(KernelArgs) == kArgFieldCount * 8, "KernelArgs fields must all be 8 bytes");
+static_assert(sizeof(KernelArgs) == static_cast<unsigned>(KernelArg::count) * 8, "KernelArgs fields must all be 8 bytes");
 
 // The GPU kernel: one launch of one block per work item, gpu_block_threads() threads each (any multiple of 32 up
-// to kGpuMaxBlockThreads: the kernel strides by the block's size). Its parameters, by value
-// in this order, all pointers into device memory:
-//   slots            u64[slot * n_tensors + t]  data of each tensor slot, then each scalar-state slot
-//   group_of         i64[t]                     param group of tensor t
-//   items            WorkItem[block]            the tensor and element range block `block` updates
-//   items_of_tensor  i64[t]                     how many items tensor t has (>= 1: an empty tensor gets one)
-//   done             u32[t]                     items of t finished this launch; zero between launches
-//   hyper            f64[group * n_hyper + k]   this step's hyperparameters
-//   n_tensors, n_hyper (i64)
+// to kGpuMaxBlockThreads: the kernel strides by the block's size), with the parameters of runtime/kernel_abi.def.
 // Every block computes tensor t's per-tensor scalars from the old scalar state; the last block of t to finish
-// (counted in `done`) writes the new scalar state, so no block reads a value another has already replaced.
+// (counted in `done`) writes the new scalar state and the carried values, so no block reads a value another has
+// already replaced.
 struct GpuKernelParams {
-  uint64_t slots, group_of, items, items_of_tensor, done, hyper;
-  int64_t n_tensors, n_hyper;
+#define OPTJIT_GPU_PARAM(name, type, kind) type name;
+#include "runtime/kernel_abi.def"
+#undef OPTJIT_GPU_PARAM
+};
+enum class GpuParam : unsigned {
+#define OPTJIT_GPU_PARAM(name, type, kind) name,
+#include "runtime/kernel_abi.def"
+#undef OPTJIT_GPU_PARAM
+  count
 };
 constexpr int kGpuMaxBlockThreads = 512;
 // Threads per block for work items of `mean_item_elements` on average: 512 for full chunks (fewer, longer blocks

@@ -6,7 +6,7 @@
 
 namespace optjit {
 
-enum class LogCategory { recompiles, guards, kernels, codegen, passes, count };
+enum class LogCategory { recompiles, guards, kernels, codegen, passes, fusion, count };
 
 bool log_enabled(LogCategory category);
 spdlog::logger& log_for(LogCategory category);

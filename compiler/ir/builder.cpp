@@ -37,6 +37,11 @@ void check_and_type(const Graph& graph, Node& node) {
     node.level = node.op == Op::tensor ? Level::Element : Level::PerTensor;
     node.dtype = node.op == Op::tensor ? graph.dtype : Dtype::f64;
     return;
+  case Op::carried: // keeps the dtype of the value handed on
+    if (node.name.empty())
+      throw Error(what + " needs a carried value's name");
+    node.level = Level::PerTensor;
+    return;
   case Op::cast:
     node.level = graph.node(node.inputs[0]).level;
     if (node.level == Level::Element && node.dtype != graph.dtype)
@@ -143,6 +148,8 @@ void GraphBuilder::add_store(Store store) {
   if (store.kind == StoreKind::Scalar && (value.level != Level::PerTensor || value.dtype != Dtype::f64))
     throw Error("store to scalar slot '" + store.name + "' needs a per-tensor f64 value, got " +
                 describe(graph_, store.value));
+  if (store.kind == StoreKind::Carry && value.level != Level::PerTensor)
+    throw Error("carried value '" + store.name + "' needs a per-tensor value, got " + describe(graph_, store.value));
   for (const Store& s : graph_.stores)
     if (s.name == store.name)
       throw Error("slot '" + store.name + "' is stored twice; a graph writes each slot once");

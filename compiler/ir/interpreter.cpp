@@ -119,7 +119,7 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
 
 } // namespace
 
-void interpret(const Graph& graph, const ListArguments& args) {
+void interpret(const Graph& graph, const ListArguments& args, CarriedValues* carried) {
   const int64_t n_tensors = args.n_tensors();
   std::vector<Value> values(static_cast<std::size_t>(graph.size()));
   // Every element value has the list's shapes: cut them into work items once, so that one parallel loop per op
@@ -151,6 +151,11 @@ void interpret(const Graph& graph, const ListArguments& args) {
     case Op::tensor:
       out = args.slot(n.name); // loads alias the argument; stores replace contents only at the end
       continue;
+    case Op::carried: {
+      OPTJIT_ASSERT(carried && carried->count(n.name), "carried value '" + n.name + "' read before a kernel wrote it");
+      out = carried->at(n.name);
+      continue;
+    }
     default:
       break;
     }
@@ -201,8 +206,13 @@ void interpret(const Graph& graph, const ListArguments& args) {
       values[static_cast<std::size_t>(s.value)] = std::move(copies);
     }
   for (const Store& s : graph.stores) {
-    const std::vector<Tensor>& targets = args.slot(s.name);
     const Value& v = values[static_cast<std::size_t>(s.value)];
+    if (s.kind == StoreKind::Carry) {
+      OPTJIT_ASSERT(carried, "a kernel hands on '" + s.name + "' but nothing receives it");
+      (*carried)[s.name] = std::get<PerTensorValues>(v);
+      continue;
+    }
+    const std::vector<Tensor>& targets = args.slot(s.name);
     for (int64_t t = 0; t < n_tensors; ++t) {
       const Tensor& target = targets[static_cast<std::size_t>(t)];
       if (s.kind == StoreKind::Scalar) {
@@ -214,6 +224,12 @@ void interpret(const Graph& graph, const ListArguments& args) {
       }
     }
   }
+}
+
+void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArguments& args) {
+  CarriedValues carried;
+  for (const KernelPlan& kernel : kernels)
+    interpret(kernel.graph, args, &carried);
 }
 
 } // namespace optjit

@@ -4,10 +4,21 @@
 
 #include "compiler/ir/arguments.h"
 #include "compiler/ir/ir.h"
+#include "compiler/ir/kernel_plan.h"
+
+#include <map>
+#include <string>
+#include <vector>
 
 namespace optjit {
 
-// Evaluates every value, then performs the stores (so loads see the values from before the step).
-void interpret(const Graph& graph, const ListArguments& args);
+// Per-tensor values handed from one kernel of a plan to the next, by name: one value per list entry.
+using CarriedValues = std::map<std::string, std::vector<double>>;
+
+// Evaluates every value, then performs the stores (so loads see the values from before the step). `carried`
+// supplies the graph's `carried` inputs and receives its carry stores; a whole graph needs none.
+void interpret(const Graph& graph, const ListArguments& args, CarriedValues* carried = nullptr);
+// Runs a plan's kernels in order, each interpreted, handing carried values on: the meaning of a kernel plan.
+void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArguments& args);
 
 } // namespace optjit

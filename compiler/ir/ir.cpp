@@ -46,9 +46,22 @@ GraphSignature signature_of(const Graph& graph) {
       add_unique(sig.scalar_slots, n.name);
     else if (n.op == Op::hyper)
       add_unique(sig.hypers, n.name);
+    else if (n.op == Op::carried)
+      add_unique(sig.carried_in, n.name);
   }
-  for (const Store& s : graph.stores)
-    add_unique(s.kind == StoreKind::Tensor ? sig.tensor_slots : sig.scalar_slots, s.name);
+  for (const Store& s : graph.stores) {
+    switch (s.kind) {
+    case StoreKind::Tensor:
+      add_unique(sig.tensor_slots, s.name);
+      break;
+    case StoreKind::Scalar:
+      add_unique(sig.scalar_slots, s.name);
+      break;
+    case StoreKind::Carry:
+      add_unique(sig.carried_out, s.name);
+      break;
+    }
+  }
   return sig;
 }
 

@@ -42,10 +42,11 @@ struct Node {
   bool operator==(const Node&) const = default;
 };
 
-enum class StoreKind : uint8_t { Tensor, Scalar };
+enum class StoreKind : uint8_t { Tensor, Scalar, Carry };
 
-// Writes value `value` into slot `name`: a tensor slot (element value) or a scalar-state slot (per-tensor value,
-// rounded to the graph's dtype).
+// Writes value `value` into slot `name`: a tensor slot (element value), a scalar-state slot (per-tensor value,
+// rounded to the graph's dtype), or a carried value (per-tensor, any dtype) that later kernels of a plan read with
+// `carried "name"`.
 struct Store {
   StoreKind kind = StoreKind::Tensor;
   std::string name;
@@ -69,6 +70,9 @@ struct GraphSignature {
   std::vector<std::string> tensor_slots;  // loaded or stored element slots
   std::vector<std::string> scalar_slots;  // loaded or stored per-tensor state slots
   std::vector<std::string> hypers;
+  std::vector<std::string> carried_in;  // carried values read
+  std::vector<std::string> carried_out; // carried values written
+  bool operator==(const GraphSignature&) const = default;
 };
 GraphSignature signature_of(const Graph& graph);
 

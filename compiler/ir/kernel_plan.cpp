@@ -1,5 +1,9 @@
 #include "compiler/ir/kernel_plan.h"
+#include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
+#include "runtime/error.h"
+
+#include <algorithm>
 
 namespace optjit {
 namespace {
@@ -11,20 +15,123 @@ std::string join(const std::vector<std::string>& names) {
   return text.empty() ? "-" : text;
 }
 
+std::string scratch_text(const std::vector<ValueId>& scratch) {
+  std::string text;
+  for (std::size_t i = 0; i < scratch.size(); ++i)
+    text += (i ? ", %" : "%") + std::to_string(scratch[i]);
+  return text.empty() ? "-" : text;
+}
+
+// The header lines of a plan, in print order, each with its label.
+std::vector<std::pair<std::string, std::string>> header_lines(const KernelPlan& plan) {
+  return {{"tensor slots", join(plan.abi.tensor_slots)},
+          {"scalar slots", join(plan.abi.scalar_slots)},
+          {"hypers", join(plan.abi.hypers)},
+          {"carries", join(plan.carries)},
+          {"scratch", scratch_text(plan.scratch)},
+          {"tensor phase", "%0..%" + std::to_string(plan.prologue_size - 1) + ", element phase: %" +
+                               std::to_string(plan.prologue_size) + "..%" + std::to_string(plan.graph.size() - 1)}};
+}
+
+// "a, b" -> {"a", "b"}; "-" -> {}.
+std::vector<std::string> split_names(std::string_view text) {
+  std::vector<std::string> names;
+  if (text == "-")
+    return names;
+  while (!text.empty()) {
+    const auto comma = text.find(", ");
+    names.emplace_back(text.substr(0, comma));
+    text.remove_prefix(comma == std::string_view::npos ? text.size() : comma + 2);
+  }
+  return names;
+}
+
 } // namespace
+
+KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries) {
+  KernelPlan kp;
+  kp.name = std::move(name);
+  kp.graph = std::move(graph);
+  kp.graph.name = kp.name;
+  kp.carries = std::move(carries);
+  kp.abi = signature_of(kp.graph);
+  for (const auto* list : {&kp.abi.carried_in, &kp.abi.carried_out})
+    for (const std::string& c : *list)
+      if (std::find(kp.carries.begin(), kp.carries.end(), c) == kp.carries.end())
+        throw Error("kernel " + kp.name + " uses carried value '" + c + "', which the plan's carries do not list");
+  std::vector<bool> in_scratch(static_cast<std::size_t>(kp.graph.size()), false);
+  for (ValueId id = 0; id < kp.graph.size(); ++id) {
+    const Node& n = kp.graph.node(id);
+    if (n.level == Level::PerTensor) {
+      if (kp.prologue_size != id)
+        throw Error("kernel " + kp.name + ": per-tensor node " + print_node(kp.graph, id) +
+                    " comes after an element node; the graph must be hoisted");
+      kp.prologue_size = id + 1;
+      continue;
+    }
+    for (ValueId in : n.inputs) {
+      const Node& operand = kp.graph.node(in);
+      if (operand.level == Level::PerTensor && operand.op != Op::constant && !in_scratch[static_cast<std::size_t>(in)]) {
+        in_scratch[static_cast<std::size_t>(in)] = true;
+        kp.scratch.push_back(in);
+      }
+    }
+  }
+  return kp;
+}
 
 std::string print_kernel_plan(const KernelPlan& plan) {
   std::string text = "kernel @" + plan.name + " " + std::string(dtype_name(plan.graph.dtype)) + "\n";
-  text += "  tensor slots: " + join(plan.abi.tensor_slots) + "\n";
-  text += "  scalar slots: " + join(plan.abi.scalar_slots) + "\n";
-  text += "  hypers: " + join(plan.abi.hypers) + "\n";
-  std::string scratch;
-  for (std::size_t i = 0; i < plan.scratch.size(); ++i)
-    scratch += (i ? ", %" : "%") + std::to_string(plan.scratch[i]);
-  text += "  scratch: " + (scratch.empty() ? std::string("-") : scratch) + "\n";
-  text += "  tensor phase: %0..%" + std::to_string(plan.prologue_size - 1) + ", element phase: %" +
-          std::to_string(plan.prologue_size) + "..%" + std::to_string(plan.graph.size() - 1) + "\n";
+  for (const auto& [label, value] : header_lines(plan))
+    text += "  " + label + ": " + value + "\n";
   return text + print_graph(plan.graph);
+}
+
+KernelPlan parse_kernel_plan(std::string_view text) {
+  // The header: "kernel @name dtype", then the labelled lines up to the graph.
+  const auto graph_at = text.find("\ngraph @");
+  if (!text.starts_with("kernel @") || graph_at == std::string_view::npos)
+    throw Error("parse error: a kernel plan starts with 'kernel @name dtype' and holds a 'graph @' block");
+  std::vector<std::string_view> lines;
+  for (std::string_view header = text.substr(0, graph_at); !header.empty();) {
+    const auto newline = header.find('\n');
+    lines.push_back(header.substr(0, newline));
+    header.remove_prefix(newline == std::string_view::npos ? header.size() : newline + 1);
+  }
+  Graph graph = parse_graph(text.substr(graph_at + 1));
+  const std::string_view title = lines.front().substr(8);
+  const std::string name(title.substr(0, title.find(' ')));
+  std::vector<std::string> carries;
+  for (std::string_view line : lines)
+    if (line.starts_with("  carries: "))
+      carries = split_names(line.substr(11));
+  KernelPlan plan = make_kernel_plan(name, std::move(graph), std::move(carries));
+  // Every header line must say what the graph implies.
+  const std::string expected = print_kernel_plan(plan);
+  const std::string_view expected_header = std::string_view(expected).substr(0, expected.find("\ngraph @"));
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto newline = expected_header.find('\n', at);
+    const std::string_view want = expected_header.substr(at, newline == std::string_view::npos ? std::string_view::npos
+                                                                                                : newline - at);
+    if (lines[i] != want)
+      throw Error("parse error: kernel plan line " + std::to_string(i + 1) + " reads '" + std::string(lines[i]) +
+                  "', but the graph gives '" + std::string(want) + "'");
+    at = newline == std::string_view::npos ? expected_header.size() : newline + 1;
+  }
+  if (at < expected_header.size())
+    throw Error("parse error: kernel plan @" + name + " lacks header lines; expected:\n" + std::string(expected_header));
+  return plan;
+}
+
+std::vector<KernelPlan> parse_kernel_plans(std::string_view text) {
+  std::vector<KernelPlan> plans;
+  while (!text.empty()) {
+    const auto next = text.find("\nkernel @", 1);
+    plans.push_back(parse_kernel_plan(text.substr(0, next == std::string_view::npos ? text.size() : next + 1)));
+    text.remove_prefix(next == std::string_view::npos ? text.size() : next + 1);
+  }
+  return plans;
 }
 
 } // namespace optjit

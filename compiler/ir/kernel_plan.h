@@ -1,11 +1,14 @@
 // What fusion decides and what codegen consumes. A FusionPlan says which node goes to which kernel and why; a
-// KernelPlan is one kernel ready for codegen: its nodes in phase order (per-tensor prologue first), its ABI
-// layout, and the per-tensor values that cross from the tensor phase to the element phase (scratch).
+// KernelPlan is one kernel of a step's plan (a list of kernels, run in order) ready for codegen: its nodes in phase
+// order (per-tensor prologue first), its ABI layout, the per-tensor values that cross from its tensor phase to its
+// element phase (scratch), and the per-tensor values it reads from or hands to other kernels of the plan (carried:
+// `carried "c0"` nodes and `store_carry "c0"` stores). Every kernel iterates over the same list of tensors.
 #pragma once
 
 #include "compiler/ir/ir.h"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace optjit {
@@ -22,7 +25,15 @@ struct KernelPlan {
   GraphSignature abi;            // slot and hyperparameter order of the kernel's arguments
   std::vector<ValueId> scratch;  // per-tensor values read by the element phase, in scratch order
   int prologue_size = 0;         // nodes [0, prologue_size) are per-tensor
+  std::vector<std::string> carries; // every carried value of the plan, in carry-buffer order (the same list in
+                                    // each kernel of a plan)
+  bool operator==(const KernelPlan&) const = default;
 };
+
+// A kernel plan for `graph`, whose per-tensor nodes must come first (a hoisted graph): derives its ABI, scratch
+// and prologue. Throws optjit::Error naming the node when the graph is not hoisted or reads or writes a carried
+// value missing from `carries`.
+KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries);
 
 struct KernelStats {
   int kernels = 0;               // launches per step after fusion
@@ -32,7 +43,21 @@ struct KernelStats {
   int bytes_per_element = 0;     // tensor bytes read + written per element
 };
 
-// The text of a kernel plan, deterministic: a header with the ABI and scratch, then the graph.
+// The text of a kernel plan, deterministic: a header with the ABI, carries and scratch, then the graph. It parses
+// back: parse_kernel_plan(print_kernel_plan(p)) == p. The header is derived from the graph, so the parser checks
+// that it agrees and names the first line that does not.
+//
+//   kernel @adam_k0 f32
+//     tensor slots: param, grad, exp_avg, exp_avg_sq
+//     scalar slots: step
+//     hypers: lr, beta1, beta2, eps
+//     carries: -
+//     scratch: %8, %9
+//     tensor phase: %0..%23, element phase: %24..%40
+//   graph @adam_k0 f32 { ... }
 std::string print_kernel_plan(const KernelPlan& plan);
+KernelPlan parse_kernel_plan(std::string_view text);
+// Several plans printed one after another (a step's kernels), read back in order.
+std::vector<KernelPlan> parse_kernel_plans(std::string_view text);
 
 } // namespace optjit

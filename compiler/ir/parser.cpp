@@ -1,5 +1,6 @@
 #include "compiler/ir/parser.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/printer.h"
 #include "runtime/error.h"
 
 #include <cctype>
@@ -124,13 +125,16 @@ Graph parse_graph(std::string_view text) {
       closed = true;
       continue;
     }
-    // "store_scalar" is tried first since "store" is its prefix.
-    bool scalar = in.accept("store_scalar");
-    if (scalar || in.accept("store")) {
+    // The longer keywords are tried first since "store" is their prefix.
+    std::optional<StoreKind> store_kind;
+    for (StoreKind kind : {StoreKind::Scalar, StoreKind::Carry, StoreKind::Tensor})
+      if (!store_kind && in.accept(std::string(store_keyword(kind))))
+        store_kind = kind;
+    if (store_kind) {
       std::string slot = in.quoted();
       ValueId value = in.value_id();
       try {
-        builder->add_store(Store{scalar ? StoreKind::Scalar : StoreKind::Tensor, slot, value});
+        builder->add_store(Store{*store_kind, slot, value});
       } catch (const Error& e) {
         in.fail(e.what());
       }

@@ -17,6 +17,18 @@ std::string format_number(double value) {
   return std::string(buffer, end);
 }
 
+std::string_view store_keyword(StoreKind kind) {
+  switch (kind) {
+  case StoreKind::Tensor:
+    return "store";
+  case StoreKind::Scalar:
+    return "store_scalar";
+  case StoreKind::Carry:
+    return "store_carry";
+  }
+  __builtin_unreachable();
+}
+
 std::string print_node(const Graph& graph, ValueId id) {
   const Node& n = graph.node(id);
   std::string line = fmt::format("%{} = {}", id, op_name(n.op));
@@ -36,8 +48,7 @@ std::string print_graph(const Graph& graph) {
   for (int id = 0; id < graph.size(); ++id)
     text += "  " + print_node(graph, id) + "\n";
   for (const Store& s : graph.stores)
-    text += std::string(s.kind == StoreKind::Tensor ? "  store \"" : "  store_scalar \"") + s.name + "\" %" +
-            std::to_string(s.value) + "\n";
+    text += fmt::format("  {} \"{}\" %{}\n", store_keyword(s.kind), s.name, s.value);
   return text + "}\n";
 }
 

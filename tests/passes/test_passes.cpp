@@ -167,6 +167,7 @@ TEST_CASE("pass fusion: two independent update chains over one tensor list becom
   tensor slots: x, y
   scalar slots: -
   hypers: a, b
+  carries: -
   scratch: %2, %3
   tensor phase: %0..%3, element phase: %4..%7
 graph @g_k0 f32 {
