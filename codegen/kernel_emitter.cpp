@@ -175,11 +175,15 @@ public:
                                             plan_.abi.tensor_slots[s]));
     Value* scalar_begin = first;
     if (lanes_ > 1) {
-      // The vector part is used only when every slot's first element of the item is 16-byte aligned.
+      // The vector part is used only when every slot's first element of the item is aligned to its vector access.
       Value* misaligned = b.getInt64(0);
-      for (Value* base : bases)
-        misaligned = b.CreateOr(misaligned, b.CreatePtrToInt(b.CreateGEP(element_type(), base, first), i64_));
-      Value* aligned = b.CreateICmpEQ(b.CreateAnd(misaligned, b.getInt64(kGpuVectorBytes - 1)), b.getInt64(0));
+      for (std::size_t s = 0; s < bases.size(); ++s) {
+        const Dtype storage = tensor_slot_dtype(static_cast<int>(s));
+        Value* address = b.CreatePtrToInt(b.CreateGEP(scalar_type(storage), bases[s], first), i64_);
+        const int64_t access_bytes = lanes_ * static_cast<int64_t>(dtype_size(storage));
+        misaligned = b.CreateOr(misaligned, b.CreateAnd(address, b.getInt64(access_bytes - 1)));
+      }
+      Value* aligned = b.CreateICmpEQ(misaligned, b.getInt64(0));
       Value* whole = b.CreateMul(b.CreateSDiv(b.CreateSub(last, first), b.getInt64(lanes_)), b.getInt64(lanes_));
       Value* vector_end = b.CreateAdd(first, b.CreateSelect(aligned, whole, b.getInt64(0)));
       emit_loop(b, b.CreateAdd(first, b.CreateMul(thread, b.getInt64(lanes_))), vector_end,
@@ -206,31 +210,43 @@ private:
     entry("maxntid", kGpuMaxBlockThreads);
   }
 
-  // `lanes_` elements from index j with one 128-bit load per slot read and one store per slot written; the
-  // arithmetic runs lane by lane (device math is scalar).
+  // `lanes_` elements from index j with one vector load per slot read and one vector store per slot written (128
+  // bits for slots stored in the compute dtype); the arithmetic runs lane by lane (device math is scalar).
   void emit_gpu_vector_body(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& per_tensor,
                             Value* j) {
-    llvm::Type* vector = lane_type(lanes_);
-    const llvm::Align align(kGpuVectorBytes);
+    const auto vector_of = [&](int slot) { return vector_type(tensor_slot_dtype(slot), lanes_); };
+    const auto align_of = [&](int slot) {
+      return llvm::Align(static_cast<uint64_t>(lanes_) * dtype_size(tensor_slot_dtype(slot)));
+    };
+    const auto vector_at = [&](int slot) {
+      return b.CreateGEP(scalar_type(tensor_slot_dtype(slot)), bases[static_cast<std::size_t>(slot)], j);
+    };
     std::vector<Value*> loaded(bases.size(), nullptr);
-    auto vector_at = [&](int slot) { return b.CreateGEP(element_type(), bases[static_cast<std::size_t>(slot)], j); };
-    std::vector<Value*> stored(graph_.stores.size(), llvm::PoisonValue::get(vector));
+    std::vector<Value*> stored(graph_.stores.size(), nullptr);
     for (int lane = 0; lane < lanes_; ++lane) {
       auto load = [&](int slot) {
         Value*& v = loaded[static_cast<std::size_t>(slot)];
         if (!v)
-          v = b.CreateAlignedLoad(vector, vector_at(slot), align, plan_.abi.tensor_slots[slot]);
-        return b.CreateExtractElement(v, static_cast<uint64_t>(lane));
+          v = b.CreateAlignedLoad(vector_of(slot), vector_at(slot), align_of(slot), plan_.abi.tensor_slots[slot]);
+        return convert(b, b.CreateExtractElement(v, static_cast<uint64_t>(lane)), element_type());
       };
       std::vector<Value*> values = evaluate_elements(b, per_tensor, load, element_type());
-      for (std::size_t k = 0; k < graph_.stores.size(); ++k)
-        if (graph_.stores[k].kind == StoreKind::Tensor)
-          stored[k] = b.CreateInsertElement(stored[k], values[static_cast<std::size_t>(graph_.stores[k].value)],
-                                            static_cast<uint64_t>(lane));
+      for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
+        const Store& s = graph_.stores[k];
+        if (s.kind != StoreKind::Tensor)
+          continue;
+        const int slot = index_in(plan_.abi.tensor_slots, s.name);
+        if (!stored[k])
+          stored[k] = llvm::PoisonValue::get(vector_of(slot));
+        Value* value = convert(b, values[static_cast<std::size_t>(s.value)], scalar_type(tensor_slot_dtype(slot)));
+        stored[k] = b.CreateInsertElement(stored[k], value, static_cast<uint64_t>(lane));
+      }
     }
     for (std::size_t k = 0; k < graph_.stores.size(); ++k)
-      if (graph_.stores[k].kind == StoreKind::Tensor)
-        b.CreateAlignedStore(stored[k], vector_at(index_in(plan_.abi.tensor_slots, graph_.stores[k].name)), align);
+      if (graph_.stores[k].kind == StoreKind::Tensor) {
+        const int slot = index_in(plan_.abi.tensor_slots, graph_.stores[k].name);
+        b.CreateAlignedStore(stored[k], vector_at(slot), align_of(slot));
+      }
   }
 
   struct BlockCount {
@@ -308,9 +324,23 @@ private:
     }
     OPTJIT_ASSERT(false, "dtype without an LLVM type");
   }
+  // The compute type of element values.
   llvm::Type* element_type() { return scalar_type(graph_.dtype); }
-  llvm::Type* lane_type(int lanes) {
-    return lanes == 1 ? element_type() : llvm::FixedVectorType::get(element_type(), static_cast<unsigned>(lanes));
+  llvm::Type* vector_type(Dtype dtype, int lanes) {
+    return lanes == 1 ? scalar_type(dtype) : llvm::FixedVectorType::get(scalar_type(dtype), static_cast<unsigned>(lanes));
+  }
+  llvm::Type* lane_type(int lanes) { return vector_type(graph_.dtype, lanes); }
+  // The storage dtype of the kernel's tensor slot `slot` (an index into the ABI's tensor slots), and of a slot by
+  // name.
+  Dtype tensor_slot_dtype(int slot) { return slot_dtype(plan_.abi.tensor_slots[static_cast<std::size_t>(slot)]); }
+  Dtype slot_dtype(const std::string& name) {
+    const Slot* slot = graph_.slot(name);
+    OPTJIT_ASSERT(slot, "kernel " + plan_.name + " uses undeclared slot '" + name + "'");
+    return slot->dtype;
+  }
+  // `v` as `type` (scalars or vectors of the same length): loads widen storage to compute, stores round back.
+  Value* convert(IRBuilder<>& b, Value* v, llvm::Type* type) {
+    return v->getType() == type ? v : b.CreateFPCast(v, type);
   }
 
   std::vector<Value*> splat_all(IRBuilder<>& b, const std::vector<Value*>& scalars, int lanes) {
@@ -325,17 +355,22 @@ private:
   void emit_body(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& per_tensor, Value* j,
                  int lanes) {
     llvm::Type* type = lane_type(lanes);
-    const llvm::Align align(dtype_size(graph_.dtype));
     auto load = [&](int slot) {
-      Value* base = bases[static_cast<std::size_t>(slot)];
-      return b.CreateAlignedLoad(type, b.CreateGEP(element_type(), base, j), align, plan_.abi.tensor_slots[slot]);
+      const Dtype storage = tensor_slot_dtype(slot);
+      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], j);
+      Value* v = b.CreateAlignedLoad(vector_type(storage, lanes), address, llvm::Align(dtype_size(storage)),
+                                     plan_.abi.tensor_slots[slot]);
+      return convert(b, v, type);
     };
     std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type);
     for (const Store& s : graph_.stores) {
       if (s.kind != StoreKind::Tensor)
         continue;
-      Value* base = bases[static_cast<std::size_t>(index_in(plan_.abi.tensor_slots, s.name))];
-      b.CreateAlignedStore(values[static_cast<std::size_t>(s.value)], b.CreateGEP(element_type(), base, j), align);
+      const int slot = index_in(plan_.abi.tensor_slots, s.name);
+      const Dtype storage = tensor_slot_dtype(slot);
+      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], j);
+      b.CreateAlignedStore(convert(b, values[static_cast<std::size_t>(s.value)], vector_type(storage, lanes)), address,
+                           llvm::Align(dtype_size(storage)));
     }
   }
 
@@ -384,7 +419,7 @@ private:
       }
       case Op::scalar_state: {
         Value* address = slot_pointer(b, in.slots, scalar_slot(n.name), in.n_tensors, in.t);
-        v = b.CreateFPExt(b.CreateLoad(element_type(), address, n.name), b.getDoubleTy());
+        v = convert(b, b.CreateLoad(scalar_type(slot_dtype(n.name)), address, n.name), b.getDoubleTy());
         break;
       }
       case Op::carried:
@@ -423,7 +458,7 @@ private:
       case StoreKind::Tensor:
         break;
       case StoreKind::Scalar:
-        b.CreateStore(b.CreateFPTrunc(value, element_type()),
+        b.CreateStore(convert(b, value, scalar_type(slot_dtype(s.name))),
                       slot_pointer(b, in.slots, scalar_slot(s.name), in.n_tensors, in.t));
         break;
       case StoreKind::Carry:

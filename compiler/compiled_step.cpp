@@ -18,6 +18,7 @@ struct BucketProgram {
   Target target;
   PipelineResult pipeline;
   std::unique_ptr<Executable> code; // the pipeline's kernels on the target, bound to the members with grads
+  std::string grad_slot;            // the slot of role grad: what a replaced grad buffer repoints
   bool launched = false;            // whether any member had a grad at the last bind
 };
 
@@ -95,6 +96,10 @@ struct CompiledStep::Impl {
       BucketProgram bp;
       bp.target = Target::for_device(bucket.device, options.execution);
       bp.pipeline = run_pipeline(source.trace_bucket(bucket));
+      for (const Slot& slot : bp.pipeline.traced.slots)
+        if (slot.role == SlotRole::Grad)
+          bp.grad_slot = slot.name;
+      OPTJIT_ASSERT(!bp.grad_slot.empty(), "the graph of " + source.name() + " declares no grad slot");
       bool hit = false;
       bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, hit);
       ++(hit ? metrics.cache_hits : metrics.kernels_generated);
@@ -167,7 +172,8 @@ struct CompiledStep::Impl {
     for (int64_t i : replaced) {
       const Tensor grad = source.flat_param(i).grad();
       const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
-      program.buckets[static_cast<std::size_t>(bucket)].code->repoint("grad", entry, grad);
+      BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
+      bp.code->repoint(bp.grad_slot, entry, grad);
       program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.impl()->layout_id;
     }
     ++metrics.rebinds;

@@ -11,6 +11,8 @@ namespace optjit {
 class Rewriter {
 public:
   Rewriter(const Graph& source, bool intern) : source_(source), builder_(source.name, source.dtype, intern) {
+    for (const Slot& slot : source.slots)
+      builder_.declare_slot(slot);
     map_.assign(static_cast<std::size_t>(source.size()), -1);
   }
   // The new id of old value `id`.

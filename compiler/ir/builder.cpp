@@ -14,6 +14,16 @@ std::string describe(const Graph& graph, ValueId id) {
          (n.level == Level::PerTensor ? "pt " : "el ") + std::string(dtype_name(n.dtype)) + ")";
 }
 
+// Slot `name` must be declared, of `kind`.
+void check_slot_kind(const Graph& graph, const std::string& name, SlotKind kind, const std::string& what) {
+  const Slot* slot = graph.slot(name);
+  if (!slot)
+    throw Error(what + " uses slot '" + name + "', which graph @" + graph.name + " does not declare");
+  if (slot->kind != kind)
+    throw Error(what + " uses slot '" + name + "' as a " + std::string(slot_kind_name(kind)) + " slot, but it is a " +
+                std::string(slot_kind_name(slot->kind)) + " slot");
+}
+
 } // namespace
 
 void check_and_type(const Graph& graph, Node& node) {
@@ -34,6 +44,8 @@ void check_and_type(const Graph& graph, Node& node) {
   case Op::tensor:
     if (node.name.empty())
       throw Error(what + " needs a slot name");
+    if (node.op != Op::hyper)
+      check_slot_kind(graph, node.name, node.op == Op::tensor ? SlotKind::Tensor : SlotKind::Scalar, what);
     node.level = node.op == Op::tensor ? Level::Element : Level::PerTensor;
     node.dtype = node.op == Op::tensor ? graph.dtype : Dtype::f64;
     return;
@@ -69,6 +81,24 @@ void check_and_type(const Graph& graph, Node& node) {
 GraphBuilder::GraphBuilder(std::string name, Dtype dtype, bool intern) : intern_(intern) {
   graph_.name = std::move(name);
   graph_.dtype = dtype;
+}
+
+void GraphBuilder::declare_slot(Slot slot) {
+  if (slot.name.empty())
+    throw Error("graph @" + graph_.name + " declares a slot without a name");
+  if (graph_.slot(slot.name))
+    throw Error("graph @" + graph_.name + " declares slot '" + slot.name + "' twice");
+  graph_.slots.push_back(std::move(slot));
+}
+
+const Slot& GraphBuilder::slot(const std::string& name) const {
+  if (const Slot* s = graph_.slot(name))
+    return *s;
+  std::string declared;
+  for (const Slot& s : graph_.slots)
+    declared += (declared.empty() ? "" : ", ") + s.name;
+  throw Error("graph @" + graph_.name + " uses slot '" + name + "', which it does not declare (declared: " +
+              (declared.empty() ? std::string("none") : declared) + ")");
 }
 
 ValueId GraphBuilder::add(Node node) {
@@ -142,6 +172,9 @@ void GraphBuilder::add_store(Store store) {
   if (store.value < 0 || store.value >= graph_.size())
     throw Error("store to '" + store.name + "' uses %" + std::to_string(store.value) + ", which is not defined");
   const Node& value = node(store.value);
+  if (store.kind != StoreKind::Carry)
+    check_slot_kind(graph_, store.name, store.kind == StoreKind::Tensor ? SlotKind::Tensor : SlotKind::Scalar,
+                    std::string(store.kind == StoreKind::Tensor ? "store" : "store_scalar"));
   if (store.kind == StoreKind::Tensor && value.level != Level::Element)
     throw Error("store to tensor slot '" + store.name + "' needs an element value, got " +
                 describe(graph_, store.value));
@@ -165,7 +198,7 @@ void GraphBuilder::store_scalar(const std::string& slot, ValueId value) {
 
 Graph GraphBuilder::finish() {
   Graph out = std::move(graph_);
-  graph_ = Graph{out.name, out.dtype, {}, {}};
+  graph_ = Graph{out.name, out.dtype, {}, {}, {}};
   interned_.clear();
   return out;
 }

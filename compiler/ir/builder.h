@@ -15,6 +15,10 @@ class GraphBuilder {
 public:
   GraphBuilder(std::string name, Dtype dtype, bool intern = true);
 
+  // Declares a slot; nodes and stores may name only declared slots, of the matching kind.
+  void declare_slot(Slot slot);
+  const Slot& slot(const std::string& name) const; // throws optjit::Error naming the declared slots
+
   ValueId constant(double value);
   ValueId hyper(const std::string& name);
   ValueId scalar_state(const std::string& name);

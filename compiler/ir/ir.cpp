@@ -37,6 +37,28 @@ bool op_from_name(std::string_view name, Op& op) {
   return false;
 }
 
+std::string_view slot_role_name(SlotRole role) {
+  switch (role) {
+  case SlotRole::Param:
+    return "param";
+  case SlotRole::Grad:
+    return "grad";
+  case SlotRole::State:
+    return "state";
+  }
+  __builtin_unreachable();
+}
+
+std::string_view slot_kind_name(SlotKind kind) {
+  switch (kind) {
+  case SlotKind::Tensor:
+    return "tensor";
+  case SlotKind::Scalar:
+    return "scalar";
+  }
+  __builtin_unreachable();
+}
+
 GraphSignature signature_of(const Graph& graph) {
   GraphSignature sig;
   for (const Node& n : graph.nodes) {

@@ -1,6 +1,6 @@
 // The IR: a flat SSA graph of plain nodes in topological order, plus an effect list of stores that run after
-// every value is computed (so every load sees the values from before the step). The graph owns its nodes;
-// passes return new graphs.
+// every value is computed (so every load sees the values from before the step), over the slots the graph
+// declares (each with a role and a storage dtype). The graph owns its nodes; passes return new graphs.
 #pragma once
 
 #include "runtime/dtype.h"
@@ -54,12 +54,39 @@ struct Store {
   bool operator==(const Store&) const = default;
 };
 
+// What a slot holds for the algorithm. Drivers find a step's grads by role, never by name; an optimizer may read
+// or write any slot it declares.
+enum class SlotRole : uint8_t { Param, Grad, State };
+// Element data with the param's shape, or one per-tensor scalar (a 1-element tensor: `step`).
+enum class SlotKind : uint8_t { Tensor, Scalar };
+
+// A slot of the graph: its name, role, kind and storage dtype (what its tensors hold; loads convert to the
+// compute dtype of the ops that read them, stores round to it).
+struct Slot {
+  std::string name;
+  SlotRole role = SlotRole::State;
+  SlotKind kind = SlotKind::Tensor;
+  Dtype dtype = Dtype::f32;
+  bool operator==(const Slot&) const = default;
+};
+
+std::string_view slot_role_name(SlotRole role); // "param", "grad", "state"
+std::string_view slot_kind_name(SlotKind kind); // "tensor", "scalar"
+
 struct Graph {
   std::string name;
-  Dtype dtype = Dtype::f32; // the element dtype
+  Dtype dtype = Dtype::f32; // the compute dtype of element values
+  std::vector<Slot> slots;  // every slot a node or store may name, in declaration order
   std::vector<Node> nodes;
   std::vector<Store> stores;
 
+  // The declared slot `name`; nullptr when the graph does not declare it.
+  const Slot* slot(const std::string& name) const {
+    for (const Slot& s : slots)
+      if (s.name == name)
+        return &s;
+    return nullptr;
+  }
   const Node& node(ValueId id) const { return nodes[static_cast<std::size_t>(id)]; }
   int size() const { return static_cast<int>(nodes.size()); }
   bool operator==(const Graph&) const = default;

@@ -55,6 +55,13 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
   kp.graph.name = kp.name;
   kp.carries = std::move(carries);
   kp.abi = signature_of(kp.graph);
+  // A kernel declares only the slots it uses (a plan's graph declares every slot of the step).
+  std::erase_if(kp.graph.slots, [&](const Slot& s) {
+    const auto used = [&](const std::vector<std::string>& names) {
+      return std::find(names.begin(), names.end(), s.name) != names.end();
+    };
+    return !used(kp.abi.tensor_slots) && !used(kp.abi.scalar_slots);
+  });
   for (const auto* list : {&kp.abi.carried_in, &kp.abi.carried_out})
     for (const std::string& c : *list)
       if (std::find(kp.carries.begin(), kp.carries.end(), c) == kp.carries.end())

@@ -125,6 +125,37 @@ Graph parse_graph(std::string_view text) {
       closed = true;
       continue;
     }
+    if (in.accept("slot ")) {
+      Slot slot;
+      slot.name = in.quoted();
+      in.expect(":");
+      const std::string role = in.word(), kind = in.word();
+      if (role == slot_role_name(SlotRole::Param))
+        slot.role = SlotRole::Param;
+      else if (role == slot_role_name(SlotRole::Grad))
+        slot.role = SlotRole::Grad;
+      else if (role == slot_role_name(SlotRole::State))
+        slot.role = SlotRole::State;
+      else
+        in.fail("slot role must be param, grad or state, got '" + role + "'");
+      if (kind == slot_kind_name(SlotKind::Tensor))
+        slot.kind = SlotKind::Tensor;
+      else if (kind == slot_kind_name(SlotKind::Scalar))
+        slot.kind = SlotKind::Scalar;
+      else
+        in.fail("slot kind must be tensor or scalar, got '" + kind + "'");
+      slot.dtype = dtype_or_fail(in);
+      if (!in.done())
+        in.fail("unexpected text at the end of the line");
+      if (builder->size() > 0)
+        in.fail("slots are declared before the first value");
+      try {
+        builder->declare_slot(std::move(slot));
+      } catch (const Error& e) {
+        in.fail(e.what());
+      }
+      continue;
+    }
     // The longer keywords are tried first since "store" is their prefix.
     std::optional<StoreKind> store_kind;
     for (StoreKind kind : {StoreKind::Scalar, StoreKind::Carry, StoreKind::Tensor})

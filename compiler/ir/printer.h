@@ -2,6 +2,9 @@
 // The format parses back (compiler/ir/parser.h): print(parse(print(g))) == print(g).
 //
 //   graph @adam f32 {
+//     slot "grad" : grad tensor f32
+//     slot "exp_avg" : state tensor f32
+//     slot "step" : state scalar f32
 //     %0 = tensor "grad" : el f32
 //     %1 = hyper "beta1" : pt f64
 //     %2 = cast %1 : pt f32

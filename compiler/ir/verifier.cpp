@@ -7,6 +7,13 @@ namespace optjit {
 void verify(const Graph& graph) {
   // Rebuilding through an uninterned builder re-checks every node against the typing rules.
   GraphBuilder check(graph.name, graph.dtype, /*intern=*/false);
+  for (const Slot& slot : graph.slots) {
+    try {
+      check.declare_slot(slot);
+    } catch (const Error& e) {
+      throw Error("invalid graph @" + graph.name + ": " + e.what());
+    }
+  }
   for (int id = 0; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
     Node copy = node;

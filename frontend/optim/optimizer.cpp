@@ -312,12 +312,22 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
   return buckets;
 }
 
+std::vector<Slot> Optimizer::slots(const Structure& structure, Dtype dtype) const {
+  std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, dtype},
+                             {"grad", SlotRole::Grad, SlotKind::Tensor, dtype}};
+  for (const StateSpec& spec : state_specs(structure))
+    slots.push_back({spec.name, SlotRole::State, spec.kind == StateKind::Scalar ? SlotKind::Scalar : SlotKind::Tensor,
+                     dtype});
+  return slots;
+}
+
 Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   std::string graph_name = name_;
   for (char& c : graph_name)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  Tracer tracer(graph_name, bucket.dtype);
-  trace(tracer, structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]));
+  const Structure s = structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
+  Tracer tracer(graph_name, bucket.dtype, slots(s, bucket.dtype));
+  trace(tracer, s);
   return tracer.finish();
 }
 
@@ -325,22 +335,30 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   ListArguments args;
   args.hyper_names = hyper_names();
   args.hyper = hyper_values();
-  args.slot_names = {"param", "grad"};
-  args.slot_tensors.resize(2);
-  for (const StateSpec& spec : state_specs(structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]))) {
-    args.slot_names.push_back(spec.name);
+  const std::vector<Slot> declared =
+      slots(structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]), bucket.dtype);
+  for (const Slot& slot : declared) {
+    args.slot_names.push_back(slot.name);
     args.slot_tensors.emplace_back();
   }
   for (const Member& m : bucket.members) {
     const Tensor& p = flat_param(m.flat);
     args.group_of.push_back(m.group);
-    args.slot_tensors[0].push_back(p);
-    args.slot_tensors[1].push_back(p.grad());
-    const ParamState& s = flat_state(m.flat);
-    for (std::size_t k = 2; k < args.slot_names.size(); ++k) {
-      Tensor t = find_state(s, args.slot_names[k]);
-      OPTJIT_ASSERT(t.defined(), "state " + args.slot_names[k] + " missing; ensure_state() runs first");
-      args.slot_tensors[k].push_back(t);
+    for (std::size_t k = 0; k < declared.size(); ++k) {
+      Tensor t;
+      switch (declared[k].role) {
+      case SlotRole::Param:
+        t = p;
+        break;
+      case SlotRole::Grad:
+        t = p.grad();
+        break;
+      case SlotRole::State:
+        t = find_state(flat_state(m.flat), declared[k].name);
+        OPTJIT_ASSERT(t.defined(), "state " + declared[k].name + " missing; ensure_state() runs first");
+        break;
+      }
+      args.slot_tensors[k].push_back(std::move(t));
     }
   }
   return args;

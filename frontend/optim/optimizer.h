@@ -164,6 +164,8 @@ public:
   std::vector<Bucket> make_buckets(BucketMembers members = BucketMembers::WithGrads) const;
   std::vector<ParamBucket> compile_buckets() const override { return make_buckets(BucketMembers::All); }
   Graph trace_bucket(const ParamBucket& bucket) const override;
+  // The slots a step declares, by role: the param, its grad, then each state entry; stored in `dtype`.
+  std::vector<Slot> slots(const Structure& structure, Dtype dtype) const;
   ListArguments list_arguments(const ParamBucket& bucket) const override;
   // This step's hyperparameters: groups x hyper_names(), read from the groups' options.
   std::vector<double> hyper_values() const override;

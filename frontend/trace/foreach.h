@@ -7,6 +7,7 @@
 #include "compiler/ir/builder.h"
 
 #include <string>
+#include <vector>
 
 namespace optjit {
 
@@ -25,18 +26,23 @@ private:
 
 class Tracer {
 public:
-  Tracer(std::string name, Dtype dtype) : builder_(std::move(name), dtype) {}
+  // A tracer for a step whose element math runs in `dtype`, over the slots it declares: an algorithm reads and
+  // writes only these (a slot it does not declare is an optjit::Error naming the declared ones).
+  Tracer(std::string name, Dtype dtype, const std::vector<Slot>& slots) : builder_(std::move(name), dtype) {
+    for (const Slot& slot : slots)
+      builder_.declare_slot(slot);
+  }
 
   Sym tensors(const std::string& slot) { return wrap(builder_.tensor(slot)); }
   Sym scalar_state(const std::string& slot) { return wrap(builder_.scalar_state(slot)); }
   Sym hyper(const std::string& name) { return wrap(builder_.hyper(name)); }
   Sym constant(double value) { return wrap(builder_.constant(value)); }
   void store(const std::string& slot, Sym value) { builder_.store(slot, value.id()); }
-  // Stores a per-tensor state scalar and returns the value as stored: rounded to the param dtype (the state's
-  // precision), as torch reads back a 0-d state tensor it has just updated in place.
+  // Stores a per-tensor state scalar and returns the value as stored: rounded to the slot's storage dtype, as
+  // torch reads back a 0-d state tensor it has just updated in place.
   Sym store_scalar(const std::string& slot, Sym value) {
     builder_.store_scalar(slot, value.id());
-    return wrap(builder_.cast(builder_.cast(value.id(), builder_.dtype()), Dtype::f64));
+    return wrap(builder_.cast(builder_.cast(value.id(), builder_.slot(slot).dtype), Dtype::f64));
   }
 
   Sym wrap(ValueId id) { return Sym(this, id); }

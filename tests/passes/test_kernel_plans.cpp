@@ -24,6 +24,10 @@ namespace {
 
 // p <- p - lr / (1 - beta^(step+1)) * (beta * m + g); m <- beta * m + g; step <- step + 1.
 const char* kBiasCorrected = R"(graph @g f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  slot "m" : state tensor f32
+  slot "step" : state scalar f32
   %0 = hyper "lr" : pt f64
   %1 = hyper "beta" : pt f64
   %2 = scalar_state "step" : pt f64
@@ -111,6 +115,7 @@ TEST_CASE("pass fusion: a two-kernel plan hands a per-tensor value from kernel 1
   scratch: -
   tensor phase: %0..%9, element phase: %10..%9
 graph @g_k0 f32 {
+  slot "step" : state scalar f32
   %0 = hyper "lr" : pt f64
   %1 = hyper "beta" : pt f64
   %2 = scalar_state "step" : pt f64
@@ -134,6 +139,9 @@ graph @g_k0 f32 {
   scratch: %0, %1
   tensor phase: %0..%1, element phase: %2..%8
 graph @g_k1 f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  slot "m" : state tensor f32
   %0 = carried "c0" : pt f32
   %1 = carried "c1" : pt f32
   %2 = tensor "param" : el f32

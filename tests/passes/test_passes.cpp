@@ -28,6 +28,8 @@ template <class Pass> void check_pass(Pass pass, const std::string& before, cons
 TEST_CASE("pass fold_constants: folds constant scalar math and exact identities only") {
   check_pass(fold_constants,
              R"(graph @g f32 {
+  slot "x" : state tensor f32
+  slot "y" : state tensor f32
   %0 = constant 1 : pt f64
   %1 = constant 0.9 : pt f64
   %2 = sub %0, %1 : pt f64
@@ -45,6 +47,8 @@ TEST_CASE("pass fold_constants: folds constant scalar math and exact identities 
 }
 )",
              R"(graph @g f32 {
+  slot "x" : state tensor f32
+  slot "y" : state tensor f32
   %0 = constant 1 : pt f64
   %1 = constant 0.9 : pt f64
   %2 = constant 0.09999999999999998 : pt f64
@@ -65,6 +69,8 @@ TEST_CASE("pass fold_constants: folds constant scalar math and exact identities 
 TEST_CASE("pass cse: identical nodes become one, commutative operands in either order included") {
   check_pass(eliminate_common_subexpressions,
              R"(graph @g f64 {
+  slot "x" : state tensor f64
+  slot "y" : state tensor f64
   %0 = tensor "x" : el f64
   %1 = tensor "y" : el f64
   %2 = mul %0, %1 : el f64
@@ -78,6 +84,8 @@ TEST_CASE("pass cse: identical nodes become one, commutative operands in either 
 }
 )",
              R"(graph @g f64 {
+  slot "x" : state tensor f64
+  slot "y" : state tensor f64
   %0 = tensor "x" : el f64
   %1 = tensor "y" : el f64
   %2 = mul %0, %1 : el f64
@@ -94,6 +102,7 @@ TEST_CASE("pass cse: identical nodes become one, commutative operands in either 
 TEST_CASE("pass dce: removes what no store needs, keeps the order of the rest") {
   check_pass(eliminate_dead_code,
              R"(graph @g f32 {
+  slot "x" : state tensor f32
   %0 = hyper "lr" : pt f64
   %1 = hyper "unused" : pt f64
   %2 = tensor "x" : el f32
@@ -104,6 +113,7 @@ TEST_CASE("pass dce: removes what no store needs, keeps the order of the rest") 
 }
 )",
              R"(graph @g f32 {
+  slot "x" : state tensor f32
   %0 = hyper "lr" : pt f64
   %1 = tensor "x" : el f32
   %2 = cast %0 : pt f32
@@ -116,6 +126,8 @@ TEST_CASE("pass dce: removes what no store needs, keeps the order of the rest") 
 TEST_CASE("pass hoist_scalars: every per-tensor value moves before the first element value") {
   check_pass(hoist_scalars,
              R"(graph @g f32 {
+  slot "x" : state tensor f32
+  slot "step" : state scalar f32
   %0 = tensor "x" : el f32
   %1 = scalar_state "step" : pt f64
   %2 = constant 1 : pt f64
@@ -128,6 +140,8 @@ TEST_CASE("pass hoist_scalars: every per-tensor value moves before the first ele
 }
 )",
              R"(graph @g f32 {
+  slot "x" : state tensor f32
+  slot "step" : state scalar f32
   %0 = scalar_state "step" : pt f64
   %1 = constant 1 : pt f64
   %2 = add %0, %1 : pt f64
@@ -143,6 +157,8 @@ TEST_CASE("pass hoist_scalars: every per-tensor value moves before the first ele
 
 TEST_CASE("pass fusion: two independent update chains over one tensor list become one kernel") {
   const char* hoisted = R"(graph @g f32 {
+  slot "x" : state tensor f32
+  slot "y" : state tensor f32
   %0 = hyper "a" : pt f64
   %1 = hyper "b" : pt f64
   %2 = cast %0 : pt f32
@@ -171,6 +187,8 @@ TEST_CASE("pass fusion: two independent update chains over one tensor list becom
   scratch: %2, %3
   tensor phase: %0..%3, element phase: %4..%7
 graph @g_k0 f32 {
+  slot "x" : state tensor f32
+  slot "y" : state tensor f32
   %0 = hyper "a" : pt f64
   %1 = hyper "b" : pt f64
   %2 = cast %0 : pt f32
@@ -191,13 +209,15 @@ graph @g_k0 f32 {
 }
 
 TEST_CASE("pass fusion: a graph without stores needs no kernel") {
-  Graph g = parse_graph("graph @g f32 {\n  %0 = tensor \"x\" : el f32\n}\n");
+  Graph g = parse_graph("graph @g f32 {\n  slot \"x\" : state tensor f32\n  %0 = tensor \"x\" : el f32\n}\n");
   CHECK(plan_fusion(g).kernel_count == 0);
   CHECK(apply_fusion(g, plan_fusion(g)).empty());
 }
 
 TEST_CASE("pipeline: the optimized Adam-like graph keeps one kernel and moves no intermediate to memory") {
   Graph g = parse_graph(R"(graph @g f32 {
+  slot "p" : param tensor f32
+  slot "g" : grad tensor f32
   %0 = tensor "p" : el f32
   %1 = tensor "g" : el f32
   %2 = hyper "lr" : pt f64

@@ -15,8 +15,22 @@
 using namespace optjit;
 using optjit::test::check_error_contains;
 
+namespace {
+
+// A builder for graph @name whose element math runs in `dtype`, over state tensor slots `names` and scalar slot
+// "step".
+GraphBuilder builder_with_slots(const std::string& name, Dtype dtype, const std::vector<std::string>& names) {
+  GraphBuilder b(name, dtype);
+  for (const std::string& slot : names)
+    b.declare_slot({slot, SlotRole::State, SlotKind::Tensor, dtype});
+  b.declare_slot({"step", SlotRole::State, SlotKind::Scalar, dtype});
+  return b;
+}
+
+} // namespace
+
 TEST_CASE("ir: the builder interns identical nodes and sorts commutative operands") {
-  GraphBuilder b("g", Dtype::f32);
+  GraphBuilder b = builder_with_slots("g", Dtype::f32, {"x", "y"});
   ValueId x = b.tensor("x"), y = b.tensor("y");
   CHECK(b.tensor("x") == x);
   ValueId xy = b.binary(Op::mul, x, y);
@@ -27,7 +41,7 @@ TEST_CASE("ir: the builder interns identical nodes and sorts commutative operand
 }
 
 TEST_CASE("ir: a per-tensor scalar meeting an element value is rounded to the element dtype") {
-  GraphBuilder b("g", Dtype::f32);
+  GraphBuilder b = builder_with_slots("g", Dtype::f32, {"x"});
   ValueId x = b.tensor("x");
   ValueId h = b.hyper("lr");
   CHECK(b.node(h).level == Level::PerTensor);
@@ -43,11 +57,16 @@ TEST_CASE("ir: a per-tensor scalar meeting an element value is rounded to the el
 }
 
 TEST_CASE("ir: the builder rejects ill-formed stores with the rule broken") {
-  GraphBuilder b("g", Dtype::f32);
+  GraphBuilder b = builder_with_slots("g", Dtype::f32, {"x"});
   ValueId x = b.tensor("x");
   ValueId one = b.constant(1);
   check_error_contains([&] { b.store_scalar("step", x); }, "per-tensor");
   check_error_contains([&] { b.store("x", one); }, "element");
+  check_error_contains([&] { b.store("step", x); }, "uses slot 'step' as a tensor slot, but it is a scalar slot");
+  check_error_contains([&] { b.store("y", x); }, "uses slot 'y', which graph @g does not declare");
+  check_error_contains([&] { b.tensor("z"); }, "uses slot 'z', which graph @g does not declare");
+  check_error_contains([&] { b.declare_slot({"x", SlotRole::State, SlotKind::Tensor, Dtype::f32}); },
+                       "declares slot 'x' twice");
   b.store("x", x);
   check_error_contains([&] { b.store("x", x); }, "x");
 }
@@ -91,13 +110,22 @@ TEST_CASE("ir: numbers print in the shortest form that parses back exactly") {
 
 TEST_CASE("ir: parse errors name the line and the problem") {
   check_error_contains([] { parse_graph("graph @g f32 {\n  %0 = frobnicate : pt f64\n}\n"); }, "line 2");
-  check_error_contains([] { parse_graph("graph @g f32 {\n  %0 = tensor \"x\" : el f32\n  %1 = add %0, %7 : el f32\n}\n"); },
-                       "line 3");
-  check_error_contains([] { parse_graph("graph @g f32 {\n  %0 = tensor \"x\" : el f32\n"); }, "}");
+  check_error_contains(
+      [] {
+        parse_graph("graph @g f32 {\n  slot \"x\" : state tensor f32\n  %0 = tensor \"x\" : el f32\n  %1 = add %0, %7 : el "
+                    "f32\n}\n");
+      },
+      "line 4");
+  check_error_contains([] { parse_graph("graph @g f32 {\n  slot \"x\" : state tensor f32\n  %0 = tensor \"x\" : el f32\n"); },
+                       "}");
+  check_error_contains([] { parse_graph("graph @g f32 {\n  %0 = tensor \"x\" : el f32\n}\n"); },
+                       "line 2: node tensor uses slot 'x', which graph @g does not declare");
+  check_error_contains([] { parse_graph("graph @g f32 {\n  slot \"x\" : weight tensor f32\n}\n"); },
+                       "slot role must be param, grad or state, got 'weight'");
 }
 
 TEST_CASE("ir: the verifier rejects a node whose recorded type is not the builder's") {
-  GraphBuilder b("g", Dtype::f32);
+  GraphBuilder b = builder_with_slots("g", Dtype::f32, {"x"});
   ValueId x = b.tensor("x");
   b.store("x", b.unary(Op::sqrt, x));
   Graph g = b.finish();
@@ -112,7 +140,7 @@ TEST_CASE("ir: the verifier rejects a node whose recorded type is not the builde
 
 TEST_CASE("ir: the interpreter gives every load the value from before the step") {
   // y <- x, x <- y: a swap, because stores happen after every value is computed.
-  GraphBuilder b("swap", Dtype::f64);
+  GraphBuilder b = builder_with_slots("swap", Dtype::f64, {"x", "y"});
   ValueId x = b.tensor("x"), y = b.tensor("y");
   b.store("x", y);
   b.store("y", x);
@@ -129,7 +157,7 @@ TEST_CASE("ir: the interpreter gives every load the value from before the step")
 }
 
 TEST_CASE("ir: maximum and minimum propagate NaN and order -0 below +0, as torch") {
-  GraphBuilder b("mm", Dtype::f64);
+  GraphBuilder b = builder_with_slots("mm", Dtype::f64, {"x", "y", "max", "min"});
   ValueId x = b.tensor("x"), y = b.tensor("y");
   b.store("max", b.binary(Op::maximum, x, y));
   b.store("min", b.binary(Op::minimum, x, y));
