@@ -34,13 +34,7 @@ void adadelta_forloop(const ParamGroup& group, const Tensor& param, const Tensor
 } // namespace
 
 Adadelta::Adadelta(std::vector<ParamGroupSpec> groups, const AdadeltaOptions& o)
-    : Optimizer("Adadelta",
-                {{"lr", o.lr},
-                 {"rho", o.rho},
-                 {"eps", o.eps},
-                 {"weight_decay", o.weight_decay},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("Adadelta", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

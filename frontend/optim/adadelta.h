@@ -3,19 +3,19 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct AdadeltaOptions {
-  double lr = 1.0;
-  double rho = 0.9;
-  double eps = 1e-6;
-  double weight_decay = 0;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_ADADELTA_OPTIONS(X)                                                                                    \
+  X(double, lr, 1.0)                                                                                                  \
+  X(double, rho, 0.9)                                                                                                 \
+  X(double, eps, 1e-6)                                                                                                \
+  X(double, weight_decay, 0)                                                                                          \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(AdadeltaOptions, OPTJIT_ADADELTA_OPTIONS)
 
 class Adadelta : public Optimizer {
 public:

@@ -32,14 +32,7 @@ void adagrad_forloop(const ParamGroup& group, const Tensor& param, const Tensor&
 } // namespace
 
 Adagrad::Adagrad(std::vector<ParamGroupSpec> groups, const AdagradOptions& o)
-    : Optimizer("Adagrad",
-                {{"lr", o.lr},
-                 {"lr_decay", o.lr_decay},
-                 {"weight_decay", o.weight_decay},
-                 {"initial_accumulator_value", o.initial_accumulator_value},
-                 {"eps", o.eps},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("Adagrad", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
   create_state_for_every_param();

@@ -4,20 +4,20 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct AdagradOptions {
-  double lr = 1e-2;
-  double lr_decay = 0;
-  double weight_decay = 0;
-  double initial_accumulator_value = 0;
-  double eps = 1e-10;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_ADAGRAD_OPTIONS(X)                                                                                     \
+  X(double, lr, 1e-2)                                                                                                 \
+  X(double, lr_decay, 0)                                                                                              \
+  X(double, weight_decay, 0)                                                                                          \
+  X(double, initial_accumulator_value, 0)                                                                             \
+  X(double, eps, 1e-10)                                                                                               \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(AdagradOptions, OPTJIT_ADAGRAD_OPTIONS)
 
 class Adagrad : public Optimizer {
 public:

@@ -6,19 +6,17 @@
 namespace optjit {
 namespace {
 
-OptionMap adam_defaults(const AdamOptions& o) {
-  return {{"lr", o.lr},
-          {"beta1", o.betas.first},
-          {"beta2", o.betas.second},
-          {"eps", o.eps},
-          {"weight_decay", o.weight_decay},
-          {"amsgrad", o.amsgrad},
-          {"maximize", o.maximize},
-          {"decoupled_weight_decay", o.decoupled_weight_decay}};
-}
-
-AdamOptions from_adamw(const AdamWOptions& o) {
-  return {o.lr, o.betas, o.eps, o.weight_decay, o.amsgrad, o.maximize, o.foreach, /*decoupled=*/true};
+AdamOptions from_adamw(const AdamWOptions& w) {
+  AdamOptions o;
+  o.lr = w.lr;
+  o.betas = w.betas;
+  o.eps = w.eps;
+  o.weight_decay = w.weight_decay;
+  o.amsgrad = w.amsgrad;
+  o.maximize = w.maximize;
+  o.foreach = w.foreach;
+  o.decoupled_weight_decay = true;
+  return o;
 }
 
 
@@ -63,7 +61,7 @@ void adam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& gr
 } // namespace
 
 Adam::Adam(std::string name, std::vector<ParamGroupSpec> groups, const AdamOptions& options)
-    : Optimizer(std::move(name), adam_defaults(options), options.foreach.value_or(false)) {
+    : Optimizer(std::move(name), option_map(options), options.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

@@ -3,31 +3,31 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct AdamOptions {
-  double lr = 1e-3;
-  std::pair<double, double> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 0;
-  bool amsgrad = false;
-  bool maximize = false;
-  std::optional<bool> foreach; // default: false on the CPU, as torch
-  bool decoupled_weight_decay = false; // AdamW's decay
-};
+// decoupled_weight_decay: the decay AdamW applies (torch 2.x Adam takes it too)
+#define OPTJIT_ADAM_OPTIONS(X)                                                                                        \
+  X(double, lr, 1e-3)                                                                                                 \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
+  X(double, eps, 1e-8)                                                                                                \
+  X(double, weight_decay, 0)                                                                                          \
+  X(bool, amsgrad, false)                                                                                             \
+  X(bool, maximize, false)                                                                                            \
+  X(bool, decoupled_weight_decay, false)
+OPTJIT_DEFINE_OPTIONS(AdamOptions, OPTJIT_ADAM_OPTIONS)
 
-struct AdamWOptions {
-  double lr = 1e-3;
-  std::pair<double, double> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
-  bool amsgrad = false;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_ADAMW_OPTIONS(X)                                                                                       \
+  X(double, lr, 1e-3)                                                                                                 \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
+  X(double, eps, 1e-8)                                                                                                \
+  X(double, weight_decay, 1e-2)                                                                                       \
+  X(bool, amsgrad, false)                                                                                             \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(AdamWOptions, OPTJIT_ADAMW_OPTIONS)
 
 class Adam : public Optimizer {
 public:
@@ -39,6 +39,7 @@ protected:
 
 class AdamW : public Adam {
 public:
+  using Options = AdamWOptions;
   AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
   AdamW(std::vector<ParamGroupSpec> groups, const AdamWOptions& options = {});
 };

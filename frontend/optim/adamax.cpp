@@ -35,14 +35,7 @@ void adamax_forloop(const ParamGroup& group, const Tensor& param, const Tensor& 
 } // namespace
 
 Adamax::Adamax(std::vector<ParamGroupSpec> groups, const AdamaxOptions& o)
-    : Optimizer("Adamax",
-                {{"lr", o.lr},
-                 {"beta1", o.betas.first},
-                 {"beta2", o.betas.second},
-                 {"eps", o.eps},
-                 {"weight_decay", o.weight_decay},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("Adamax", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

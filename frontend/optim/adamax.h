@@ -3,19 +3,19 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct AdamaxOptions {
-  double lr = 2e-3;
-  std::pair<double, double> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 0;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_ADAMAX_OPTIONS(X)                                                                                      \
+  X(double, lr, 2e-3)                                                                                                 \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
+  X(double, eps, 1e-8)                                                                                                \
+  X(double, weight_decay, 0)                                                                                          \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(AdamaxOptions, OPTJIT_ADAMAX_OPTIONS)
 
 class Adamax : public Optimizer {
 public:

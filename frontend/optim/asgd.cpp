@@ -34,14 +34,7 @@ void asgd_forloop(const ParamGroup& group, const Tensor& param, const Tensor& gr
 } // namespace
 
 ASGD::ASGD(std::vector<ParamGroupSpec> groups, const ASGDOptions& o)
-    : Optimizer("ASGD",
-                {{"lr", o.lr},
-                 {"lambd", o.lambd},
-                 {"alpha", o.alpha},
-                 {"t0", o.t0},
-                 {"weight_decay", o.weight_decay},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("ASGD", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

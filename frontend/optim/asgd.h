@@ -4,20 +4,20 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct ASGDOptions {
-  double lr = 1e-2;
-  double lambd = 1e-4;
-  double alpha = 0.75;
-  double t0 = 1e6;
-  double weight_decay = 0;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_ASGD_OPTIONS(X)                                                                                        \
+  X(double, lr, 1e-2)                                                                                                 \
+  X(double, lambd, 1e-4)                                                                                              \
+  X(double, alpha, 0.75)                                                                                              \
+  X(double, t0, 1e6)                                                                                                  \
+  X(double, weight_decay, 0)                                                                                          \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(ASGDOptions, OPTJIT_ASGD_OPTIONS)
 
 class ASGD : public Optimizer {
 public:

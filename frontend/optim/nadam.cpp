@@ -52,16 +52,7 @@ void nadam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
 } // namespace
 
 NAdam::NAdam(std::vector<ParamGroupSpec> groups, const NAdamOptions& o)
-    : Optimizer("NAdam",
-                {{"lr", o.lr},
-                 {"beta1", o.betas.first},
-                 {"beta2", o.betas.second},
-                 {"eps", o.eps},
-                 {"weight_decay", o.weight_decay},
-                 {"momentum_decay", o.momentum_decay},
-                 {"decoupled_weight_decay", o.decoupled_weight_decay},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("NAdam", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

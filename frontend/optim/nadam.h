@@ -4,21 +4,21 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct NAdamOptions {
-  double lr = 2e-3;
-  std::pair<double, double> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 0;
-  double momentum_decay = 4e-3;
-  bool decoupled_weight_decay = false;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_NADAM_OPTIONS(X)                                                                                       \
+  X(double, lr, 2e-3)                                                                                                 \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
+  X(double, eps, 1e-8)                                                                                                \
+  X(double, weight_decay, 0)                                                                                          \
+  X(double, momentum_decay, 4e-3)                                                                                     \
+  X(bool, decoupled_weight_decay, false)                                                                              \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(NAdamOptions, OPTJIT_NADAM_OPTIONS)
 
 class NAdam : public Optimizer {
 public:

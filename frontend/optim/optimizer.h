@@ -232,7 +232,8 @@ Structure maximize_and_weight_decay(const ParamGroup& group);
 
 // Declares an optimizer class's two constructors (a plain param list, or param groups; each with its options
 // struct) and the algorithm it supplies to the Optimizer base.
-#define OPTJIT_DECLARE_OPTIMIZER(Class, Options)                                                                    \
+#define OPTJIT_DECLARE_OPTIMIZER(Class, OptionsStruct)                                                              \
+  using Options = OptionsStruct;                                                                                   \
   Class(std::vector<Tensor> params, const Options& options = {});                                                  \
   Class(std::vector<ParamGroupSpec> groups, const Options& options = {});                                          \
   Structure structure(const ParamGroup& group) const override;                                                     \

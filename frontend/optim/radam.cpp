@@ -51,15 +51,7 @@ void radam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
 } // namespace
 
 RAdam::RAdam(std::vector<ParamGroupSpec> groups, const RAdamOptions& o)
-    : Optimizer("RAdam",
-                {{"lr", o.lr},
-                 {"beta1", o.betas.first},
-                 {"beta2", o.betas.second},
-                 {"eps", o.eps},
-                 {"weight_decay", o.weight_decay},
-                 {"decoupled_weight_decay", o.decoupled_weight_decay},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("RAdam", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

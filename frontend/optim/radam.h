@@ -4,20 +4,20 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct RAdamOptions {
-  double lr = 1e-3;
-  std::pair<double, double> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 0;
-  bool decoupled_weight_decay = false;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_RADAM_OPTIONS(X)                                                                                       \
+  X(double, lr, 1e-3)                                                                                                 \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
+  X(double, eps, 1e-8)                                                                                                \
+  X(double, weight_decay, 0)                                                                                          \
+  X(bool, decoupled_weight_decay, false)                                                                              \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(RAdamOptions, OPTJIT_RADAM_OPTIONS)
 
 class RAdam : public Optimizer {
 public:

@@ -44,15 +44,7 @@ void rmsprop_forloop(const ParamGroup& group, const Tensor& param, const Tensor&
 } // namespace
 
 RMSprop::RMSprop(std::vector<ParamGroupSpec> groups, const RMSpropOptions& o)
-    : Optimizer("RMSprop",
-                {{"lr", o.lr},
-                 {"alpha", o.alpha},
-                 {"eps", o.eps},
-                 {"weight_decay", o.weight_decay},
-                 {"momentum", o.momentum},
-                 {"centered", o.centered},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("RMSprop", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

@@ -3,21 +3,21 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct RMSpropOptions {
-  double lr = 1e-2;
-  double alpha = 0.99;
-  double eps = 1e-8;
-  double weight_decay = 0;
-  double momentum = 0;
-  bool centered = false;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_RMSPROP_OPTIONS(X)                                                                                     \
+  X(double, lr, 1e-2)                                                                                                 \
+  X(double, alpha, 0.99)                                                                                              \
+  X(double, eps, 1e-8)                                                                                                \
+  X(double, weight_decay, 0)                                                                                          \
+  X(double, momentum, 0)                                                                                              \
+  X(bool, centered, false)                                                                                            \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(RMSpropOptions, OPTJIT_RMSPROP_OPTIONS)
 
 class RMSprop : public Optimizer {
 public:

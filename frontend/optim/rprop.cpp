@@ -36,14 +36,7 @@ void rprop_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
 } // namespace
 
 Rprop::Rprop(std::vector<ParamGroupSpec> groups, const RpropOptions& o)
-    : Optimizer("Rprop",
-                {{"lr", o.lr},
-                 {"etaminus", o.etas.first},
-                 {"etaplus", o.etas.second},
-                 {"step_size_min", o.step_sizes.first},
-                 {"step_size_max", o.step_sizes.second},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("Rprop", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

@@ -5,18 +5,18 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct RpropOptions {
-  double lr = 1e-2;
-  std::pair<double, double> etas{0.5, 1.2};
-  std::pair<double, double> step_sizes{1e-6, 50};
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_RPROP_OPTIONS(X)                                                                                       \
+  X(double, lr, 1e-2)                                                                                                 \
+  X(OptionPair, etas, OptionPair{0.5, 1.2})                                                                           \
+  X(OptionPair, step_sizes, OptionPair{1e-6, 50})                                                                     \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(RpropOptions, OPTJIT_RPROP_OPTIONS)
 
 class Rprop : public Optimizer {
 public:

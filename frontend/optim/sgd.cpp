@@ -40,14 +40,7 @@ void sgd_forloop(const ParamGroup& group, const Tensor& param, const Tensor& gra
 } // namespace
 
 SGD::SGD(std::vector<ParamGroupSpec> groups, const SGDOptions& o)
-    : Optimizer("SGD",
-                {{"lr", o.lr},
-                 {"momentum", o.momentum},
-                 {"dampening", o.dampening},
-                 {"weight_decay", o.weight_decay},
-                 {"nesterov", o.nesterov},
-                 {"maximize", o.maximize}},
-                o.foreach.value_or(false)) {
+    : Optimizer("SGD", option_map(o), o.foreach.value_or(false)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

@@ -3,20 +3,20 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
 
 #include <optional>
 
 namespace optjit {
 
-struct SGDOptions {
-  double lr = 1e-3;
-  double momentum = 0;
-  double dampening = 0;
-  double weight_decay = 0;
-  bool nesterov = false;
-  bool maximize = false;
-  std::optional<bool> foreach;
-};
+#define OPTJIT_SGD_OPTIONS(X)                                                                                         \
+  X(double, lr, 1e-3)                                                                                                 \
+  X(double, momentum, 0)                                                                                              \
+  X(double, dampening, 0)                                                                                             \
+  X(double, weight_decay, 0)                                                                                          \
+  X(bool, nesterov, false)                                                                                            \
+  X(bool, maximize, false)
+OPTJIT_DEFINE_OPTIONS(SGDOptions, OPTJIT_SGD_OPTIONS)
 
 class SGD : public Optimizer {
 public:

@@ -1,16 +1,26 @@
 // The torch.optim API around the step: add_param_group, step hooks (per optimizer and global), step(closure) and
-// zero_grad(set_to_none), on the eager and the compiled step.
+// zero_grad(set_to_none), on the eager and the compiled step; options declared once per optimizer.
+#include "compiler/compiled_step.h"
+#include "frontend/optim/adadelta.h"
 #include "frontend/optim/adagrad.h"
 #include "frontend/optim/adam.h"
-#include "compiler/compiled_step.h"
+#include "frontend/optim/adamax.h"
+#include "frontend/optim/asgd.h"
+#include "frontend/optim/nadam.h"
+#include "frontend/optim/radam.h"
+#include "frontend/optim/rmsprop.h"
+#include "frontend/optim/rprop.h"
 #include "frontend/optim/sgd.h"
 #include "helpers.h"
 #include "tools/model.h"
 
 #include <doctest/doctest.h>
 
+#include <type_traits>
+
 using namespace optjit;
 using optjit::test::check_error;
+using optjit::test::check_error_contains;
 using optjit::test::check_same_trajectory;
 using optjit::test::Snapshot;
 
@@ -126,4 +136,52 @@ TEST_CASE("api: zero_grad(set_to_none=false) zeroes grads in place; the step the
   CHECK(find_state(*opt.state(p[0]), "step").item() == 2); // a zero grad is still a grad: the step advances
   opt.zero_grad(); // set_to_none=true, torch's default
   CHECK_FALSE(p[0].grad().defined());
+}
+
+namespace {
+
+// Every option the struct declares is a keyword of the registry, and the struct's option map gives the defaults.
+template <class Opt> void check_options_declared_once(const std::string& cls) {
+  using Options = typename Opt::Options;
+  const Options defaults;
+  Opt direct(random_params({{4}}, Dtype::f32, 1), defaults);
+  for (const auto& [key, value] : option_map(defaults)) { // AdamW adds decoupled_weight_decay = 1 beside them
+    INFO(cls << " default " << key);
+    REQUIRE(direct.defaults().count(key) == 1);
+    CHECK(direct.defaults().at(key) == value);
+  }
+  int declared = 0;
+  Options::for_each_option([&](const char* name, auto member) {
+    ++declared;
+    INFO(cls << " option " << name);
+    KeywordOptions keyword;
+    using Member = std::remove_cvref_t<decltype(defaults.*member)>;
+    if constexpr (std::is_same_v<Member, OptionPair>)
+      keyword[name] = {(defaults.*member).first, (defaults.*member).second};
+    else if constexpr (std::is_same_v<Member, std::optional<bool>>)
+      keyword[name] = {1.0};
+    else
+      keyword[name] = {static_cast<double>(defaults.*member)};
+    auto made = make_optimizer(cls, {ParamGroupSpec{random_params({{4}}, Dtype::f32, 1), {}}}, keyword);
+    CHECK(made->defaults() == direct.defaults());
+  });
+  CHECK(declared >= 3);
+}
+
+} // namespace
+
+TEST_CASE("options are declared once: the struct, the defaults and the registry's keywords agree") {
+  check_options_declared_once<Adam>("Adam");
+  check_options_declared_once<AdamW>("AdamW");
+  check_options_declared_once<SGD>("SGD");
+  check_options_declared_once<NAdam>("NAdam");
+  check_options_declared_once<RAdam>("RAdam");
+  check_options_declared_once<Adamax>("Adamax");
+  check_options_declared_once<Adagrad>("Adagrad");
+  check_options_declared_once<Adadelta>("Adadelta");
+  check_options_declared_once<RMSprop>("RMSprop");
+  check_options_declared_once<Rprop>("Rprop");
+  check_options_declared_once<ASGD>("ASGD");
+  check_error_contains([] { make_optimizer("Adam", {ParamGroupSpec{random_params({{4}}, Dtype::f32, 1), {}}}, {{"momentum", {0.9}}}); },
+                       "Adam has no option 'momentum'");
 }

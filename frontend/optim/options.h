@@ -1,0 +1,60 @@
+// Options declared once. Each optimizer lists its options in one X-macro, one line per option with its C++ type,
+// torch's keyword name and its default:
+//
+//   #define OPTJIT_SGD_OPTIONS(X) X(double, lr, 1e-3) X(double, momentum, 0) ... X(bool, maximize, false)
+//   OPTJIT_DEFINE_OPTIONS(SGDOptions, OPTJIT_SGD_OPTIONS)
+//
+// That makes the options struct users fill ({.lr = 0.1, .momentum = 0.9}: those members with their defaults, plus
+// `foreach`) and its field list, from which option_map() builds the optimizer's defaults (the group option map:
+// pairs split into their group keys, betas -> beta1, beta2) and the registry reads torch's keyword options. An
+// optimizer's validate_options() checks the resulting map with torch's messages; state_dict saves it.
+#pragma once
+
+#include "frontend/optim/optimizer.h"
+
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace optjit {
+
+using OptionPair = std::pair<double, double>;
+
+// torch's pair options and the two group option names each is split into ("betas" -> "beta1", "beta2"); null for
+// an option that is not a pair.
+const std::pair<std::string, std::string>* pair_option_keys(const std::string& name);
+
+// One option into a group option map, by type (pairs split, flags as 0 or 1).
+void put_option(OptionMap& map, const std::string& name, double value);
+void put_option(OptionMap& map, const std::string& name, bool value);
+void put_option(OptionMap& map, const std::string& name, const OptionPair& value);
+
+// An options struct as the group option map its optimizer's groups start from (`foreach` is optimizer-wide and
+// not in it).
+template <class Options> OptionMap option_map(const Options& options) {
+  OptionMap map;
+  Options::for_each_option([&](const char* name, auto member) {
+    if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(options.*member)>, std::optional<bool>>)
+      put_option(map, name, options.*member);
+  });
+  return map;
+}
+
+} // namespace optjit
+
+#define OPTJIT_OPTION_MEMBER(type, name, ...) type name = __VA_ARGS__;
+#define OPTJIT_OPTION_FIELD(type, name, ...) visit(#name, &Self::name);
+
+// The options struct `Struct` of the options in `LIST`, plus `foreach` (default: false on the CPU, as torch), and
+// for_each_option(visit): visit(torch's name, member pointer) for each, `foreach` last.
+#define OPTJIT_DEFINE_OPTIONS(Struct, LIST)                                                                        \
+  struct Struct {                                                                                                  \
+    using Self = Struct;                                                                                           \
+    LIST(OPTJIT_OPTION_MEMBER)                                                                                     \
+    std::optional<bool> foreach;                                                                                   \
+    template <class Visit> static void for_each_option(Visit&& visit) {                                            \
+      LIST(OPTJIT_OPTION_FIELD)                                                                                    \
+      visit("foreach", &Self::foreach);                                                                            \
+    }                                                                                                              \
+  };
