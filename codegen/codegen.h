@@ -13,9 +13,9 @@ namespace optjit {
 class CpuKernel {
 public:
   virtual ~CpuKernel() = default;
-  KernelPhaseFn tensor_phase = nullptr;   // per-tensor prologue over a tensor range
-  KernelPhaseFn element_phase = nullptr;  // element body over a work-item range
-  double compile_ms = 0;                  // LLVM time: emit, optimize, machine code
+  KernelPhaseFn tensor_phase = nullptr;  // per-tensor prologue over a tensor range
+  KernelPhaseFn element_phase = nullptr; // element body over a work-item range
+  double compile_ms = 0;                 // LLVM time: emit, optimize, machine code
 };
 
 // Compiles a kernel plan for the host CPU through the process-wide ORC LLJIT. Throws optjit::Error when LLVM
@@ -35,8 +35,8 @@ int cpu_vector_lanes(Dtype dtype);
 struct GpuKernelCode {
   std::string ptx;
   std::string entry;
-  int sm = 0;             // the compute capability it targets: 80 or 90
-  double compile_ms = 0;  // LLVM time: emit, optimize, PTX
+  int sm = 0;            // the compute capability it targets: 80 or 90
+  double compile_ms = 0; // LLVM time: emit, optimize, PTX
 };
 
 // Compiles a kernel plan to PTX for sm_80 or sm_90 through LLVM's NVPTX backend; needs no GPU.

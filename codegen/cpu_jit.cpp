@@ -129,10 +129,10 @@ std::shared_ptr<CpuKernel> compile_cpu_kernel(const KernelPlan& plan) {
   kernel->tracker = jit.jit().getMainJITDylib().createResourceTracker();
   check_llvm(jit.jit().addIRModule(kernel->tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
              "adding kernel " + plan.name + " to the JIT");
-  kernel->tensor_phase = check_llvm(jit.jit().lookup(names.tensor_phase), "materialising " + names.tensor_phase)
-                             .toPtr<KernelPhaseFn>();
-  kernel->element_phase = check_llvm(jit.jit().lookup(names.element_phase), "materialising " + names.element_phase)
-                              .toPtr<KernelPhaseFn>();
+  kernel->tensor_phase =
+      check_llvm(jit.jit().lookup(names.tensor_phase), "materialising " + names.tensor_phase).toPtr<KernelPhaseFn>();
+  kernel->element_phase =
+      check_llvm(jit.jit().lookup(names.element_phase), "materialising " + names.element_phase).toPtr<KernelPhaseFn>();
   kernel->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   OPTJIT_LOG(codegen, "compiled {} for {} in {:.2f} ms", plan.name, jit.cpu_description(), kernel->compile_ms);
   return kernel;
@@ -158,7 +158,9 @@ HostDeviceMath device_math_on_host() {
     jit.optimize(*module);
     check_llvm(jit.jit().addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
                "adding the device math module to the JIT");
-    auto find = [&](const char* name) { return check_llvm(jit.jit().lookup(name), std::string("materialising ") + name); };
+    auto find = [&](const char* name) {
+      return check_llvm(jit.jit().lookup(name), std::string("materialising ") + name);
+    };
     return HostDeviceMath{find("host_exp").toPtr<double (*)(double)>(), find("host_log").toPtr<double (*)(double)>(),
                           find("host_pow").toPtr<double (*)(double, double)>()};
   }();

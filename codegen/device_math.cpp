@@ -79,8 +79,9 @@ void define_log(llvm::Function* fn) {
   Value* xs = b.CreateSelect(subnormal, b.CreateFMul(x, constant(b, 0x1p54)), x);
   Value* bits = b.CreateBitCast(xs, b.getInt64Ty());
   Value* exponent = b.CreateSub(b.CreateAnd(b.CreateLShr(bits, 52), b.getInt64(0x7ff)), b.getInt64(1023));
-  Value* m = b.CreateBitCast(b.CreateOr(b.CreateAnd(bits, b.getInt64((int64_t{1} << 52) - 1)), b.getInt64(int64_t{1023} << 52)),
-                             b.getDoubleTy());
+  Value* m = b.CreateBitCast(
+      b.CreateOr(b.CreateAnd(bits, b.getInt64((int64_t{1} << 52) - 1)), b.getInt64(int64_t{1023} << 52)),
+      b.getDoubleTy());
   Value* high = b.CreateFCmpOGT(m, constant(b, M_SQRT2));
   m = b.CreateSelect(high, b.CreateFMul(m, constant(b, 0.5)), m);
   Value* e = b.CreateSIToFP(exponent, b.getDoubleTy());
@@ -89,8 +90,8 @@ void define_log(llvm::Function* fn) {
   Value* f = b.CreateFSub(m, constant(b, 1.0));
   Value* s = b.CreateFDiv(f, b.CreateFAdd(f, constant(b, 2.0)));
   Value* z = b.CreateFMul(s, s);
-  Value* series = polynomial(b, z, {1.0 / 23, 1.0 / 21, 1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9,
-                                    1.0 / 7, 1.0 / 5, 1.0 / 3});
+  Value* series = polynomial(
+      b, z, {1.0 / 23, 1.0 / 21, 1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13, 1.0 / 11, 1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3});
   Value* two_s = b.CreateFMul(s, constant(b, 2.0));
   Value* log_m = fma(b, b.CreateFMul(two_s, z), series, two_s);
   Value* result = fma(b, e, constant(b, kLn2Hi), fma(b, e, constant(b, kLn2Lo), log_m));

@@ -125,7 +125,8 @@ public:
       Value* count = b.CreateSub(last, first);
       Value* vector_end = b.CreateAdd(first, b.CreateMul(b.CreateSDiv(count, b.getInt64(lanes_)), b.getInt64(lanes_)));
       auto splats = splat_all(b, scalars, lanes_);
-      emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec", [&](Value* j) { emit_body(b, bases, splats, j, lanes_); });
+      emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec",
+                [&](Value* j) { emit_body(b, bases, splats, j, lanes_); });
       emit_loop(b, vector_end, last, b.getInt64(1), "tail", [&](Value* j) { emit_body(b, bases, scalars, j, 1); });
     });
     b.CreateRetVoid();
@@ -202,8 +203,9 @@ private:
   void annotate_kernel(llvm::Function* fn) {
     llvm::NamedMDNode* annotations = module_.getOrInsertNamedMetadata("nvvm.annotations");
     auto entry = [&](const char* key, int value) {
-      llvm::Metadata* parts[] = {llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx_, key),
-                                 llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx_), value))};
+      llvm::Metadata* parts[] = {
+          llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx_, key),
+          llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx_), value))};
       annotations->addOperand(llvm::MDNode::get(ctx_, parts));
     };
     entry("kernel", 1);
@@ -310,7 +312,8 @@ private:
   }
 
   // The data pointer of tensor t in slot `slot`: slots[slot * n_tensors + t].
-  Value* slot_pointer(IRBuilder<>& b, Value* slots, int slot, Value* n_tensors, Value* t, const llvm::Twine& name = "") {
+  Value* slot_pointer(IRBuilder<>& b, Value* slots, int slot, Value* n_tensors, Value* t,
+                      const llvm::Twine& name = "") {
     Value* index = b.CreateAdd(b.CreateMul(b.getInt64(slot), n_tensors), t);
     return b.CreateLoad(ptr_, b.CreateGEP(ptr_, slots, index), name);
   }
@@ -327,7 +330,8 @@ private:
   // The compute type of element values.
   llvm::Type* element_type() { return scalar_type(graph_.dtype); }
   llvm::Type* vector_type(Dtype dtype, int lanes) {
-    return lanes == 1 ? scalar_type(dtype) : llvm::FixedVectorType::get(scalar_type(dtype), static_cast<unsigned>(lanes));
+    return lanes == 1 ? scalar_type(dtype)
+                      : llvm::FixedVectorType::get(scalar_type(dtype), static_cast<unsigned>(lanes));
   }
   llvm::Type* lane_type(int lanes) { return vector_type(graph_.dtype, lanes); }
   // The storage dtype of the kernel's tensor slot `slot` (an index into the ABI's tensor slots), and of a slot by

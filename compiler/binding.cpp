@@ -14,7 +14,8 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
     const std::vector<Tensor>& tensors = args.slot(slot_order[s]);
     OPTJIT_ASSERT(static_cast<int64_t>(tensors.size()) == n, "slot " + slot_order[s] + " has the wrong length");
     for (int64_t t = 0; t < n; ++t)
-      slots_[s * static_cast<std::size_t>(n) + static_cast<std::size_t>(t)] = tensors[static_cast<std::size_t>(t)].data();
+      slots_[s * static_cast<std::size_t>(n) + static_cast<std::size_t>(t)] =
+          tensors[static_cast<std::size_t>(t)].data();
   }
   group_of_ = args.group_of;
   hyper_source_.clear();
@@ -47,7 +48,8 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
 
 void Binding::set_hyper(const std::vector<double>& values_by_group) {
   const std::size_t k = hyper_source_.size();
-  const std::size_t groups = source_hyper_count_ ? values_by_group.size() / static_cast<std::size_t>(source_hyper_count_) : 0;
+  const std::size_t groups =
+      source_hyper_count_ ? values_by_group.size() / static_cast<std::size_t>(source_hyper_count_) : 0;
   hyper_.resize(std::max<std::size_t>(1, groups * k));
   for (std::size_t g = 0; g < groups; ++g)
     for (std::size_t h = 0; h < k; ++h)

@@ -4,9 +4,9 @@
 #pragma once
 
 #include "compiler/ir/arguments.h"
-#include "runtime/work_items.h"
 #include "compiler/ir/kernel_plan.h"
 #include "runtime/kernel_abi.h"
+#include "runtime/work_items.h"
 
 #include <vector>
 

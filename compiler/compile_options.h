@@ -14,9 +14,9 @@ enum class Stage { Traced, Optimized, Fused, LLVM, PTX };
 Stage parse_stage(std::string_view text);
 
 struct CompileOptions {
-  LaunchShape launch;            // how CPU launches cut tensors into work items
-  std::size_t max_variants = 8;  // compiled variants kept per step (guard sets seen); the oldest goes first
-  bool cuda_graphs = false;      // GPU buckets: replay a captured CUDA graph of the step, re-captured on rebind
+  LaunchShape launch;           // how CPU launches cut tensors into work items
+  std::size_t max_variants = 8; // compiled variants kept per step (guard sets seen); the oldest goes first
+  bool cuda_graphs = false;     // GPU buckets: replay a captured CUDA graph of the step, re-captured on rebind
   Execution execution = Execution::Compiled; // Interpreted: the eager path (traced graphs run op by op)
 };
 

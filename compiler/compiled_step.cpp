@@ -54,7 +54,7 @@ struct CompiledStep::Impl {
   StepMetrics metrics;
   std::vector<std::unique_ptr<Program>> programs;
   Program* current = nullptr;
-  GuardFacts facts; // reused every step
+  GuardFacts facts;                // reused every step
   uint64_t checked_slot_epoch = 0; // tensor_slot_epoch() when the current program's guards and binding last held
   ArgumentChanges changes;         // reused every step
 
@@ -103,9 +103,9 @@ struct CompiledStep::Impl {
       bool hit = false;
       bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, hit);
       ++(hit ? metrics.cache_hits : metrics.kernels_generated);
-      OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {}, {}, {})", source.name(), hit ? "from cache" : "compiled",
-                 bucket.members.size(), bucket.device.to_string(), dtype_name(bucket.dtype), bucket.structure_key,
-                 bp.target.isa);
+      OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {}, {}, {})", source.name(),
+                 hit ? "from cache" : "compiled", bucket.members.size(), bucket.device.to_string(),
+                 dtype_name(bucket.dtype), bucket.structure_key, bp.target.isa);
       bp.bucket = std::move(bucket);
       program->buckets.push_back(std::move(bp));
     }
@@ -138,9 +138,9 @@ struct CompiledStep::Impl {
   // the binding needs.
   void check_arguments(const Program& program, ArgumentChanges& changes) const {
     changes.replaced_grads.clear();
-    const char* reason = !program.bound ? "first step of this variant"
+    const char* reason = !program.bound                                          ? "first step of this variant"
                          : program.bound_state_version != source.state_version() ? "optimizer state created or replaced"
-                                                                               : nullptr;
+                                                                                 : nullptr;
     for (int64_t i = 0; i < source.param_count(); ++i) {
       const TensorImpl& p = *source.flat_param(i).impl();
       const TensorImpl* g = p.grad.get();
@@ -192,7 +192,7 @@ struct CompiledStep::Impl {
       bp.code->bind(source.list_arguments(present));
       for (std::size_t t = 0; t < present.members.size(); ++t)
         program.entry_of_flat[static_cast<std::size_t>(present.members[t].flat)] = {static_cast<int>(b),
-                                                                                   static_cast<int64_t>(t)};
+                                                                                    static_cast<int64_t>(t)};
     }
     program.bound_param_layout.assign(static_cast<std::size_t>(source.param_count()), 0);
     program.bound_grad_layout.assign(static_cast<std::size_t>(source.param_count()), 0);
@@ -250,7 +250,9 @@ CompiledStep::~CompiledStep() = default;
 CompiledStep::CompiledStep(CompiledStep&&) noexcept = default;
 CompiledStep& CompiledStep::operator=(CompiledStep&&) noexcept = default;
 
-void CompiledStep::operator()() { impl_->source.run_with_step_hooks([this] { impl_->step(); }); }
+void CompiledStep::operator()() {
+  impl_->source.run_with_step_hooks([this] { impl_->step(); });
+}
 
 double CompiledStep::operator()(const std::function<double()>& closure) {
   return impl_->source.run_with_step_hooks([this] { impl_->step(); }, closure);

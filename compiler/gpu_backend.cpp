@@ -69,8 +69,8 @@ private:
 
 class GpuBackend final : public Backend {
 public:
-  std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target,
-                                   const CompileOptions& options, bool& cache_hit) const override {
+  std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target, const CompileOptions& options,
+                                   bool& cache_hit) const override {
     OPTJIT_ASSERT(!pipeline.kernels.empty(), "a plan without kernels has nothing to load");
     std::vector<BoundGpuKernel> kernels;
     cache_hit = true;

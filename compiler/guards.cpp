@@ -1,11 +1,10 @@
 #include "compiler/guards.h"
 
-#include <spdlog/fmt/ranges.h>
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/fmt/ranges.h>
 
 namespace optjit {
 namespace {
-
 
 // What differs between two packed param facts, e.g. "dtype changed from f32 to f64".
 std::string describe_param_change(uint32_t before, uint32_t now) {
@@ -33,8 +32,8 @@ std::string explain_guard_failure(const GuardFacts& before, const GuardFacts& no
            std::to_string(now.params.size());
   for (std::size_t g = 0; g < now.groups.size(); ++g)
     if (before.groups[g] != now.groups[g])
-      return "group " + std::to_string(g) + ": structure changed from {" + before.groups[g] + "} to {" +
-             now.groups[g] + "}";
+      return "group " + std::to_string(g) + ": structure changed from {" + before.groups[g] + "} to {" + now.groups[g] +
+             "}";
   for (std::size_t i = 0; i < now.params.size(); ++i) {
     const uint32_t a = before.params[i], b = now.params[i];
     if (a == b)

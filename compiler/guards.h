@@ -13,8 +13,8 @@
 namespace optjit {
 
 struct GuardFacts {
-  std::vector<uint32_t> params;      // per parameter, packed by param_fact()
-  std::vector<std::string> groups;   // per group, the structure key ("amsgrad=1,maximize=0,...")
+  std::vector<uint32_t> params;    // per parameter, packed by param_fact()
+  std::vector<std::string> groups; // per group, the structure key ("amsgrad=1,maximize=0,...")
 
   bool operator==(const GuardFacts&) const = default;
 };

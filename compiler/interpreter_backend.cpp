@@ -34,8 +34,7 @@ public:
   std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target, const CompileOptions&,
                                    bool& cache_hit) const override {
     if (target.device.kind != DeviceKind::cpu)
-      throw Error("the interpreter runs on the CPU; params on " + target.device.to_string() +
-                  " need a compiled step");
+      throw Error("the interpreter runs on the CPU; params on " + target.device.to_string() + " need a compiled step");
     cache_hit = false;
     return std::make_unique<InterpretedExecutable>(pipeline.traced);
   }

@@ -23,7 +23,7 @@ struct StepMetrics {
                                  // argument checks, binding and hyperparameters
   std::vector<std::string> recompile_reasons;
 
-  std::string summary() const;   // "compiles=1 recompiles=0 rebinds=1 kernels=1"
+  std::string summary() const; // "compiles=1 recompiles=0 rebinds=1 kernels=1"
 };
 
 } // namespace optjit

@@ -11,7 +11,7 @@ namespace optjit {
 
 struct PipelineResult {
   Graph traced;
-  Graph optimized;   // after fold, CSE, DCE and scalar hoisting
+  Graph optimized; // after fold, CSE, DCE and scalar hoisting
   FusionPlan fusion;
   std::vector<KernelPlan> kernels;
   KernelStats stats;

@@ -37,8 +37,6 @@ Target Target::cuda_code(int sm) {
   return target;
 }
 
-std::string Target::cache_key() const {
-  return device.to_string() + "|" + isa;
-}
+std::string Target::cache_key() const { return device.to_string() + "|" + isa; }
 
 } // namespace optjit

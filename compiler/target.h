@@ -13,9 +13,9 @@ enum class Execution { Compiled, Interpreted };
 
 struct Target {
   Execution execution = Execution::Compiled;
-  Device device;     // where the tensors live and the code runs
-  int sm = 0;        // CUDA: the PTX target (80 or 90)
-  std::string isa;   // the instruction set the code is for: "znver2 (+avx2,...)", "sm_90", "interpreter"
+  Device device;   // where the tensors live and the code runs
+  int sm = 0;      // CUDA: the PTX target (80 or 90)
+  std::string isa; // the instruction set the code is for: "znver2 (+avx2,...)", "sm_90", "interpreter"
 
   // The target of a bucket on `device`. A CUDA device's sm comes from its compute capability (needs the driver).
   static Target for_device(const Device& device, Execution execution);

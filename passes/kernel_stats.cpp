@@ -23,8 +23,8 @@ KernelStats kernel_stats(const Graph& graph, const std::vector<KernelPlan>& kern
   int stored = 0;
   for (const Store& s : graph.stores)
     stored += s.kind == StoreKind::Tensor;
-  stats.bytes_per_element = static_cast<int>((loaded.size() + static_cast<std::size_t>(stored)) *
-                                             dtype_size(graph.dtype));
+  stats.bytes_per_element =
+      static_cast<int>((loaded.size() + static_cast<std::size_t>(stored)) * dtype_size(graph.dtype));
   return stats;
 }
 

@@ -1,7 +1,7 @@
 #include "passes/pass_manager.h"
-#include "runtime/log.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
+#include "runtime/log.h"
 
 #include <chrono>
 
@@ -18,8 +18,8 @@ Graph PassManager::run(Graph graph) {
     bool changed = !(next == graph);
     timings_.push_back({pass.name, ms, changed});
     if (log_enabled(LogCategory::passes))
-      log_for(LogCategory::passes).info("after {} ({:.3f} ms){}", pass.name, ms,
-                                        changed ? ":\n" + print_graph(next) : " (unchanged)");
+      log_for(LogCategory::passes)
+          .info("after {} ({:.3f} ms){}", pass.name, ms, changed ? ":\n" + print_graph(next) : " (unchanged)");
     graph = std::move(next);
   }
   return graph;

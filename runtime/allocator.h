@@ -8,9 +8,9 @@
 namespace optjit {
 
 struct AllocatorStats {
-  std::size_t allocations = 0;   // requests served
-  std::size_t reused = 0;        // requests served from the cache
-  std::size_t bytes_cached = 0;  // bytes held in the cache right now
+  std::size_t allocations = 0;  // requests served
+  std::size_t reused = 0;       // requests served from the cache
+  std::size_t bytes_cached = 0; // bytes held in the cache right now
 };
 
 // Returns 64-byte aligned memory of at least `bytes`; never null (throws optjit::Error when out of memory).

@@ -55,43 +55,43 @@ constexpr int kJitErrorLogBuffer = 5, kJitErrorLogBufferBytes = 6;
 constexpr int kCaptureThreadLocal = 1;
 
 // Every driver entry point optjit uses, with the versioned symbol it is looked up by.
-#define OPTJIT_CUDA_FUNCTIONS(X)                                                                                 \
-  X(cuInit, (unsigned))                                                                                          \
-  X(cuDriverGetVersion, (int*))                                                                                  \
-  X(cuDeviceGetCount, (int*))                                                                                    \
-  X(cuDeviceGet, (CUdevice*, int))                                                                               \
-  X(cuGetErrorName, (CUresult, const char**))                                                                    \
-  X(cuDeviceGetAttribute, (int*, CUdevice_attribute, CUdevice))                                                  \
-  X(cuDeviceGetName, (char*, int, CUdevice))                                                                     \
-  X(cuDeviceTotalMem_v2, (size_t*, CUdevice))                                                                    \
-  X(cuDevicePrimaryCtxRetain, (CUcontext*, CUdevice))                                                            \
-  X(cuCtxSetCurrent, (CUcontext))                                                                                \
-  X(cuCtxSynchronize, ())                                                                                        \
-  X(cuStreamCreate, (CUstream*, unsigned))                                                                       \
-  X(cuMemAlloc_v2, (CUdeviceptr*, size_t))                                                                       \
-  X(cuMemFree_v2, (CUdeviceptr))                                                                                 \
-  X(cuMemAllocHost_v2, (void**, size_t))                                                                         \
-  X(cuMemFreeHost, (void*))                                                                                      \
-  X(cuMemcpyHtoD_v2, (CUdeviceptr, const void*, size_t))                                                         \
-  X(cuMemcpyDtoH_v2, (void*, CUdeviceptr, size_t))                                                               \
-  X(cuMemcpyDtoD_v2, (CUdeviceptr, CUdeviceptr, size_t))                                                         \
-  X(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void*, size_t, CUstream))                                          \
-  X(cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t))                                                         \
-  X(cuModuleLoadDataEx, (CUmodule*, const void*, unsigned, CUjit_option*, void**))                               \
-  X(cuModuleGetFunction, (CUfunction*, CUmodule, const char*))                                                   \
-  X(cuModuleUnload, (CUmodule))                                                                                  \
-  X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, \
-                     void**, void**))                                                                            \
-  X(cuEventCreate, (CUevent*, unsigned))                                                                         \
-  X(cuEventRecord, (CUevent, CUstream))                                                                          \
-  X(cuEventSynchronize, (CUevent))                                                                               \
-  X(cuEventElapsedTime, (float*, CUevent, CUevent))                                                              \
-  X(cuEventDestroy_v2, (CUevent))                                                                                \
-  X(cuStreamBeginCapture_v2, (CUstream, CUstreamCaptureMode))                                                    \
-  X(cuStreamEndCapture, (CUstream, CUgraph*))                                                                    \
-  X(cuGraphInstantiateWithFlags, (CUgraphExec*, CUgraph, unsigned long long))                                    \
-  X(cuGraphLaunch, (CUgraphExec, CUstream))                                                                      \
-  X(cuGraphExecDestroy, (CUgraphExec))                                                                           \
+#define OPTJIT_CUDA_FUNCTIONS(X)                                                                                       \
+  X(cuInit, (unsigned))                                                                                                \
+  X(cuDriverGetVersion, (int*))                                                                                        \
+  X(cuDeviceGetCount, (int*))                                                                                          \
+  X(cuDeviceGet, (CUdevice*, int))                                                                                     \
+  X(cuGetErrorName, (CUresult, const char**))                                                                          \
+  X(cuDeviceGetAttribute, (int*, CUdevice_attribute, CUdevice))                                                        \
+  X(cuDeviceGetName, (char*, int, CUdevice))                                                                           \
+  X(cuDeviceTotalMem_v2, (size_t*, CUdevice))                                                                          \
+  X(cuDevicePrimaryCtxRetain, (CUcontext*, CUdevice))                                                                  \
+  X(cuCtxSetCurrent, (CUcontext))                                                                                      \
+  X(cuCtxSynchronize, ())                                                                                              \
+  X(cuStreamCreate, (CUstream*, unsigned))                                                                             \
+  X(cuMemAlloc_v2, (CUdeviceptr*, size_t))                                                                             \
+  X(cuMemFree_v2, (CUdeviceptr))                                                                                       \
+  X(cuMemAllocHost_v2, (void**, size_t))                                                                               \
+  X(cuMemFreeHost, (void*))                                                                                            \
+  X(cuMemcpyHtoD_v2, (CUdeviceptr, const void*, size_t))                                                               \
+  X(cuMemcpyDtoH_v2, (void*, CUdeviceptr, size_t))                                                                     \
+  X(cuMemcpyDtoD_v2, (CUdeviceptr, CUdeviceptr, size_t))                                                               \
+  X(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void*, size_t, CUstream))                                                \
+  X(cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t))                                                               \
+  X(cuModuleLoadDataEx, (CUmodule*, const void*, unsigned, CUjit_option*, void**))                                     \
+  X(cuModuleGetFunction, (CUfunction*, CUmodule, const char*))                                                         \
+  X(cuModuleUnload, (CUmodule))                                                                                        \
+  X(cuLaunchKernel,                                                                                                    \
+    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**))      \
+  X(cuEventCreate, (CUevent*, unsigned))                                                                               \
+  X(cuEventRecord, (CUevent, CUstream))                                                                                \
+  X(cuEventSynchronize, (CUevent))                                                                                     \
+  X(cuEventElapsedTime, (float*, CUevent, CUevent))                                                                    \
+  X(cuEventDestroy_v2, (CUevent))                                                                                      \
+  X(cuStreamBeginCapture_v2, (CUstream, CUstreamCaptureMode))                                                          \
+  X(cuStreamEndCapture, (CUstream, CUgraph*))                                                                          \
+  X(cuGraphInstantiateWithFlags, (CUgraphExec*, CUgraph, unsigned long long))                                          \
+  X(cuGraphLaunch, (CUgraphExec, CUstream))                                                                            \
+  X(cuGraphExecDestroy, (CUgraphExec))                                                                                 \
   X(cuGraphDestroy, (CUgraph))
 
 struct DriverTable {
@@ -102,8 +102,8 @@ struct DriverTable {
 
 #ifdef OPTJIT_HAVE_CUDA_H
 // Every entry must have the header's signature, or a call through the table would be undefined.
-#define OPTJIT_CHECK_SIGNATURE(name, params)                                                                    \
-  static_assert(std::is_same_v<decltype(DriverTable::name), decltype(&::name)>,                               \
+#define OPTJIT_CHECK_SIGNATURE(name, params)                                                                           \
+  static_assert(std::is_same_v<decltype(DriverTable::name), decltype(&::name)>,                                        \
                 "driver table entry " #name " does not match cuda.h");
 OPTJIT_CUDA_FUNCTIONS(OPTJIT_CHECK_SIGNATURE)
 #undef OPTJIT_CHECK_SIGNATURE
@@ -132,11 +132,11 @@ DriverTable load_table(const std::string& library) {
                 "); GPU devices need an NVIDIA driver, the CPU path works without one");
   }
   DriverTable table;
-#define OPTJIT_RESOLVE(name, params)                                                                            \
-  table.name = reinterpret_cast<decltype(table.name)>(dlsym(handle, #name));                                    \
-  if (!table.name) {                                                                                            \
-    dlclose(handle);                                                                                            \
-    throw Error("CUDA driver " + library + " lacks the symbol " #name " that optjit needs");                    \
+#define OPTJIT_RESOLVE(name, params)                                                                                   \
+  table.name = reinterpret_cast<decltype(table.name)>(dlsym(handle, #name));                                           \
+  if (!table.name) {                                                                                                   \
+    dlclose(handle);                                                                                                   \
+    throw Error("CUDA driver " + library + " lacks the symbol " #name " that optjit needs");                           \
   }
   OPTJIT_CUDA_FUNCTIONS(OPTJIT_RESOLVE)
 #undef OPTJIT_RESOLVE

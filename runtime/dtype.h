@@ -21,8 +21,8 @@ enum class Dtype : uint8_t {
 // Calls body.template operator()<T>() with T the C++ type that stores one element of `dtype`.
 template <class Body> decltype(auto) visit_dtype(Dtype dtype, Body&& body) {
   switch (dtype) {
-#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                     \
-  case Dtype::name:                                                                                                \
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                         \
+  case Dtype::name:                                                                                                    \
     return body.template operator()<type>();
 #include "runtime/dtypes.def"
 #undef OPTJIT_DTYPE
@@ -32,8 +32,8 @@ template <class Body> decltype(auto) visit_dtype(Dtype dtype, Body&& body) {
 
 constexpr std::size_t dtype_size(Dtype dtype) {
   switch (dtype) {
-#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                     \
-  case Dtype::name:                                                                                                \
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                         \
+  case Dtype::name:                                                                                                    \
     return sizeof(type);
 #include "runtime/dtypes.def"
 #undef OPTJIT_DTYPE
@@ -44,8 +44,8 @@ constexpr std::size_t dtype_size(Dtype dtype) {
 // "f32", "f64": the names optjit prints and parses.
 constexpr std::string_view dtype_name(Dtype dtype) {
   switch (dtype) {
-#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                     \
-  case Dtype::name:                                                                                                \
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                         \
+  case Dtype::name:                                                                                                    \
     return #name;
 #include "runtime/dtypes.def"
 #undef OPTJIT_DTYPE

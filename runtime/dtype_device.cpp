@@ -63,9 +63,7 @@ Dtype parse_dtype(std::string_view text) {
   throw Error("unknown dtype '" + std::string(text) + "': expected " + spelled_out(names));
 }
 
-std::string Device::to_string() const {
-  return kind == DeviceKind::cpu ? "cpu" : "cuda:" + std::to_string(index);
-}
+std::string Device::to_string() const { return kind == DeviceKind::cpu ? "cpu" : "cuda:" + std::to_string(index); }
 
 Device parse_device(std::string_view text) {
   if (text == "cpu")

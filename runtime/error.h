@@ -17,9 +17,8 @@ public:
 
 } // namespace optjit
 
-#define OPTJIT_ASSERT(cond, msg)                                                                   \
-  do {                                                                                             \
-    if (!(cond))                                                                                   \
-      ::optjit::internal_error(__FILE__, __LINE__, std::string("assertion `" #cond "` failed: ") + \
-                                                       (msg));                                     \
+#define OPTJIT_ASSERT(cond, msg)                                                                                       \
+  do {                                                                                                                 \
+    if (!(cond))                                                                                                       \
+      ::optjit::internal_error(__FILE__, __LINE__, std::string("assertion `" #cond "` failed: ") + (msg));             \
   } while (0)

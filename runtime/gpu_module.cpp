@@ -25,7 +25,6 @@ int gpu_block_threads(int64_t mean_item_elements) {
   return mean_item_elements >= 8192 ? 512 : 128;
 }
 
-
 GpuModule::GpuModule(int device, const std::string& ptx, const std::string& entry) : device_(device) {
   auto start = std::chrono::steady_clock::now();
   module_ = cuda::load_module(device, ptx);

@@ -33,7 +33,8 @@ enum class KernelArg : unsigned {
 #undef OPTJIT_CPU_ARG
   count
 };
-static_assert(sizeof(KernelArgs) == static_cast<unsigned>(KernelArg::count) * 8, "KernelArgs fields must all be 8 bytes");
+static_assert(sizeof(KernelArgs) == static_cast<unsigned>(KernelArg::count) * 8,
+              "KernelArgs fields must all be 8 bytes");
 
 // The GPU kernel: one launch of one block per work item, gpu_block_threads() threads each (any multiple of 32 up
 // to kGpuMaxBlockThreads: the kernel strides by the block's size), with the parameters of runtime/kernel_abi.def.

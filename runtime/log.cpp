@@ -11,7 +11,7 @@ namespace optjit {
 namespace {
 
 constexpr std::array<const char*, static_cast<int>(LogCategory::count)> kNames = {"recompiles", "guards", "kernels",
-                                                                                  "codegen", "passes", "fusion"};
+                                                                                  "codegen",    "passes", "fusion"};
 
 struct LogState {
   std::array<bool, kNames.size()> enabled{};

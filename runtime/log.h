@@ -15,8 +15,8 @@ void reload_log_settings();
 
 } // namespace optjit
 
-#define OPTJIT_LOG(category, ...)                                                                  \
-  do {                                                                                             \
-    if (::optjit::log_enabled(::optjit::LogCategory::category))                                   \
-      ::optjit::log_for(::optjit::LogCategory::category).info(__VA_ARGS__);                        \
+#define OPTJIT_LOG(category, ...)                                                                                      \
+  do {                                                                                                                 \
+    if (::optjit::log_enabled(::optjit::LogCategory::category))                                                        \
+      ::optjit::log_for(::optjit::LogCategory::category).info(__VA_ARGS__);                                            \
   } while (0)

@@ -29,6 +29,7 @@ public:
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
+
 private:
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
@@ -96,8 +97,7 @@ Tensor Tensor::empty(const Shape& shape, Dtype dtype, Device device) {
   t.impl_->uid = next_uid();
   t.impl_->layout_id = next_uid();
   t.impl_->device = device;
-  t.impl_->storage =
-      std::make_shared<Storage>(static_cast<std::size_t>(t.impl_->numel) * dtype_size(dtype), device);
+  t.impl_->storage = std::make_shared<Storage>(static_cast<std::size_t>(t.impl_->numel) * dtype_size(dtype), device);
   t.impl_->data = t.impl_->storage->data();
   return t;
 }
@@ -120,8 +120,8 @@ Tensor Tensor::full(const Shape& shape, double value, Dtype dtype, Device device
 Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, Dtype dtype) {
   Tensor t = empty(shape, dtype);
   if (static_cast<int64_t>(values.size()) != t.numel())
-    throw Error("tensor of shape " + shape_to_string(shape) + " needs " + std::to_string(t.numel()) +
-                " values, got " + std::to_string(values.size()));
+    throw Error("tensor of shape " + shape_to_string(shape) + " needs " + std::to_string(t.numel()) + " values, got " +
+                std::to_string(values.size()));
   for (int64_t i = 0; i < t.numel(); ++i)
     t.set_item(i, values[static_cast<std::size_t>(i)]);
   return t;

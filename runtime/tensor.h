@@ -33,13 +33,13 @@ struct TensorImpl {
   std::shared_ptr<Storage> storage;
   void* data = nullptr;
   Shape shape;
-  Shape strides;           // in elements
-  bool contiguous = true;  // strides are shape's row-major strides
+  Shape strides;          // in elements
+  bool contiguous = true; // strides are shape's row-major strides
   int64_t numel = 0;
   Dtype dtype = Dtype::f32;
   Device device;
-  uint64_t uid = 0;        // identity of the tensor, never reused
-  uint64_t layout_id = 0;  // changes whenever storage, shape or dtype change (set_data); never reused
+  uint64_t uid = 0;       // identity of the tensor, never reused
+  uint64_t layout_id = 0; // changes whenever storage, shape or dtype change (set_data); never reused
   std::shared_ptr<TensorImpl> grad;
 };
 
@@ -83,20 +83,20 @@ public:
 
   // Elements are addressed by their row-major index, whatever the strides. On a CUDA device each access is a
   // synchronous copy (ordered after the kernels launched so far): for checks and state files, not inner loops.
-  double item(int64_t index = 0) const;        // element as double
+  double item(int64_t index = 0) const; // element as double
   void set_item(int64_t index, double value) const;
-  std::vector<double> to_vector() const;       // all elements as doubles
-  Tensor clone() const;                        // a contiguous copy on the same device
+  std::vector<double> to_vector() const; // all elements as doubles
+  Tensor clone() const;                  // a contiguous copy on the same device
   // torch's `tensor.to(device)`: this tensor when it is already there, otherwise a contiguous copy on `target`.
   Tensor to(Device target) const;
-  void copy_from(const Tensor& source) const;  // same shape and dtype required
+  void copy_from(const Tensor& source) const; // same shape and dtype required
   void fill(double value) const;
 
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
-  std::string describe() const;                // "f32[10, 10] on cpu", strides added when not contiguous
+  std::string describe() const; // "f32[10, 10] on cpu", strides added when not contiguous
 
 private:
-  int64_t offset_of(int64_t index) const;      // row-major index -> element offset from data()
+  int64_t offset_of(int64_t index) const; // row-major index -> element offset from data()
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -61,9 +61,9 @@ private:
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  Job* current_ = nullptr;               // guarded by mutex_; a worker joins only while it is set
-  std::atomic<uint64_t> generation_{0};  // bumped when a job is published, read lock-free while spinning
-  bool stop_ = false;                    // guarded by mutex_
+  Job* current_ = nullptr;              // guarded by mutex_; a worker joins only while it is set
+  std::atomic<uint64_t> generation_{0}; // bumped when a job is published, read lock-free while spinning
+  bool stop_ = false;                   // guarded by mutex_
 };
 
 } // namespace optjit

@@ -17,7 +17,8 @@ struct LaunchShape {
 };
 
 // Tensors of the given element counts cut into work items of at most shape.chunk_elements (empty tensors give
-// none, or one empty item with shape.item_per_empty_tensor). The compiled kernels, the interpreter and the benchmark's traffic probe all walk this table.
+// none, or one empty item with shape.item_per_empty_tensor). The compiled kernels, the interpreter and the benchmark's
+// traffic probe all walk this table.
 std::vector<WorkItem> make_work_items(const std::vector<int64_t>& numels, const LaunchShape& shape);
 // How many whole items one task takes so that it holds about shape.elements_per_task elements.
 int64_t items_per_task(const std::vector<WorkItem>& items, const LaunchShape& shape);

@@ -1,9 +1,10 @@
 // optjit bench: compiled steps of every optimizer (f32) against a traffic probe of the same bytes per element,
-// cold compile time by param count, and per-step dispatch overhead. The step kernels are memory-bound, so time ÷ probe is the figure of merit.
+// cold compile time by param count, and per-step dispatch overhead. The step kernels are memory-bound, so time ÷ probe
+// is the figure of merit.
 #include "codegen/codegen.h"
+#include "compiler/compiled_step.h"
 #include "compiler/kernel_cache.h"
 #include "frontend/optim/adam.h"
-#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "runtime/thread_pool.h"
 #include "tools/commands.h"
@@ -150,22 +151,30 @@ Dispatch dispatch_us(int64_t param_count) {
 
 int run_bench(const BenchOptions& options) {
   // Adam over the three shapes, then every optimizer (and the options that add state) over one.
-  std::vector<ShapeCase> cases = {{"adam", {}, 1, 50'000'000, 1, 1.10},
-                                  {"adam", {}, 1000, 10'000, 0, 1.20},
-                                  {"adam", {}, 10000, 100, 0, 2.0}};
+  std::vector<ShapeCase> cases = {
+      {"adam", {}, 1, 50'000'000, 1, 1.10}, {"adam", {}, 1000, 10'000, 0, 1.20}, {"adam", {}, 10000, 100, 0, 2.0}};
   const std::vector<std::pair<std::string, KeywordOptions>> optimizers = {
-      {"adam", {{"amsgrad", {1}}}}, {"adamw", {}},     {"sgd", {}},     {"sgd", {{"momentum", {0.9}}}},
-      {"nadam", {}},                {"radam", {}},     {"adamax", {}},  {"adagrad", {}},
-      {"adadelta", {}},             {"rmsprop", {}},   {"rmsprop", {{"centered", {1}}, {"momentum", {0.9}}}},
-      {"rprop", {}},                {"asgd", {}}};
+      {"adam", {{"amsgrad", {1}}}},
+      {"adamw", {}},
+      {"sgd", {}},
+      {"sgd", {{"momentum", {0.9}}}},
+      {"nadam", {}},
+      {"radam", {}},
+      {"adamax", {}},
+      {"adagrad", {}},
+      {"adadelta", {}},
+      {"rmsprop", {}},
+      {"rmsprop", {{"centered", {1}}, {"momentum", {0.9}}}},
+      {"rprop", {}},
+      {"asgd", {}}};
   for (const auto& [name, o] : optimizers)
     cases.push_back({name, o, 1000, 10'000, 0, 0});
   json rows = json::array();
   if (!options.json)
     std::printf("optjit bench: compiled steps (f32, foreach) vs a traffic probe of the same bytes per element "
                 "(medians), %s\n\n%-9s %-22s %-13s %7s %5s %9s %9s %7s %7s %6s\n",
-                host_cpu_description().c_str(), "optimizer", "options", "shape", "threads", "B/el", "ms",
-                "probe ms", "GB/s", "ratio", "goal");
+                host_cpu_description().c_str(), "optimizer", "options", "shape", "threads", "B/el", "ms", "probe ms",
+                "GB/s", "ratio", "goal");
   for (const ShapeCase& c : cases) {
     json row = bench_shape(c);
     if (!options.json)
@@ -182,11 +191,12 @@ int run_bench(const BenchOptions& options) {
   }
   const Dispatch d = dispatch_us(10000);
   if (!options.json)
-    std::printf("\ndispatch per step, 10000 params (goal < 20 us):\n"
-                "  %8.2f us on the host before launch (guards, argument checks, hyperparameters), grads unchanged\n"
-                "  %8.2f us the same with every grad a new tensor each step (every param checked, grad slots repointed)\n"
-                "  %8.2f us for a whole step of 1 element per param (dispatch, launch and kernel)\n",
-                d.host_us, d.new_grads_host_us, d.step_us);
+    std::printf(
+        "\ndispatch per step, 10000 params (goal < 20 us):\n"
+        "  %8.2f us on the host before launch (guards, argument checks, hyperparameters), grads unchanged\n"
+        "  %8.2f us the same with every grad a new tensor each step (every param checked, grad slots repointed)\n"
+        "  %8.2f us for a whole step of 1 element per param (dispatch, launch and kernel)\n",
+        d.host_us, d.new_grads_host_us, d.step_us);
   rows.push_back({{"metric", "dispatch_us"}, {"params", 10000}, {"value", d.host_us}});
   rows.push_back({{"metric", "dispatch_us_new_grads"}, {"params", 10000}, {"value", d.new_grads_host_us}});
   rows.push_back({{"metric", "step_us_1_element_per_param"}, {"params", 10000}, {"value", d.step_us}});

@@ -2,8 +2,8 @@
 // measured copy bandwidth (a device-to-device copy reads and writes each byte once, as the step does), timed with
 // CUDA events in one run; PyTorch's Adam(fused=True) and Adam(foreach=True) on the same shapes beside it when
 // python3 with torch is present (tools/bench_torch.py).
-#include "frontend/optim/adam.h"
 #include "compiler/compiled_step.h"
+#include "frontend/optim/adam.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/error.h"
 #include "tools/commands.h"
@@ -44,11 +44,15 @@ json bench_adam(int device, const Shape2& s, double bandwidth, bool graphs) {
   const double ms = device_median_ms(device, 7, 20, [&] { step(); });
   const double elements = static_cast<double>(s.count * s.numel);
   const double bound_ms = 28.0 * elements / bandwidth * 1e3;
-  return {{"optimizer", "Adam"}, {"shape", std::to_string(s.count) + "x" + std::to_string(s.numel)},
+  return {{"optimizer", "Adam"},
+          {"shape", std::to_string(s.count) + "x" + std::to_string(s.numel)},
           {"graphs", graphs},
-          {"ms", ms},            {"bound_ms", bound_ms},
-          {"ratio", ms / bound_ms}, {"goal", s.goal},
-          {"GB/s", 28.0 * elements / (ms * 1e-3) / 1e9}, {"compiles", step.metrics().compiles},
+          {"ms", ms},
+          {"bound_ms", bound_ms},
+          {"ratio", ms / bound_ms},
+          {"goal", s.goal},
+          {"GB/s", 28.0 * elements / (ms * 1e-3) / 1e9},
+          {"compiles", step.metrics().compiles},
           {"dispatch_us", step.metrics().dispatch_ms * 1e3 / static_cast<double>(step.metrics().steps)}};
 }
 
@@ -82,27 +86,28 @@ int run_bench_cuda(const BenchOptions& options) {
   const char* script = std::getenv("OPTJIT_TORCH_BENCH");
   json torch = torch_anchors(script && *script ? script : OPTJIT_SOURCE_DIR "/tools/bench_torch.py");
   if (options.json) {
-    std::printf("%s\n", json{{"device", props.name}, {"copy_GBps", bandwidth / 1e9}, {"rows", rows}, {"torch", torch}}
-                            .dump(1)
-                            .c_str());
+    std::printf(
+        "%s\n",
+        json{{"device", props.name}, {"copy_GBps", bandwidth / 1e9}, {"rows", rows}, {"torch", torch}}.dump(1).c_str());
     return 0;
   }
   std::printf("optjit bench --device cuda:%d: compiled Adam (f32) on %s (sm_%d%d), CUDA events, medians\n"
               "bound = 28 B x elements / measured device copy bandwidth %.0f GB/s\n\n",
               device, props.name.c_str(), props.major, props.minor, bandwidth / 1e9);
-  std::printf("%-12s %6s %9s %9s %7s %6s %8s %12s %14s\n", "shape", "graph", "ms", "bound ms", "ratio", "goal",
-              "GB/s", "torch fused", "torch foreach");
+  std::printf("%-12s %6s %9s %9s %7s %6s %8s %12s %14s\n", "shape", "graph", "ms", "bound ms", "ratio", "goal", "GB/s",
+              "torch fused", "torch foreach");
   for (const json& r : rows) {
     const std::string shape = r["shape"];
     std::string fused = "-", foreach = "-";
     if (torch.contains(shape)) {
       fused = std::to_string(torch[shape]["fused_ms"].get<double>()).substr(0, 7) + " ms";
-      foreach = std::to_string(torch[shape]["foreach_ms"].get<double>()).substr(0, 7) + " ms";
+      foreach
+        = std::to_string(torch[shape]["foreach_ms"].get<double>()).substr(0, 7) + " ms";
     }
     std::printf("%-12s %6s %9.4f %9.4f %7.2f %6.2f %8.0f %12s %14s\n", shape.c_str(),
-                r["graphs"].get<bool>() ? "yes" : "no", r["ms"].get<double>(),
-                r["bound_ms"].get<double>(), r["ratio"].get<double>(), r["goal"].get<double>(),
-                r["GB/s"].get<double>(), fused.c_str(), foreach.c_str());
+                r["graphs"].get<bool>() ? "yes" : "no", r["ms"].get<double>(), r["bound_ms"].get<double>(),
+                r["ratio"].get<double>(), r["goal"].get<double>(), r["GB/s"].get<double>(), fused.c_str(),
+                foreach.c_str());
   }
   if (torch.contains("skipped"))
     std::printf("\ntorch anchors skipped: %s\n", torch["skipped"].get<std::string>().c_str());

@@ -26,19 +26,19 @@ int run_counts(bool json);
 
 struct DumpOptions {
   std::string optimizer = "adam";
-  std::string set;                        // "lr=0.01,amsgrad=true,betas=(0.8,0.9)"
+  std::string set; // "lr=0.01,amsgrad=true,betas=(0.8,0.9)"
   std::string params = "10x10,10,10x10,10";
   Dtype dtype = Dtype::f32;
   std::string stage = "fused";
-  Device device;  // cuda: LLVM IR and PTX for the GPU (params go there when a GPU is present)
-  int sm = 0;     // GPU target 80 or 90; 0: the device's, or 80 without a GPU
+  Device device; // cuda: LLVM IR and PTX for the GPU (params go there when a GPU is present)
+  int sm = 0;    // GPU target 80 or 90; 0: the device's, or 80 without a GPU
 };
 int run_dump(const DumpOptions& options);
 
 struct ReplayOptions {
   std::string mode = "all"; // forloop, eager, compiled or all
   std::vector<std::string> paths;
-  Device device;             // cuda: params and grads on the GPU, compiled mode
+  Device device; // cuda: params and grads on the GPU, compiled mode
 };
 int run_replay(const ReplayOptions& options);
 

@@ -44,15 +44,15 @@ std::vector<CountConfig> torch_optim_configs() {
                                    {{"initial_accumulator_value", {0.1}}, {"weight_decay", {0.1}}},
                                    {{"lr", {0.1}}, {"lr_decay", {0.5}}, {"weight_decay", {0.1}}}})
     configs.push_back({"adagrad", o});
-  for (const KeywordOptions& o :
-       std::vector<KeywordOptions>{{},
-                                   {{"lr", {1e-3}}},
-                                   {{"weight_decay", {0.1}}},
-                                   {{"maximize", {1}}},
-                                   {{"weight_decay", {0.1}}, {"centered", {1}}},
-                                   {{"maximize", {1}}, {"weight_decay", {0.1}}},
-                                   {{"weight_decay", {0.1}}, {"centered", {1}}, {"momentum", {0.1}}},
-                                   {{"weight_decay", {0.1}}, {"centered", {1}}, {"momentum", {0.1}}, {"maximize", {1}}}})
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{
+           {},
+           {{"lr", {1e-3}}},
+           {{"weight_decay", {0.1}}},
+           {{"maximize", {1}}},
+           {{"weight_decay", {0.1}}, {"centered", {1}}},
+           {{"maximize", {1}}, {"weight_decay", {0.1}}},
+           {{"weight_decay", {0.1}}, {"centered", {1}}, {"momentum", {0.1}}},
+           {{"weight_decay", {0.1}}, {"centered", {1}}, {"momentum", {0.1}}, {"maximize", {1}}}})
     configs.push_back({"rmsprop", o});
   for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
                                                              {{"lr", {0.01}}},
@@ -77,11 +77,8 @@ std::vector<CountConfig> torch_optim_configs() {
                                                              {{"weight_decay", {0.1}}, {"decoupled_weight_decay", {1}}},
                                                              {{"weight_decay", {0.1}}, {"maximize", {1}}}})
     configs.push_back({"radam", o});
-  for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
-                                                             {{"lr", {2e-4}}},
-                                                             {{"etas", {0.5, 1.5}}},
-                                                             {{"step_sizes", {2e-6, 100}}},
-                                                             {{"maximize", {1}}}})
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{
+           {}, {{"lr", {2e-4}}}, {{"etas", {0.5, 1.5}}}, {{"step_sizes", {2e-6, 100}}}, {{"maximize", {1}}}})
     configs.push_back({"rprop", o});
   for (const KeywordOptions& o : std::vector<KeywordOptions>{{},
                                                              {{"lambd", {0.1}}},

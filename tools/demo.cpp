@@ -1,6 +1,6 @@
 // optjit demo: what a user cares about when compiling Adam for a real model's parameters.
-#include "frontend/optim/adam.h"
 #include "compiler/compiled_step.h"
+#include "frontend/optim/adam.h"
 #include "runtime/thread_pool.h"
 #include "tools/commands.h"
 #include "tools/device_timing.h"

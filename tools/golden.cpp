@@ -1,8 +1,8 @@
 #include "tools/golden.h"
 #include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
-#include "tools/golden_scheduler.h"
 #include "runtime/error.h"
+#include "tools/golden_scheduler.h"
 
 #include <nlohmann/json.hpp>
 
@@ -46,7 +46,9 @@ struct Checker {
   double rtol, atol;
   std::string failure;
 
-  bool close(double got, double expected) const { return std::fabs(got - expected) <= atol + rtol * std::fabs(expected); }
+  bool close(double got, double expected) const {
+    return std::fabs(got - expected) <= atol + rtol * std::fabs(expected);
+  }
 
   bool values(const std::string& where, const std::vector<double>& got, const json& expected) {
     if (got.size() != expected.size()) {
@@ -150,8 +152,7 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
         if (g.is_null())
           params[i].reset_grad();
         else
-          params[i].set_grad(
-              Tensor::from_values(params[i].shape(), g.get<std::vector<double>>(), dtype).to(device));
+          params[i].set_grad(Tensor::from_values(params[i].shape(), g.get<std::vector<double>>(), dtype).to(device));
       }
       if (compiled)
         (*compiled)();

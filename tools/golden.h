@@ -18,8 +18,8 @@ std::string replay_mode_name(ReplayMode mode);
 struct ReplayResult {
   std::string name;
   bool passed = false;
-  std::string failure;   // "step 3, param 2 exp_avg, index 5, got 0.1, expected 0.2" or why it could not run
-  StepMetrics metrics;   // compiled mode
+  std::string failure; // "step 3, param 2 exp_avg, index 5, got 0.1, expected 0.2" or why it could not run
+  StepMetrics metrics; // compiled mode
 };
 
 // Replays one case with its params and grads on `device` (a CUDA device runs the compiled mode only).

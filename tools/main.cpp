@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   dump_cmd->add_option("--dtype", dtype, "f32 or f64")->capture_default_str();
   dump_cmd->add_option("--stage", dump.stage, "traced, optimized, fused, llvm or ptx")->capture_default_str();
   std::string dump_device = "cpu";
-  dump_cmd->add_option("--device", dump_device, "cpu or cuda[:N]: the target of the llvm and ptx stages (no GPU needed)")
+  dump_cmd
+      ->add_option("--device", dump_device, "cpu or cuda[:N]: the target of the llvm and ptx stages (no GPU needed)")
       ->capture_default_str();
   dump_cmd->add_option("--sm", dump.sm, "GPU target: 80 or 90 (default: the device's, or 80 without a GPU)")
       ->check(CLI::IsMember({0, 80, 90}));

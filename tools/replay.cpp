@@ -1,7 +1,7 @@
 // optjit replay: golden trajectories through the forloop, eager or compiled path (or all three).
+#include "runtime/error.h"
 #include "tools/commands.h"
 #include "tools/golden.h"
-#include "runtime/error.h"
 
 #include <cstdio>
 
@@ -11,7 +11,8 @@ int run_replay(const ReplayOptions& options) {
   std::vector<ReplayMode> modes;
   const bool gpu = options.device.kind == DeviceKind::cuda;
   if (gpu && options.mode != "all" && options.mode != "compiled")
-    throw Error("--device " + options.device.to_string() + " replays the compiled mode only (eager and forloop steps "
+    throw Error("--device " + options.device.to_string() +
+                " replays the compiled mode only (eager and forloop steps "
                 "run on the CPU)");
   if (gpu || options.mode == "compiled")
     modes = {ReplayMode::Compiled};

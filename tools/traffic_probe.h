@@ -16,12 +16,12 @@ public:
   // param, grad and S state arrays and writes the param and the state back: reads = S + 2, writes = S + 1, with
   // S from 0 to 3. Throws optjit::Error for other shapes of traffic.
   TrafficProbe(const std::vector<int64_t>& numels, int reads = 4, int writes = 3);
-  void run();                                    // one pass over every buffer
+  void run(); // one pass over every buffer
   int64_t bytes_per_pass() const { return bytes_; }
 
 private:
-  std::vector<std::vector<Tensor>> tensors_;     // per tensor: `reads` arrays, the written ones first
-  std::vector<WorkItem> items_;                  // cut as the compiled kernels cut their tensors
+  std::vector<std::vector<Tensor>> tensors_; // per tensor: `reads` arrays, the written ones first
+  std::vector<WorkItem> items_;              // cut as the compiled kernels cut their tensors
   int64_t grain_ = 1;
   int64_t bytes_ = 0;
   int state_arrays_ = 0;

@@ -97,8 +97,8 @@ const Slot& GraphBuilder::slot(const std::string& name) const {
   std::string declared;
   for (const Slot& s : graph_.slots)
     declared += (declared.empty() ? "" : ", ") + s.name;
-  throw Error("graph @" + graph_.name + " uses slot '" + name + "', which it does not declare (declared: " +
-              (declared.empty() ? std::string("none") : declared) + ")");
+  throw Error("graph @" + graph_.name + " uses slot '" + name +
+              "', which it does not declare (declared: " + (declared.empty() ? std::string("none") : declared) + ")");
 }
 
 ValueId GraphBuilder::add(Node node) {
@@ -123,9 +123,7 @@ ValueId GraphBuilder::constant(double value) {
 }
 
 ValueId GraphBuilder::hyper(const std::string& name) { return add(Node{Op::hyper, {}, {}, {}, 0, name}); }
-ValueId GraphBuilder::scalar_state(const std::string& name) {
-  return add(Node{Op::scalar_state, {}, {}, {}, 0, name});
-}
+ValueId GraphBuilder::scalar_state(const std::string& name) { return add(Node{Op::scalar_state, {}, {}, {}, 0, name}); }
 ValueId GraphBuilder::tensor(const std::string& name) { return add(Node{Op::tensor, {}, {}, {}, 0, name}); }
 
 ValueId GraphBuilder::cast(ValueId value, Dtype dtype) {
@@ -189,9 +187,7 @@ void GraphBuilder::add_store(Store store) {
   graph_.stores.push_back(std::move(store));
 }
 
-void GraphBuilder::store(const std::string& slot, ValueId value) {
-  add_store(Store{StoreKind::Tensor, slot, value});
-}
+void GraphBuilder::store(const std::string& slot, ValueId value) { add_store(Store{StoreKind::Tensor, slot, value}); }
 void GraphBuilder::store_scalar(const std::string& slot, ValueId value) {
   add_store(Store{StoreKind::Scalar, slot, value});
 }

@@ -1,8 +1,8 @@
 #include "compiler/ir/interpreter.h"
-#include "runtime/work_items.h"
 #include "compiler/ir/op_semantics.h"
 #include "runtime/error.h"
 #include "runtime/thread_pool.h"
+#include "runtime/work_items.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -26,8 +26,8 @@ int ListArguments::hyper_index(const std::string& name) const {
 
 namespace {
 
-using PerTensorValues = std::vector<double>;  // one per list entry (f32 values are kept exactly rounded)
-using ElementValues = std::vector<Tensor>;     // one tensor per list entry
+using PerTensorValues = std::vector<double>; // one per list entry (f32 values are kept exactly rounded)
+using ElementValues = std::vector<Tensor>;   // one tensor per list entry
 using Value = std::variant<PerTensorValues, ElementValues>;
 
 double scalar_op(const Node& n, const std::vector<double>& in) {
@@ -54,12 +54,12 @@ template <class T> struct Operand {
 // ops runs once per chunk instead of once per element.
 template <class T, class Body> void with_element_function(Op op, Body&& body) {
   switch (op) {
-#define OPTJIT_OP(name, arity, traits)                                                              \
-  case Op::name:                                                                                    \
-    if constexpr ((arity) == 1)                                                                     \
-      body([](T x) { return apply_unary<T>(Op::name, x); });                                        \
-    else if constexpr ((arity) == 2)                                                                \
-      body([](T a, T b) { return apply_binary<T>(Op::name, a, b); });                               \
+#define OPTJIT_OP(name, arity, traits)                                                                                 \
+  case Op::name:                                                                                                       \
+    if constexpr ((arity) == 1)                                                                                        \
+      body([](T x) { return apply_unary<T>(Op::name, x); });                                                           \
+    else if constexpr ((arity) == 2)                                                                                   \
+      body([](T a, T b) { return apply_binary<T>(Op::name, a, b); });                                                  \
     break;
 #include "compiler/ir/ops.def"
 #undef OPTJIT_OP

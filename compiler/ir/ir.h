@@ -37,8 +37,8 @@ struct Node {
   Level level = Level::PerTensor;
   Dtype dtype = Dtype::f64;
   std::vector<ValueId> inputs;
-  double number = 0;  // constant
-  std::string name;   // hyper, scalar_state, tensor
+  double number = 0; // constant
+  std::string name;  // hyper, scalar_state, tensor
   bool operator==(const Node&) const = default;
 };
 
@@ -94,8 +94,8 @@ struct Graph {
 
 // The slots a graph touches, in order of first appearance.
 struct GraphSignature {
-  std::vector<std::string> tensor_slots;  // loaded or stored element slots
-  std::vector<std::string> scalar_slots;  // loaded or stored per-tensor state slots
+  std::vector<std::string> tensor_slots; // loaded or stored element slots
+  std::vector<std::string> scalar_slots; // loaded or stored per-tensor state slots
   std::vector<std::string> hypers;
   std::vector<std::string> carried_in;  // carried values read
   std::vector<std::string> carried_out; // carried values written

@@ -78,7 +78,8 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
     }
     for (ValueId in : n.inputs) {
       const Node& operand = kp.graph.node(in);
-      if (operand.level == Level::PerTensor && operand.op != Op::constant && !in_scratch[static_cast<std::size_t>(in)]) {
+      if (operand.level == Level::PerTensor && operand.op != Op::constant &&
+          !in_scratch[static_cast<std::size_t>(in)]) {
         in_scratch[static_cast<std::size_t>(in)] = true;
         kp.scratch.push_back(in);
       }
@@ -119,15 +120,16 @@ KernelPlan parse_kernel_plan(std::string_view text) {
   std::size_t at = 0;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const auto newline = expected_header.find('\n', at);
-    const std::string_view want = expected_header.substr(at, newline == std::string_view::npos ? std::string_view::npos
-                                                                                                : newline - at);
+    const std::string_view want =
+        expected_header.substr(at, newline == std::string_view::npos ? std::string_view::npos : newline - at);
     if (lines[i] != want)
       throw Error("parse error: kernel plan line " + std::to_string(i + 1) + " reads '" + std::string(lines[i]) +
                   "', but the graph gives '" + std::string(want) + "'");
     at = newline == std::string_view::npos ? expected_header.size() : newline + 1;
   }
   if (at < expected_header.size())
-    throw Error("parse error: kernel plan @" + name + " lacks header lines; expected:\n" + std::string(expected_header));
+    throw Error("parse error: kernel plan @" + name + " lacks header lines; expected:\n" +
+                std::string(expected_header));
   return plan;
 }
 

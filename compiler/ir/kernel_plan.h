@@ -14,17 +14,17 @@
 namespace optjit {
 
 struct FusionPlan {
-  std::vector<int> kernel_of;         // per node: the kernel that computes it
+  std::vector<int> kernel_of; // per node: the kernel that computes it
   int kernel_count = 0;
   std::vector<std::string> decisions; // why nodes were grouped (or refused), one line each
 };
 
 struct KernelPlan {
   std::string name;
-  Graph graph;                   // the kernel's nodes (per-tensor prefix, then element nodes) and stores
-  GraphSignature abi;            // slot and hyperparameter order of the kernel's arguments
-  std::vector<ValueId> scratch;  // per-tensor values read by the element phase, in scratch order
-  int prologue_size = 0;         // nodes [0, prologue_size) are per-tensor
+  Graph graph;                      // the kernel's nodes (per-tensor prefix, then element nodes) and stores
+  GraphSignature abi;               // slot and hyperparameter order of the kernel's arguments
+  std::vector<ValueId> scratch;     // per-tensor values read by the element phase, in scratch order
+  int prologue_size = 0;            // nodes [0, prologue_size) are per-tensor
   std::vector<std::string> carries; // every carried value of the plan, in carry-buffer order (the same list in
                                     // each kernel of a plan)
   bool operator==(const KernelPlan&) const = default;
@@ -36,11 +36,11 @@ struct KernelPlan {
 KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries);
 
 struct KernelStats {
-  int kernels = 0;               // launches per step after fusion
-  int unfused_kernels = 0;       // launches per step op by op (one per element op, as eager foreach)
-  int element_ops = 0;           // arithmetic per element
-  int per_tensor_ops = 0;        // arithmetic per tensor
-  int bytes_per_element = 0;     // tensor bytes read + written per element
+  int kernels = 0;           // launches per step after fusion
+  int unfused_kernels = 0;   // launches per step op by op (one per element op, as eager foreach)
+  int element_ops = 0;       // arithmetic per element
+  int per_tensor_ops = 0;    // arithmetic per tensor
+  int bytes_per_element = 0; // tensor bytes read + written per element
 };
 
 // The text of a kernel plan, deterministic: a header with the ABI, carries and scratch, then the graph. It parses

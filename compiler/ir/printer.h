@@ -23,7 +23,7 @@ namespace optjit {
 
 std::string print_graph(const Graph& graph);
 std::string print_node(const Graph& graph, ValueId id); // one line, without indentation
-std::string format_number(double value);                 // shortest text that parses back to the same double
-std::string_view store_keyword(StoreKind kind);          // "store", "store_scalar", "store_carry"
+std::string format_number(double value);                // shortest text that parses back to the same double
+std::string_view store_keyword(StoreKind kind);         // "store", "store_scalar", "store_carry"
 
 } // namespace optjit

@@ -76,8 +76,7 @@ void Adadelta::trace(Tracer& t, const Structure& s) const {
   t.store("acc_delta", foreach_addcmul(acc_deltas * rho, deltas, deltas, 1.0 - rho));
 }
 
-void Adadelta::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                            ParamState& state) const {
+void Adadelta::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
   visit_dtype(param.dtype(), [&]<class T>() { adadelta_forloop<T>(group, param, grad, state); });
 }
 

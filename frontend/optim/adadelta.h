@@ -9,18 +9,17 @@
 
 namespace optjit {
 
-#define OPTJIT_ADADELTA_OPTIONS(X)                                                                                    \
-  X(double, lr, 1.0)                                                                                                  \
-  X(double, rho, 0.9)                                                                                                 \
-  X(double, eps, 1e-6)                                                                                                \
-  X(double, weight_decay, 0)                                                                                          \
+#define OPTJIT_ADADELTA_OPTIONS(X)                                                                                     \
+  X(double, lr, 1.0)                                                                                                   \
+  X(double, rho, 0.9)                                                                                                  \
+  X(double, eps, 1e-6)                                                                                                 \
+  X(double, weight_decay, 0)                                                                                           \
   X(bool, maximize, false)
 OPTJIT_DEFINE_OPTIONS(AdadeltaOptions, OPTJIT_ADADELTA_OPTIONS)
 
 class Adadelta : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(Adadelta, AdadeltaOptions)
-
 };
 
 } // namespace optjit

@@ -10,12 +10,12 @@
 
 namespace optjit {
 
-#define OPTJIT_ADAGRAD_OPTIONS(X)                                                                                     \
-  X(double, lr, 1e-2)                                                                                                 \
-  X(double, lr_decay, 0)                                                                                              \
-  X(double, weight_decay, 0)                                                                                          \
-  X(double, initial_accumulator_value, 0)                                                                             \
-  X(double, eps, 1e-10)                                                                                               \
+#define OPTJIT_ADAGRAD_OPTIONS(X)                                                                                      \
+  X(double, lr, 1e-2)                                                                                                  \
+  X(double, lr_decay, 0)                                                                                               \
+  X(double, weight_decay, 0)                                                                                           \
+  X(double, initial_accumulator_value, 0)                                                                              \
+  X(double, eps, 1e-10)                                                                                                \
   X(bool, maximize, false)
 OPTJIT_DEFINE_OPTIONS(AdagradOptions, OPTJIT_ADAGRAD_OPTIONS)
 

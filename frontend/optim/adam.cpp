@@ -19,7 +19,6 @@ AdamOptions from_adamw(const AdamWOptions& w) {
   return o;
 }
 
-
 // torch's _single_tensor_adam for one param, elementwise in T with Python-float scalars rounded to T where they
 // meet tensor values.
 template <class T>
@@ -66,16 +65,15 @@ Adam::Adam(std::string name, std::vector<ParamGroupSpec> groups, const AdamOptio
   add_param_groups(std::move(groups));
 }
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : Adam("Adam", one_param_group(std::move(params)), options) {}
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam("Adam", one_param_group(std::move(params)), options) {}
 Adam::Adam(std::vector<ParamGroupSpec> groups, const AdamOptions& options) : Adam("Adam", std::move(groups), options) {}
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
     : Adam("AdamW", one_param_group(std::move(params)), from_adamw(options)) {}
 AdamW::AdamW(std::vector<ParamGroupSpec> groups, const AdamWOptions& options)
     : Adam("AdamW", std::move(groups), from_adamw(options)) {}
 
-void Adam::validate_options(const OptionMap& o) const {
-  require_adam_options(o);
-}
+void Adam::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
 Structure Adam::structure(const ParamGroup& group) const {
   Structure s;

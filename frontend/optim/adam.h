@@ -10,22 +10,22 @@
 namespace optjit {
 
 // decoupled_weight_decay: the decay AdamW applies (torch 2.x Adam takes it too)
-#define OPTJIT_ADAM_OPTIONS(X)                                                                                        \
-  X(double, lr, 1e-3)                                                                                                 \
-  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
-  X(double, eps, 1e-8)                                                                                                \
-  X(double, weight_decay, 0)                                                                                          \
-  X(bool, amsgrad, false)                                                                                             \
-  X(bool, maximize, false)                                                                                            \
+#define OPTJIT_ADAM_OPTIONS(X)                                                                                         \
+  X(double, lr, 1e-3)                                                                                                  \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                         \
+  X(double, eps, 1e-8)                                                                                                 \
+  X(double, weight_decay, 0)                                                                                           \
+  X(bool, amsgrad, false)                                                                                              \
+  X(bool, maximize, false)                                                                                             \
   X(bool, decoupled_weight_decay, false)
 OPTJIT_DEFINE_OPTIONS(AdamOptions, OPTJIT_ADAM_OPTIONS)
 
-#define OPTJIT_ADAMW_OPTIONS(X)                                                                                       \
-  X(double, lr, 1e-3)                                                                                                 \
-  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
-  X(double, eps, 1e-8)                                                                                                \
-  X(double, weight_decay, 1e-2)                                                                                       \
-  X(bool, amsgrad, false)                                                                                             \
+#define OPTJIT_ADAMW_OPTIONS(X)                                                                                        \
+  X(double, lr, 1e-3)                                                                                                  \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                         \
+  X(double, eps, 1e-8)                                                                                                 \
+  X(double, weight_decay, 1e-2)                                                                                        \
+  X(bool, amsgrad, false)                                                                                              \
   X(bool, maximize, false)
 OPTJIT_DEFINE_OPTIONS(AdamWOptions, OPTJIT_ADAMW_OPTIONS)
 

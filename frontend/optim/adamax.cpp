@@ -42,9 +42,7 @@ Adamax::Adamax(std::vector<ParamGroupSpec> groups, const AdamaxOptions& o)
 
 Adamax::Adamax(std::vector<Tensor> params, const AdamaxOptions& o) : Adamax(one_param_group(std::move(params)), o) {}
 
-void Adamax::validate_options(const OptionMap& o) const {
-  require_adam_options(o);
-}
+void Adamax::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
 Structure Adamax::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 

@@ -9,18 +9,17 @@
 
 namespace optjit {
 
-#define OPTJIT_ADAMAX_OPTIONS(X)                                                                                      \
-  X(double, lr, 2e-3)                                                                                                 \
-  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
-  X(double, eps, 1e-8)                                                                                                \
-  X(double, weight_decay, 0)                                                                                          \
+#define OPTJIT_ADAMAX_OPTIONS(X)                                                                                       \
+  X(double, lr, 2e-3)                                                                                                  \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                         \
+  X(double, eps, 1e-8)                                                                                                 \
+  X(double, weight_decay, 0)                                                                                           \
   X(bool, maximize, false)
 OPTJIT_DEFINE_OPTIONS(AdamaxOptions, OPTJIT_ADAMAX_OPTIONS)
 
 class Adamax : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(Adamax, AdamaxOptions)
-
 };
 
 } // namespace optjit

@@ -10,12 +10,12 @@
 
 namespace optjit {
 
-#define OPTJIT_ASGD_OPTIONS(X)                                                                                        \
-  X(double, lr, 1e-2)                                                                                                 \
-  X(double, lambd, 1e-4)                                                                                              \
-  X(double, alpha, 0.75)                                                                                              \
-  X(double, t0, 1e6)                                                                                                  \
-  X(double, weight_decay, 0)                                                                                          \
+#define OPTJIT_ASGD_OPTIONS(X)                                                                                         \
+  X(double, lr, 1e-2)                                                                                                  \
+  X(double, lambd, 1e-4)                                                                                               \
+  X(double, alpha, 0.75)                                                                                               \
+  X(double, t0, 1e6)                                                                                                   \
+  X(double, weight_decay, 0)                                                                                           \
   X(bool, maximize, false)
 OPTJIT_DEFINE_OPTIONS(ASGDOptions, OPTJIT_ASGD_OPTIONS)
 

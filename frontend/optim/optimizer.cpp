@@ -105,9 +105,7 @@ HookList<StepHook>& global_step_post_hooks() {
 } // namespace
 
 HookHandle register_optimizer_step_pre_hook(StepHook hook) { return global_step_pre_hooks().add(std::move(hook)); }
-HookHandle register_optimizer_step_post_hook(StepHook hook) {
-  return global_step_post_hooks().add(std::move(hook));
-}
+HookHandle register_optimizer_step_post_hook(StepHook hook) { return global_step_post_hooks().add(std::move(hook)); }
 
 void Optimizer::add_param_group(ParamGroupSpec group) {
   std::vector<ParamGroupSpec> one;
@@ -141,7 +139,8 @@ void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
     for (const Tensor& p : spec.params) {
       if (!p.defined())
         throw Error("params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
-                    "an undefined tensor in param group " + std::to_string(g));
+                    "an undefined tensor in param group " +
+                    std::to_string(g));
       if (seen_in_other_groups.count(p.uid()))
         throw Error("some parameters appear in more than one parameter group");
       if (!seen_here.insert(p.uid()).second) {
@@ -243,8 +242,8 @@ void Optimizer::check_grad(int64_t flat) const {
   const Tensor& p = flat_param(flat);
   const Tensor g = p.grad();
   if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
-    throw Error("grad of param " + std::to_string(flat) + " is " + g.describe() + " but the param is " +
-                p.describe() + ": a grad must have its param's shape, dtype and device");
+    throw Error("grad of param " + std::to_string(flat) + " is " + g.describe() + " but the param is " + p.describe() +
+                ": a grad must have its param's shape, dtype and device");
   if (!p.is_contiguous() || !g.is_contiguous())
     throw Error("param " + std::to_string(flat) + " is " + p.describe() + " with grad " + g.describe() +
                 ": optimizer steps need contiguous params and grads (pass a contiguous copy)");
@@ -316,8 +315,8 @@ std::vector<Slot> Optimizer::slots(const Structure& structure, Dtype dtype) cons
   std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, dtype},
                              {"grad", SlotRole::Grad, SlotKind::Tensor, dtype}};
   for (const StateSpec& spec : state_specs(structure))
-    slots.push_back({spec.name, SlotRole::State, spec.kind == StateKind::Scalar ? SlotKind::Scalar : SlotKind::Tensor,
-                     dtype});
+    slots.push_back(
+        {spec.name, SlotRole::State, spec.kind == StateKind::Scalar ? SlotKind::Scalar : SlotKind::Tensor, dtype});
   return slots;
 }
 
@@ -374,9 +373,13 @@ double Optimizer::run_with_step_hooks(const std::function<void()>& update, const
   return loss;
 }
 
-void Optimizer::step() { run_with_step_hooks([this] { eager_update(); }); }
+void Optimizer::step() {
+  run_with_step_hooks([this] { eager_update(); });
+}
 
-double Optimizer::step(const Closure& closure) { return run_with_step_hooks([this] { eager_update(); }, closure); }
+double Optimizer::step(const Closure& closure) {
+  return run_with_step_hooks([this] { eager_update(); }, closure);
+}
 
 void Optimizer::eager_update() {
   check_step();

@@ -8,8 +8,8 @@
 #include "compiler/ir/arguments.h"
 #include "compiler/ir/ir.h"
 #include "compiler/step_source.h"
-#include "frontend/trace/foreach.h"
 #include "frontend/optim/hooks.h"
+#include "frontend/trace/foreach.h"
 #include "runtime/tensor.h"
 
 #include <functional>
@@ -65,9 +65,9 @@ enum class StateKind { Tensor, Scalar };
 struct StateSpec {
   std::string name;
   StateKind kind = StateKind::Tensor;
-  double initial = 0;   // every element starts at this value
-  bool visible = true;  // false: internal bookkeeping, not part of torch's state keys (named "_...")
-  double loaded = 0;    // hidden entries: the value a param's state loaded by load_state_dict implies
+  double initial = 0;  // every element starts at this value
+  bool visible = true; // false: internal bookkeeping, not part of torch's state keys (named "_...")
+  double loaded = 0;   // hidden entries: the value a param's state loaded by load_state_dict implies
 };
 
 // A param's state entries in torch's key order. Scalar entries are 1-element tensors of the param's dtype.
@@ -106,7 +106,7 @@ public:
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   const OptionMap& defaults() const { return defaults_; }
-  bool foreach() const { return foreach_; }
+  bool foreach () const { return foreach_; }
 
   // One eager step: the forloop reference (foreach=false) or the interpreted foreach graph (foreach=true), between
   // the step hooks. Throws before anything changes when a grad or a hyperparameter is invalid.
@@ -232,16 +232,16 @@ Structure maximize_and_weight_decay(const ParamGroup& group);
 
 // Declares an optimizer class's two constructors (a plain param list, or param groups; each with its options
 // struct) and the algorithm it supplies to the Optimizer base.
-#define OPTJIT_DECLARE_OPTIMIZER(Class, OptionsStruct)                                                              \
-  using Options = OptionsStruct;                                                                                   \
-  Class(std::vector<Tensor> params, const Options& options = {});                                                  \
-  Class(std::vector<ParamGroupSpec> groups, const Options& options = {});                                          \
-  Structure structure(const ParamGroup& group) const override;                                                     \
-  std::vector<StateSpec> state_specs(const Structure& structure) const override;                                   \
-  std::vector<std::string> hyper_names() const override;                                                           \
-  void trace(Tracer& tracer, const Structure& structure) const override;                                           \
-  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state)            \
-      const override;                                                                                              \
+#define OPTJIT_DECLARE_OPTIMIZER(Class, OptionsStruct)                                                                 \
+  using Options = OptionsStruct;                                                                                       \
+  Class(std::vector<Tensor> params, const Options& options = {});                                                      \
+  Class(std::vector<ParamGroupSpec> groups, const Options& options = {});                                              \
+  Structure structure(const ParamGroup& group) const override;                                                         \
+  std::vector<StateSpec> state_specs(const Structure& structure) const override;                                       \
+  std::vector<std::string> hyper_names() const override;                                                               \
+  void trace(Tracer& tracer, const Structure& structure) const override;                                               \
+  void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state)               \
+      const override;                                                                                                  \
   void validate_options(const OptionMap& options) const override;
 
 // A constructor's plain list of params as one param group; an empty list is torch's error.

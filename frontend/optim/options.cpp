@@ -7,7 +7,9 @@ namespace optjit {
 
 const std::pair<std::string, std::string>* pair_option_keys(const std::string& name) {
   static const std::map<std::string, std::pair<std::string, std::string>> pairs = {
-      {"betas", {"beta1", "beta2"}}, {"etas", {"etaminus", "etaplus"}}, {"step_sizes", {"step_size_min", "step_size_max"}}};
+      {"betas", {"beta1", "beta2"}},
+      {"etas", {"etaminus", "etaplus"}},
+      {"step_sizes", {"step_size_min", "step_size_max"}}};
   auto it = pairs.find(name);
   return it == pairs.end() ? nullptr : &it->second;
 }

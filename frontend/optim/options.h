@@ -48,13 +48,13 @@ template <class Options> OptionMap option_map(const Options& options) {
 
 // The options struct `Struct` of the options in `LIST`, plus `foreach` (default: false on the CPU, as torch), and
 // for_each_option(visit): visit(torch's name, member pointer) for each, `foreach` last.
-#define OPTJIT_DEFINE_OPTIONS(Struct, LIST)                                                                        \
-  struct Struct {                                                                                                  \
-    using Self = Struct;                                                                                           \
-    LIST(OPTJIT_OPTION_MEMBER)                                                                                     \
-    std::optional<bool> foreach;                                                                                   \
-    template <class Visit> static void for_each_option(Visit&& visit) {                                            \
-      LIST(OPTJIT_OPTION_FIELD)                                                                                    \
-      visit("foreach", &Self::foreach);                                                                            \
-    }                                                                                                              \
+#define OPTJIT_DEFINE_OPTIONS(Struct, LIST)                                                                            \
+  struct Struct {                                                                                                      \
+    using Self = Struct;                                                                                               \
+    LIST(OPTJIT_OPTION_MEMBER)                                                                                         \
+    std::optional<bool> foreach;                                                                                       \
+    template <class Visit> static void for_each_option(Visit&& visit) {                                                \
+      LIST(OPTJIT_OPTION_FIELD)                                                                                        \
+      visit("foreach", &Self::foreach);                                                                                \
+    }                                                                                                                  \
   };

@@ -58,9 +58,7 @@ RAdam::RAdam(std::vector<ParamGroupSpec> groups, const RAdamOptions& o)
 
 RAdam::RAdam(std::vector<Tensor> params, const RAdamOptions& o) : RAdam(one_param_group(std::move(params)), o) {}
 
-void RAdam::validate_options(const OptionMap& o) const {
-  require_adam_options(o);
-}
+void RAdam::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
 Structure RAdam::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 

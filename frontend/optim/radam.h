@@ -10,19 +10,18 @@
 
 namespace optjit {
 
-#define OPTJIT_RADAM_OPTIONS(X)                                                                                       \
-  X(double, lr, 1e-3)                                                                                                 \
-  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                        \
-  X(double, eps, 1e-8)                                                                                                \
-  X(double, weight_decay, 0)                                                                                          \
-  X(bool, decoupled_weight_decay, false)                                                                              \
+#define OPTJIT_RADAM_OPTIONS(X)                                                                                        \
+  X(double, lr, 1e-3)                                                                                                  \
+  X(OptionPair, betas, OptionPair{0.9, 0.999})                                                                         \
+  X(double, eps, 1e-8)                                                                                                 \
+  X(double, weight_decay, 0)                                                                                           \
+  X(bool, decoupled_weight_decay, false)                                                                               \
   X(bool, maximize, false)
 OPTJIT_DEFINE_OPTIONS(RAdamOptions, OPTJIT_RADAM_OPTIONS)
 
 class RAdam : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(RAdam, RAdamOptions)
-
 };
 
 } // namespace optjit

@@ -9,20 +9,19 @@
 
 namespace optjit {
 
-#define OPTJIT_RMSPROP_OPTIONS(X)                                                                                     \
-  X(double, lr, 1e-2)                                                                                                 \
-  X(double, alpha, 0.99)                                                                                              \
-  X(double, eps, 1e-8)                                                                                                \
-  X(double, weight_decay, 0)                                                                                          \
-  X(double, momentum, 0)                                                                                              \
-  X(bool, centered, false)                                                                                            \
+#define OPTJIT_RMSPROP_OPTIONS(X)                                                                                      \
+  X(double, lr, 1e-2)                                                                                                  \
+  X(double, alpha, 0.99)                                                                                               \
+  X(double, eps, 1e-8)                                                                                                 \
+  X(double, weight_decay, 0)                                                                                           \
+  X(double, momentum, 0)                                                                                               \
+  X(bool, centered, false)                                                                                             \
   X(bool, maximize, false)
 OPTJIT_DEFINE_OPTIONS(RMSpropOptions, OPTJIT_RMSPROP_OPTIONS)
 
 class RMSprop : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(RMSprop, RMSpropOptions)
-
 };
 
 } // namespace optjit

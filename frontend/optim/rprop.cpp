@@ -79,8 +79,8 @@ void Rprop::trace(Tracer& t, const Structure& s) const {
   t.store_scalar("step", t.scalar_state("step") + 1.0);
   Sym agreement = sign(grads * prevs);
   Sym factor = where(greater(agreement, zero), etaplus, where(less(agreement, zero), etaminus, one));
-  Sym step_sizes = minimum(maximum(t.tensors("step_size") * factor, t.hyper("step_size_min")),
-                           t.hyper("step_size_max"));
+  Sym step_sizes =
+      minimum(maximum(t.tensors("step_size") * factor, t.hyper("step_size_min")), t.hyper("step_size_max"));
   grads = where(less(agreement, zero), zero, grads);
   params = foreach_addcmul(params, sign(grads), step_sizes, -1.0 * one);
   t.store("param", params);

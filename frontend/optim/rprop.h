@@ -11,10 +11,10 @@
 
 namespace optjit {
 
-#define OPTJIT_RPROP_OPTIONS(X)                                                                                       \
-  X(double, lr, 1e-2)                                                                                                 \
-  X(OptionPair, etas, OptionPair{0.5, 1.2})                                                                           \
-  X(OptionPair, step_sizes, OptionPair{1e-6, 50})                                                                     \
+#define OPTJIT_RPROP_OPTIONS(X)                                                                                        \
+  X(double, lr, 1e-2)                                                                                                  \
+  X(OptionPair, etas, OptionPair{0.5, 1.2})                                                                            \
+  X(OptionPair, step_sizes, OptionPair{1e-6, 50})                                                                      \
   X(bool, maximize, false)
 OPTJIT_DEFINE_OPTIONS(RpropOptions, OPTJIT_RPROP_OPTIONS)
 

@@ -104,9 +104,10 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
         throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
                                 scalar ? std::string("a scalar state needs one element")
                                        : "the param has shape " + shape_text(param.shape())));
-      state.emplace_back(spec.name,
-                         scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, param.dtype()).to(param.device())
-                                : copy_as(saved, param.dtype(), param.device()));
+      state.emplace_back(
+          spec.name, scalar
+                         ? Tensor::from_values({}, std::vector<double>{saved.item()}, param.dtype()).to(param.device())
+                         : copy_as(saved, param.dtype(), param.device()));
     }
     if (saved_keys != wanted_keys)
       throw Error(fmt::format("state of param {} has keys {}, but {} with these options keeps {}", id, saved_keys,

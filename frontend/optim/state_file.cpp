@@ -94,8 +94,7 @@ StateDict parse(const std::string& bytes) {
       else
         nbytes *= static_cast<uint64_t>(extent);
     }
-    if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data.size() ||
-        offsets[1] - offsets[0] != nbytes)
+    if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data.size() || offsets[1] - offsets[0] != nbytes)
       throw Error(fmt::format("tensor '{}' (shape {}) has data_offsets {}, outside the {} data bytes or not the "
                               "size of its shape",
                               name, info.at("shape").dump(), info.at("data_offsets").dump(), data.size()));
@@ -117,15 +116,16 @@ void save_state_dict(const StateDict& dict, const std::filesystem::path& path) {
       options[name] = option_value(value);
     groups.push_back({{"options", options}, {"params", g.params}});
   }
-  json header = {{"__metadata__",
-                  {{"format", kFormat}, {"version", kVersion}, {"optimizer", dict.optimizer},
-                   {"param_groups", groups.dump()}}}};
+  json header = {
+      {"__metadata__",
+       {{"format", kFormat}, {"version", kVersion}, {"optimizer", dict.optimizer}, {"param_groups", groups.dump()}}}};
   std::string data;
   for (const auto& [id, state] : dict.state)
     for (const auto& [key, tensor] : state) {
       const Tensor t = tensor.is_contiguous() ? tensor : tensor.clone();
-      header[fmt::format("state.{}.{}", id, key)] = {
-          {"dtype", dtype_safetensors_code(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {data.size(), data.size() + t.nbytes()}}};
+      header[fmt::format("state.{}.{}", id, key)] = {{"dtype", dtype_safetensors_code(t.dtype())},
+                                                     {"shape", t.shape()},
+                                                     {"data_offsets", {data.size(), data.size() + t.nbytes()}}};
       data.append(static_cast<const char*>(t.data()), t.nbytes());
     }
   std::string text = header.dump();

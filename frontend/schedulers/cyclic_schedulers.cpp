@@ -86,8 +86,8 @@ std::vector<double> CyclicLR::get_lr() {
   if (options_.cycle_momentum) {
     const std::string key = momentum_key(optimizer_);
     for (std::size_t i = 0; i < max_momentums_.size(); ++i)
-      optimizer_.param_groups()[i].set(
-          key, max_momentums_[i] - (max_momentums_[i] - base_momentums_[i]) * scale_factor * scaled);
+      optimizer_.param_groups()[i].set(key, max_momentums_[i] -
+                                                (max_momentums_[i] - base_momentums_[i]) * scale_factor * scaled);
   }
   return lrs;
 }
@@ -175,8 +175,8 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleLROptions o, int64_t last_e
 std::vector<double> OneCycleLR::get_lr() {
   const double step = static_cast<double>(last_epoch_);
   if (last_epoch_ > total_steps_)
-    throw Error(fmt::format("Tried to step {} times. The specified number of total steps is {}", last_epoch_,
-                            total_steps_));
+    throw Error(
+        fmt::format("Tried to step {} times. The specified number of total steps is {}", last_epoch_, total_steps_));
   auto anneal = [&](double start, double end, double pct) {
     if (options_.anneal_strategy == "cos")
       return end + (start - end) / 2.0 * (std::cos(std::numbers::pi * pct) + 1);

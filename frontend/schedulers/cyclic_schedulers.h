@@ -8,8 +8,8 @@
 namespace optjit {
 
 struct CyclicLROptions {
-  std::vector<double> base_lr;        // one value, or one per group
-  std::vector<double> max_lr;         // one value, or one per group
+  std::vector<double> base_lr; // one value, or one per group
+  std::vector<double> max_lr;  // one value, or one per group
   double step_size_up = 2000;
   std::optional<double> step_size_down; // default: step_size_up
   std::string mode = "triangular";      // triangular, triangular2 or exp_range
@@ -38,8 +38,8 @@ protected:
 };
 
 struct OneCycleLROptions {
-  std::vector<double> max_lr;           // one value, or one per group
-  std::optional<int64_t> total_steps;   // or epochs * steps_per_epoch
+  std::vector<double> max_lr;         // one value, or one per group
+  std::optional<int64_t> total_steps; // or epochs * steps_per_epoch
   std::optional<int64_t> epochs;
   std::optional<int64_t> steps_per_epoch;
   double pct_start = 0.3;

@@ -163,8 +163,7 @@ void require_positive_count(int64_t value, const std::string& what) {
 void require_increasing(const std::vector<int64_t>& milestones) {
   for (std::size_t i = 1; i < milestones.size(); ++i)
     if (milestones[i] <= milestones[i - 1])
-      throw Error(
-          fmt::format("Milestones should be a list of increasing integers. Got {}", milestones));
+      throw Error(fmt::format("Milestones should be a list of increasing integers. Got {}", milestones));
 }
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma, int64_t last_epoch)
@@ -180,9 +179,8 @@ std::vector<double> StepLR::get_lr() {
 }
 
 std::optional<std::vector<double>> StepLR::closed_form_lr() const {
-  return from_base_lrs([&](double base) {
-    return base * std::pow(gamma_, static_cast<double>(last_epoch_ / step_size_));
-  });
+  return from_base_lrs(
+      [&](double base) { return base * std::pow(gamma_, static_cast<double>(last_epoch_ / step_size_)); });
 }
 
 void StepLR::save_fields(SchedulerState& s) const {
@@ -194,8 +192,7 @@ void StepLR::load_fields(const SchedulerState& s) {
   gamma_ = s.at("gamma")[0];
 }
 
-MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma,
-                         int64_t last_epoch)
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma, int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), milestones_(std::move(milestones)), gamma_(gamma) {
   require_increasing(milestones_);
   initial_step();
@@ -208,10 +205,8 @@ std::vector<double> MultiStepLR::get_lr() {
 }
 
 std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
-  const auto passed =
-      std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_) - milestones_.begin();
-  return from_base_lrs(
-      [&](double base) { return base * std::pow(gamma_, static_cast<double>(passed)); });
+  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_) - milestones_.begin();
+  return from_base_lrs([&](double base) { return base * std::pow(gamma_, static_cast<double>(passed)); });
 }
 
 void MultiStepLR::save_fields(SchedulerState& s) const {
@@ -239,9 +234,8 @@ std::vector<double> ConstantLR::get_lr() {
 }
 
 std::optional<std::vector<double>> ConstantLR::closed_form_lr() const {
-  return from_base_lrs([&](double base) {
-    return base * (factor_ + (last_epoch_ >= total_iters_ ? 1.0 : 0.0) * (1 - factor_));
-  });
+  return from_base_lrs(
+      [&](double base) { return base * (factor_ + (last_epoch_ >= total_iters_ ? 1.0 : 0.0) * (1 - factor_)); });
 }
 
 void ConstantLR::save_fields(SchedulerState& s) const {
@@ -253,13 +247,12 @@ void ConstantLR::load_fields(const SchedulerState& s) {
   total_iters_ = static_cast<int64_t>(s.at("total_iters")[0]);
 }
 
-LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
-                   int64_t total_iters, int64_t last_epoch)
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters,
+                   int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), start_factor_(start_factor), end_factor_(end_factor),
       total_iters_(total_iters) {
   if (start_factor > 1.0 || start_factor <= 0)
-    throw Error(
-        "Starting multiplicative factor expected to be greater than 0 and less or equal to 1.");
+    throw Error("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.");
   if (end_factor > 1.0 || end_factor < 0)
     throw Error("Ending multiplicative factor expected to be between 0 and 1.");
   initial_step();
@@ -271,16 +264,14 @@ std::vector<double> LinearLR::get_lr() {
   if (initial_ || last_epoch_ > total_iters_)
     return group_values("lr");
   const double change = end_factor_ - start_factor_;
-  return scaled(group_values("lr"),
-                1.0 + change / (static_cast<double>(total_iters_) * start_factor_ +
-                                static_cast<double>(last_epoch_ - 1) * change));
+  return scaled(group_values("lr"), 1.0 + change / (static_cast<double>(total_iters_) * start_factor_ +
+                                                    static_cast<double>(last_epoch_ - 1) * change));
 }
 
 std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
   const double done = static_cast<double>(std::min(total_iters_, last_epoch_));
   return from_base_lrs([&](double base) {
-    return base * (start_factor_ +
-                   (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_));
+    return base * (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_));
   });
 }
 
@@ -307,19 +298,13 @@ std::vector<double> ExponentialLR::get_lr() {
 }
 
 std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
-  return from_base_lrs(
-      [&](double base) { return base * std::pow(gamma_, static_cast<double>(last_epoch_)); });
+  return from_base_lrs([&](double base) { return base * std::pow(gamma_, static_cast<double>(last_epoch_)); });
 }
 
-void ExponentialLR::save_fields(SchedulerState& s) const {
-  s["gamma"] = {gamma_};
-}
-void ExponentialLR::load_fields(const SchedulerState& s) {
-  gamma_ = s.at("gamma")[0];
-}
+void ExponentialLR::save_fields(SchedulerState& s) const { s["gamma"] = {gamma_}; }
+void ExponentialLR::load_fields(const SchedulerState& s) { gamma_ = s.at("gamma")[0]; }
 
-PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power,
-                           int64_t last_epoch)
+PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power, int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), total_iters_(total_iters), power_(power) {
   require_positive_count(total_iters, "total_iters");
   initial_step();
@@ -334,9 +319,8 @@ std::vector<double> PolynomialLR::get_lr() {
 
 std::optional<std::vector<double>> PolynomialLR::closed_form_lr() const {
   const double done = static_cast<double>(std::min(total_iters_, last_epoch_));
-  return from_base_lrs([&](double base) {
-    return base * std::pow(1.0 - done / static_cast<double>(total_iters_), power_);
-  });
+  return from_base_lrs(
+      [&](double base) { return base * std::pow(1.0 - done / static_cast<double>(total_iters_), power_); });
 }
 
 void PolynomialLR::save_fields(SchedulerState& s) const {
@@ -348,8 +332,7 @@ void PolynomialLR::load_fields(const SchedulerState& s) {
   power_ = s.at("power")[0];
 }
 
-CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min,
-                                     int64_t last_epoch)
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min, int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), T_max_(T_max), eta_min_(eta_min) {
   require_positive_count(T_max, "T_max");
   initial_step();
@@ -364,12 +347,10 @@ std::vector<double> CosineAnnealingLR::get_lr() {
   if (step_count_ == 1 && last_epoch_ > 0) // resumed: start from the closed form
     return *closed_form_lr();
   for (std::size_t i = 0; i < lrs.size(); ++i) {
-    if (floor_mod(last_epoch_ - 1 - T_max_, 2 * T_max_) ==
-        0) // at the bottom of the cosine: climb back
+    if (floor_mod(last_epoch_ - 1 - T_max_, 2 * T_max_) == 0) // at the bottom of the cosine: climb back
       lrs[i] = lrs[i] + (base_lrs_[i] - eta_min_) * (1 - std::cos(pi / T)) / 2;
     else
-      lrs[i] = (1 + std::cos(pi * t / T)) / (1 + std::cos(pi * (t - 1) / T)) * (lrs[i] - eta_min_) +
-               eta_min_;
+      lrs[i] = (1 + std::cos(pi * t / T)) / (1 + std::cos(pi * (t - 1) / T)) * (lrs[i] - eta_min_) + eta_min_;
   }
   return lrs;
 }
@@ -378,9 +359,7 @@ std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
   constexpr double pi = std::numbers::pi;
   return from_base_lrs([&](double base) {
     return eta_min_ +
-           (base - eta_min_) *
-               (1 + std::cos(pi * static_cast<double>(last_epoch_) / static_cast<double>(T_max_))) /
-               2;
+           (base - eta_min_) * (1 + std::cos(pi * static_cast<double>(last_epoch_) / static_cast<double>(T_max_))) / 2;
   });
 }
 

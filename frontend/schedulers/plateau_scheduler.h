@@ -7,13 +7,13 @@
 namespace optjit {
 
 struct ReduceLROnPlateauOptions {
-  std::string mode = "min";           // min or max
+  std::string mode = "min"; // min or max
   double factor = 0.1;
   int64_t patience = 10;
   double threshold = 1e-4;
   std::string threshold_mode = "rel"; // rel or abs
   int64_t cooldown = 0;
-  std::vector<double> min_lr{0.0};    // one value, or one per group
+  std::vector<double> min_lr{0.0}; // one value, or one per group
   double eps = 1e-8;
 };
 

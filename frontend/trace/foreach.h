@@ -80,9 +80,9 @@ Sym equal(Sym a, Sym b);
 Sym where(Sym condition, Sym if_true, Sym if_false);
 
 // torch._foreach_* with torch's evaluation order.
-Sym foreach_add(Sym self, Sym other, Sym alpha);                 // self + alpha * other
-Sym foreach_addcmul(Sym self, Sym t1, Sym t2, Sym value);       // self + value * t1 * t2
-Sym foreach_addcdiv(Sym self, Sym t1, Sym t2, Sym value);       // self + value * (t1 / t2)
-Sym foreach_lerp(Sym self, Sym end, Sym weight);                // self + weight * (end - self)
+Sym foreach_add(Sym self, Sym other, Sym alpha);          // self + alpha * other
+Sym foreach_addcmul(Sym self, Sym t1, Sym t2, Sym value); // self + value * t1 * t2
+Sym foreach_addcdiv(Sym self, Sym t1, Sym t2, Sym value); // self + value * (t1 / t2)
+Sym foreach_lerp(Sym self, Sym end, Sym weight);          // self + weight * (end - self)
 
 } // namespace optjit

@@ -104,8 +104,8 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
         const std::string ptx = step.dump(Stage::PTX, sm);
         CHECK(ptx.find(".target sm_" + std::to_string(sm)) != std::string::npos);
         std::ofstream(file) << ptx;
-        auto [status, out] = run(std::string(kPtxas) + " -v --gpu-name sm_" + std::to_string(sm) + " " +
-                                 file.string() + " -o /dev/null");
+        auto [status, out] = run(std::string(kPtxas) + " -v --gpu-name sm_" + std::to_string(sm) + " " + file.string() +
+                                 " -o /dev/null");
         CHECK_MESSAGE(status == 0, out);
         CHECK_MESSAGE(out.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos, out);
         CHECK_MESSAGE(out.find(" 0 bytes stack frame") != std::string::npos, out);
@@ -273,7 +273,7 @@ TEST_CASE("cuda: CUDA graphs replay the step, with this step's hyperparameters, 
     randomize_grads(ref, 70 + static_cast<uint64_t>(s));
     if (s == 6)
       ref[1].reset_grad(); // a rebind: the graphs are captured again
-    copy_grads(ref, gpu);    // new grad tensors every step: repointed, the graphs stay
+    copy_grads(ref, gpu);  // new grad tensors every step: repointed, the graphs stay
     for (auto* o : {forloop.get(), opt.get()})
       o->param_groups()[0].set("lr", 1e-3 * (1 + s)); // every step's lr reaches the replayed graph
     forloop->step();

@@ -1,11 +1,11 @@
 // The compiled step's contract: one kernel per group, guards that recompile only on structural change, rebinds
 // that keep results right, and hyperparameters that are arguments.
 #include "codegen/codegen.h"
+#include "compiler/compiled_step.h"
 #include "compiler/guards.h"
 #include "compiler/kernel_cache.h"
 #include "frontend/optim/adagrad.h"
 #include "frontend/optim/adam.h"
-#include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/sgd.h"
 #include "helpers.h"
@@ -27,8 +27,7 @@ struct Pair {
   Pair(const std::string& name, KeywordOptions options, Dtype dtype = Dtype::f32)
       : ref_params(random_params(two_linear_shapes(), dtype, 21)), params(copy_params(ref_params)),
         ref(test::make_single_group(name, ref_params, options, false)),
-        opt(test::make_single_group(name, params, options, true)),
-        step(compile(*opt)) {}
+        opt(test::make_single_group(name, params, options, true)), step(compile(*opt)) {}
   void run(int steps, uint64_t seed) {
     for (int s = 0; s < steps; ++s) {
       randomize_grads(ref_params, seed + static_cast<uint64_t>(s));

@@ -206,9 +206,9 @@ TEST_CASE("kernel plans: the text of every kernel round trips, and a header that
 
   std::string wrong = print_kernel_plan(plans[1]);
   wrong.replace(wrong.find("scratch: %0, %1"), 15, "scratch: %1, %0");
-  CHECK_THROWS_WITH_AS(parse_kernel_plan(wrong),
-                       "parse error: kernel plan line 6 reads '  scratch: %1, %0', but the graph gives '  scratch: %0, %1'",
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      parse_kernel_plan(wrong),
+      "parse error: kernel plan line 6 reads '  scratch: %1, %0', but the graph gives '  scratch: %0, %1'", Error);
   std::string unlisted = print_kernel_plan(plans[1]);
   unlisted.replace(unlisted.find("carries: c0, c1"), 15, "carries: c0");
   CHECK_THROWS_WITH_AS(parse_kernel_plan(unlisted),
@@ -228,8 +228,8 @@ TEST_CASE("cuda ptx: a two-kernel plan assembles for sm_80 and sm_90") {
       INFO(plan.name << " sm_" << sm);
       const std::string ptx = compile_gpu_kernel(plan, sm).ptx;
       std::ofstream(file) << ptx;
-      const std::string command = std::string(ptxas) + " --gpu-name sm_" + std::to_string(sm) + " " + file.string() +
-                                  " -o /dev/null";
+      const std::string command =
+          std::string(ptxas) + " --gpu-name sm_" + std::to_string(sm) + " " + file.string() + " -o /dev/null";
       CHECK(std::system(command.c_str()) == 0);
     }
   std::filesystem::remove(file);

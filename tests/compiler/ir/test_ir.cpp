@@ -2,12 +2,12 @@
 #include "compiler/ir/arguments.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/interpreter.h"
-#include "runtime/log.h"
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
 #include "frontend/optim/registry.h"
 #include "helpers.h"
+#include "runtime/log.h"
 #include "tools/model.h"
 
 #include <doctest/doctest.h>
@@ -65,8 +65,11 @@ TEST_CASE("ir: the builder rejects ill-formed stores with the rule broken") {
   check_error_contains([&] { b.store("step", x); }, "uses slot 'step' as a tensor slot, but it is a scalar slot");
   check_error_contains([&] { b.store("y", x); }, "uses slot 'y', which graph @g does not declare");
   check_error_contains([&] { b.tensor("z"); }, "uses slot 'z', which graph @g does not declare");
-  check_error_contains([&] { b.declare_slot({"x", SlotRole::State, SlotKind::Tensor, Dtype::f32}); },
-                       "declares slot 'x' twice");
+  check_error_contains(
+      [&] {
+        b.declare_slot({"x", SlotRole::State, SlotKind::Tensor, Dtype::f32});
+      },
+      "declares slot 'x' twice");
   b.store("x", x);
   check_error_contains([&] { b.store("x", x); }, "x");
 }
@@ -84,8 +87,7 @@ TEST_CASE("ir: every traced optimizer graph prints, parses back and prints the s
                             {"sgd", {{"momentum", {0.9}}, {"dampening", {0.3}}, {"maximize", {1}}}}};
   for (Dtype dtype : {Dtype::f32, Dtype::f64})
     for (const Config& c : configs) {
-      auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{random_params({{3}, {2, 2}}, dtype, 1), {}}},
-                                c.options);
+      auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{random_params({{3}, {2, 2}}, dtype, 1), {}}}, c.options);
       opt->ensure_state();
       for (const auto& bucket : opt->make_buckets()) {
         Graph g = opt->trace_bucket(bucket);
@@ -112,12 +114,13 @@ TEST_CASE("ir: parse errors name the line and the problem") {
   check_error_contains([] { parse_graph("graph @g f32 {\n  %0 = frobnicate : pt f64\n}\n"); }, "line 2");
   check_error_contains(
       [] {
-        parse_graph("graph @g f32 {\n  slot \"x\" : state tensor f32\n  %0 = tensor \"x\" : el f32\n  %1 = add %0, %7 : el "
-                    "f32\n}\n");
+        parse_graph(
+            "graph @g f32 {\n  slot \"x\" : state tensor f32\n  %0 = tensor \"x\" : el f32\n  %1 = add %0, %7 : el "
+            "f32\n}\n");
       },
       "line 4");
-  check_error_contains([] { parse_graph("graph @g f32 {\n  slot \"x\" : state tensor f32\n  %0 = tensor \"x\" : el f32\n"); },
-                       "}");
+  check_error_contains(
+      [] { parse_graph("graph @g f32 {\n  slot \"x\" : state tensor f32\n  %0 = tensor \"x\" : el f32\n"); }, "}");
   check_error_contains([] { parse_graph("graph @g f32 {\n  %0 = tensor \"x\" : el f32\n}\n"); },
                        "line 2: node tensor uses slot 'x', which graph @g does not declare");
   check_error_contains([] { parse_graph("graph @g f32 {\n  slot \"x\" : weight tensor f32\n}\n"); },

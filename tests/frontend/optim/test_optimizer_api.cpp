@@ -27,12 +27,13 @@ using optjit::test::Snapshot;
 TEST_CASE("api: add_param_group takes the defaults, its own options, and joins eager and compiled steps") {
   auto a = random_params({{4}, {2, 3}, {5}}, Dtype::f32, 12);
   auto b = copy_params(a);
-  Adam forloop({a[0]}, {.lr = 0.01}), foreach({b[0]}, {.lr = 0.01, .foreach = true});
+  Adam forloop({a[0]}, {.lr = 0.01}), foreach ({b[0]}, {.lr = 0.01, .foreach = true});
   CompiledStep compiled = compile(foreach);
   forloop.step();
   compiled();
   forloop.add_param_group({{a[1], a[2]}, {{"lr", 0.1}, {"amsgrad", 1}}});
-  foreach.add_param_group({{b[1], b[2]}, {{"lr", 0.1}, {"amsgrad", 1}}});
+  foreach
+    .add_param_group({{b[1], b[2]}, {{"lr", 0.1}, {"amsgrad", 1}}});
   REQUIRE(foreach.param_groups().size() == 2);
   CHECK(foreach.param_groups()[1].get("lr") == 0.1);
   CHECK(foreach.param_groups()[1].get("beta1") == 0.9); // from the defaults
@@ -54,7 +55,11 @@ TEST_CASE("api: add_param_group refuses a param another group has, or a bad opti
   Adam opt({p[0]});
   opt.step();
   const Snapshot before(p, opt);
-  check_error([&] { opt.add_param_group({{p[1], p[0]}, {}}); }, "some parameters appear in more than one parameter group");
+  check_error(
+      [&] {
+        opt.add_param_group({{p[1], p[0]}, {}});
+      },
+      "some parameters appear in more than one parameter group");
   check_error([&] { opt.add_param_group({{p[1]}, {{"lr", -1}}}); }, "Invalid learning rate: -1.0");
   CHECK(opt.param_groups().size() == 1);
   CHECK(opt.param_count() == 1);
@@ -134,7 +139,7 @@ TEST_CASE("api: zero_grad(set_to_none=false) zeroes grads in place; the step the
   compiled();
   CHECK(compiled.metrics().rebinds == rebinds);
   CHECK(find_state(*opt.state(p[0]), "step").item() == 2); // a zero grad is still a grad: the step advances
-  opt.zero_grad(); // set_to_none=true, torch's default
+  opt.zero_grad();                                         // set_to_none=true, torch's default
   CHECK_FALSE(p[0].grad().defined());
 }
 
@@ -182,6 +187,9 @@ TEST_CASE("options are declared once: the struct, the defaults and the registry'
   check_options_declared_once<RMSprop>("RMSprop");
   check_options_declared_once<Rprop>("Rprop");
   check_options_declared_once<ASGD>("ASGD");
-  check_error_contains([] { make_optimizer("Adam", {ParamGroupSpec{random_params({{4}}, Dtype::f32, 1), {}}}, {{"momentum", {0.9}}}); },
-                       "Adam has no option 'momentum'");
+  check_error_contains(
+      [] {
+        make_optimizer("Adam", {ParamGroupSpec{random_params({{4}}, Dtype::f32, 1), {}}}, {{"momentum", {0.9}}});
+      },
+      "Adam has no option 'momentum'");
 }

@@ -1,10 +1,10 @@
 // Constructor validation with torch's exact messages, and step-time errors that leave everything unchanged.
+#include "compiler/compiled_step.h"
 #include "frontend/optim/adadelta.h"
 #include "frontend/optim/adagrad.h"
 #include "frontend/optim/adam.h"
 #include "frontend/optim/adamax.h"
 #include "frontend/optim/asgd.h"
-#include "compiler/compiled_step.h"
 #include "frontend/optim/nadam.h"
 #include "frontend/optim/radam.h"
 #include "frontend/optim/registry.h"
@@ -106,27 +106,45 @@ TEST_CASE("errors: NAdam, RAdam, Rprop and ASGD constructor messages, in torch's
   check_error([&] { ASGD(p, {.lr = 1e-2, .weight_decay = -0.5}); }, "Invalid weight_decay value: -0.5");
   check_error([&] { ASGD(p, {.lambd = -1, .alpha = -1}); }, "Invalid lambd value: -1.0");
   // The same rules through the registry, with torch's keyword names and pairs.
-  check_error([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {{"etas", {0.5, 0.9}}}); },
-              "Invalid eta values: 0.5, 0.9");
-  check_error([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {}, {{{"etas", {2.0, 3.0}}}}); },
-              "Invalid eta values: 2.0, 3.0");
-  check_error_contains([&] { make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {{"weight_decay", {0.1}}}); },
-                       "Rprop has no option 'weight_decay'");
+  check_error(
+      [&] {
+        make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {{"etas", {0.5, 0.9}}});
+      },
+      "Invalid eta values: 0.5, 0.9");
+  check_error(
+      [&] {
+        make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {}, {{{"etas", {2.0, 3.0}}}});
+      },
+      "Invalid eta values: 2.0, 3.0");
+  check_error_contains(
+      [&] {
+        make_optimizer("rprop", {ParamGroupSpec{p, {}}}, {{"weight_decay", {0.1}}});
+      },
+      "Rprop has no option 'weight_decay'");
 }
 
 TEST_CASE("errors: param groups: empty, duplicates across groups, group options validated, unknown options") {
   auto p = sample_params();
   check_error([&] { Adam(std::vector<Tensor>{}); }, "optimizer got an empty parameter list");
-  check_error([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {}}, {{p[0], p[1]}, {}}}); },
-              "some parameters appear in more than one parameter group");
-  check_error([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {}}, {{p[1]}, {{"lr", -2}}}}); },
-              "Invalid learning rate: -2.0");
+  check_error(
+      [&] {
+        Adam(std::vector<ParamGroupSpec>{{{p[0]}, {}}, {{p[0], p[1]}, {}}});
+      },
+      "some parameters appear in more than one parameter group");
+  check_error(
+      [&] {
+        Adam(std::vector<ParamGroupSpec>{{{p[0]}, {}}, {{p[1]}, {{"lr", -2}}}});
+      },
+      "Invalid learning rate: -2.0");
   check_error_contains([&] { Adam(std::vector<ParamGroupSpec>{{{p[0]}, {{"momentum", 0.9}}}}); }, "momentum");
   // Within one group a duplicate is a warning (torch's UserWarning) and the param is stepped once.
   Adam dup(std::vector<Tensor>{p[0], p[0], p[1]}, {.foreach = true});
   CHECK(dup.param_count() == 2);
-  check_error_contains([&] { make_optimizer("adam", {ParamGroupSpec{p, {}}}, {{"momentum", {0.9}}}); },
-                       "Adam has no option 'momentum'");
+  check_error_contains(
+      [&] {
+        make_optimizer("adam", {ParamGroupSpec{p, {}}}, {{"momentum", {0.9}}});
+      },
+      "Adam has no option 'momentum'");
   check_error_contains([&] { make_optimizer("lion", {ParamGroupSpec{p, {}}}, {}); }, "unknown optimizer 'lion'");
 }
 
@@ -171,7 +189,9 @@ TEST_CASE("errors: a grad whose shape, dtype or device does not match its param 
 TEST_CASE("errors: a strided (non-contiguous) grad is refused with the reason, before any update") {
   static std::vector<float> memory(24, 0.5f);
   check_failed_step_changes_nothing(
-      [](auto& params, Optimizer&) { params[0].set_grad(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {1, 8})); },
+      [](auto& params, Optimizer&) {
+        params[0].set_grad(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {1, 8}));
+      },
       "optimizer steps need contiguous params and grads");
 }
 
@@ -185,7 +205,10 @@ TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any
 TEST_CASE("errors: every optimizer refuses a bad grad or a non-finite hyperparameter before any update") {
   for (const std::string& name : implemented_optimizers()) {
     check_failed_step_changes_nothing(
-        name, {}, [](auto& params, Optimizer&) { params[0].set_grad(Tensor::zeros({3, 4}, Dtype::f32)); },
+        name, {},
+        [](auto& params, Optimizer&) {
+          params[0].set_grad(Tensor::zeros({3, 4}, Dtype::f32));
+        },
         "a grad must have its param's shape, dtype and device");
     check_failed_step_changes_nothing(
         name, {}, [](auto&, Optimizer& opt) { opt.param_groups()[0].set(opt.hyper_names().back(), -INFINITY); },

@@ -93,8 +93,11 @@ TEST_CASE("parity: SGD, every combination of momentum, dampening, nesterov, maxi
 TEST_CASE("parity: Adamax, every combination of maximize and weight decay") {
   for (double maximize : {0, 1})
     for (double weight_decay : {0.0, 0.3})
-      check_parity("adamax", {{"maximize", {maximize}}, {"weight_decay", {weight_decay}}, {"betas", {0.8, 0.9}},
-                              {"eps", {1e-3}}, {"lr", {0.02}}});
+      check_parity("adamax", {{"maximize", {maximize}},
+                              {"weight_decay", {weight_decay}},
+                              {"betas", {0.8, 0.9}},
+                              {"eps", {1e-3}},
+                              {"lr", {0.02}}});
 }
 
 TEST_CASE("parity: Adagrad, every combination of lr decay, initial accumulator, maximize and weight decay") {
@@ -102,8 +105,11 @@ TEST_CASE("parity: Adagrad, every combination of lr decay, initial accumulator, 
     for (double initial : {0.0, 0.2})
       for (double maximize : {0, 1})
         for (double weight_decay : {0.0, 0.1})
-          check_parity("adagrad", {{"lr_decay", {lr_decay}}, {"initial_accumulator_value", {initial}},
-                                   {"maximize", {maximize}}, {"weight_decay", {weight_decay}}, {"lr", {0.1}}});
+          check_parity("adagrad", {{"lr_decay", {lr_decay}},
+                                   {"initial_accumulator_value", {initial}},
+                                   {"maximize", {maximize}},
+                                   {"weight_decay", {weight_decay}},
+                                   {"lr", {0.1}}});
 }
 
 TEST_CASE("parity: RMSprop, every combination of centered, momentum, maximize and weight decay") {
@@ -111,15 +117,20 @@ TEST_CASE("parity: RMSprop, every combination of centered, momentum, maximize an
     for (double momentum : {0.0, 0.5})
       for (double maximize : {0, 1})
         for (double weight_decay : {0.0, 0.1})
-          check_parity("rmsprop", {{"centered", {centered}}, {"momentum", {momentum}}, {"maximize", {maximize}},
-                                   {"weight_decay", {weight_decay}}, {"alpha", {0.9}}, {"lr", {0.01}}});
+          check_parity("rmsprop", {{"centered", {centered}},
+                                   {"momentum", {momentum}},
+                                   {"maximize", {maximize}},
+                                   {"weight_decay", {weight_decay}},
+                                   {"alpha", {0.9}},
+                                   {"lr", {0.01}}});
 }
 
 TEST_CASE("parity: Adadelta, every combination of maximize and weight decay") {
   for (double maximize : {0, 1})
     for (double weight_decay : {0.0, 0.1})
-      check_parity("adadelta", {{"maximize", {maximize}}, {"weight_decay", {weight_decay}}, {"rho", {0.8}},
-                                {"eps", {1e-4}}, {"lr", {0.5}}});
+      check_parity(
+          "adadelta",
+          {{"maximize", {maximize}}, {"weight_decay", {weight_decay}}, {"rho", {0.8}}, {"eps", {1e-4}}, {"lr", {0.5}}});
 }
 
 TEST_CASE("parity: NAdam, every combination of momentum decay, maximize and L2 or decoupled weight decay") {
@@ -127,9 +138,12 @@ TEST_CASE("parity: NAdam, every combination of momentum decay, maximize and L2 o
     for (double maximize : {0, 1})
       for (double weight_decay : {0.0, 0.1})
         for (double decoupled : {0, 1})
-          check_parity("nadam", {{"momentum_decay", {momentum_decay}}, {"maximize", {maximize}},
-                                 {"weight_decay", {weight_decay}}, {"decoupled_weight_decay", {decoupled}},
-                                 {"betas", {0.8, 0.95}}, {"lr", {0.01}}});
+          check_parity("nadam", {{"momentum_decay", {momentum_decay}},
+                                 {"maximize", {maximize}},
+                                 {"weight_decay", {weight_decay}},
+                                 {"decoupled_weight_decay", {decoupled}},
+                                 {"betas", {0.8, 0.95}},
+                                 {"lr", {0.01}}});
 }
 
 TEST_CASE("parity: RAdam, every combination of maximize and L2 or decoupled weight decay, across rectification") {
@@ -139,8 +153,12 @@ TEST_CASE("parity: RAdam, every combination of maximize and L2 or decoupled weig
     for (double weight_decay : {0.0, 0.1})
       for (double decoupled : {0, 1})
         check_parity("radam",
-                     {{"maximize", {maximize}}, {"weight_decay", {weight_decay}},
-                      {"decoupled_weight_decay", {decoupled}}, {"betas", {0.8, 0.95}}, {"eps", {1e-6}}, {"lr", {0.01}}},
+                     {{"maximize", {maximize}},
+                      {"weight_decay", {weight_decay}},
+                      {"decoupled_weight_decay", {decoupled}},
+                      {"betas", {0.8, 0.95}},
+                      {"eps", {1e-6}},
+                      {"lr", {0.01}}},
                      8);
 }
 
@@ -156,8 +174,13 @@ TEST_CASE("parity: ASGD, every combination of maximize and weight decay, before 
   for (double t0 : {1.0, 1e6})
     for (double maximize : {0, 1})
       for (double weight_decay : {0.0, 0.1})
-        check_parity("asgd", {{"t0", {t0}}, {"maximize", {maximize}}, {"weight_decay", {weight_decay}},
-                              {"lambd", {0.01}}, {"alpha", {0.5}}, {"lr", {0.05}}},
+        check_parity("asgd",
+                     {{"t0", {t0}},
+                      {"maximize", {maximize}},
+                      {"weight_decay", {weight_decay}},
+                      {"lambd", {0.01}},
+                      {"alpha", {0.5}},
+                      {"lr", {0.05}}},
                      6);
 }
 

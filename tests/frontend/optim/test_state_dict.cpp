@@ -1,7 +1,7 @@
 // state_dict() / load_state_dict() through a state file: a loaded optimizer continues a trajectory bit for bit,
 // on every optimizer and execution path; a mismatched state is an error that changes nothing.
-#include "frontend/optim/adam.h"
 #include "compiler/compiled_step.h"
+#include "frontend/optim/adam.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/state_file.h"
 #include "helpers.h"
@@ -37,13 +37,12 @@ struct Run {
   std::unique_ptr<Optimizer> opt;
   std::optional<CompiledStep> compiled;
 
-  Run(const std::string& name, const KeywordOptions& options, std::vector<Tensor> p, Path path)
-      : params(std::move(p)) {
+  Run(const std::string& name, const KeywordOptions& options, std::vector<Tensor> p, Path path) : params(std::move(p)) {
     KeywordOptions o = options;
     o["foreach"] = {path == Path::Forloop ? 0.0 : 1.0};
-    opt = make_optimizer(name,
-                         {ParamGroupSpec{{params[0], params[1], params[2]}, {}}, ParamGroupSpec{{params[3], params[4]}, {}}},
-                         o, {{}, {{"lr", {0.003}}}});
+    opt = make_optimizer(
+        name, {ParamGroupSpec{{params[0], params[1], params[2]}, {}}, ParamGroupSpec{{params[3], params[4]}, {}}}, o,
+        {{}, {{"lr", {0.003}}}});
     if (path == Path::Compiled)
       compiled.emplace(compile(*opt));
   }

@@ -1,12 +1,12 @@
 // LR schedulers: every scheduler against its closed form over 36 epochs with a state_dict round trip in the
 // middle of the schedule, 100 compiled steps per scheduler with one compile, tensor lr, torch's messages.
+#include "compiler/compiled_step.h"
 #include "frontend/optim/adagrad.h"
 #include "frontend/optim/adam.h"
-#include "compiler/compiled_step.h"
+#include "frontend/optim/sgd.h"
 #include "frontend/schedulers/cyclic_schedulers.h"
 #include "frontend/schedulers/plateau_scheduler.h"
 #include "frontend/schedulers/scheduler_composition.h"
-#include "frontend/optim/sgd.h"
 #include "helpers.h"
 #include "tools/model.h"
 
@@ -76,9 +76,8 @@ TEST_CASE("schedulers: the chainable schedulers follow their closed forms, and r
   check_schedule(make<MultiplicativeLR>(std::vector<LrLambda>{[](int64_t) { return 0.9; }}),
                  [](int64_t e, double b) { return b * std::pow(0.9, e); });
   check_schedule(make<StepLR>(int64_t{7}, 0.5), [](int64_t e, double b) { return b * std::pow(0.5, e / 7); });
-  check_schedule(make<MultiStepLR>(std::vector<int64_t>{5, 12, 20}, 0.3), [](int64_t e, double b) {
-    return b * std::pow(0.3, (e >= 5) + (e >= 12) + (e >= 20));
-  });
+  check_schedule(make<MultiStepLR>(std::vector<int64_t>{5, 12, 20}, 0.3),
+                 [](int64_t e, double b) { return b * std::pow(0.3, (e >= 5) + (e >= 12) + (e >= 20)); });
   check_schedule(make<ConstantLR>(0.25, int64_t{6}), [](int64_t e, double b) { return b * (e < 6 ? 0.25 : 1.0); });
   check_schedule(make<LinearLR>(0.2, 0.9, int64_t{10}), [](int64_t e, double b) {
     return b * (0.2 + 0.7 * static_cast<double>(std::min<int64_t>(e, 10)) / 10);
@@ -108,18 +107,17 @@ TEST_CASE("schedulers: warm restarts, cyclic and one-cycle schedules follow thei
     CyclicLROptions o{.base_lr = {0.01}, .max_lr = {0.1, 0.2}, .step_size_up = 4, .step_size_down = 6};
     o.mode = mode;
     o.gamma = 0.99;
-    check_schedule(
-        [o](Optimizer& opt) { return std::make_shared<CyclicLR>(opt, o); },
-        [mode](int64_t e, double b) {
-          const double max_lr = b == 0.1 ? 0.1 : 0.2, t = static_cast<double>(e);
-          const double cycle = std::floor(1 + t / 10), x = 1 + t / 10 - cycle;
-          const double scale = x <= 0.4 ? x / 0.4 : (x - 1) / (0.4 - 1);
-          const double amplitude = mode == "triangular"    ? 1.0
-                                   : mode == "triangular2" ? 1 / std::pow(2.0, cycle - 1)
-                                                           : std::pow(0.99, t);
-          return 0.01 + (max_lr - 0.01) * scale * amplitude;
-        },
-        1e-10);
+    check_schedule([o](Optimizer& opt) { return std::make_shared<CyclicLR>(opt, o); },
+                   [mode](int64_t e, double b) {
+                     const double max_lr = b == 0.1 ? 0.1 : 0.2, t = static_cast<double>(e);
+                     const double cycle = std::floor(1 + t / 10), x = 1 + t / 10 - cycle;
+                     const double scale = x <= 0.4 ? x / 0.4 : (x - 1) / (0.4 - 1);
+                     const double amplitude = mode == "triangular"    ? 1.0
+                                              : mode == "triangular2" ? 1 / std::pow(2.0, cycle - 1)
+                                                                      : std::pow(0.99, t);
+                     return 0.01 + (max_lr - 0.01) * scale * amplitude;
+                   },
+                   1e-10);
   }
   for (const std::string anneal : {"cos", "linear"})
     for (bool three_phase : {false, true}) {
@@ -183,7 +181,7 @@ TEST_CASE("schedulers: ReduceLROnPlateau: modes, thresholds, cooldown, per-group
   }
   CHECK(lrs[0] == std::vector<double>{0.1, 0.05});
   CHECK(lrs[2] == std::vector<double>{0.05, 0.025});
-  CHECK(lrs[3] == std::vector<double>{0.05, 0.025}); // cooldown
+  CHECK(lrs[3] == std::vector<double>{0.05, 0.025});  // cooldown
   CHECK(lrs[5] == std::vector<double>{0.03, 0.0125}); // min_lr of group 0
   ReduceLROnPlateau copy(*opt, {.mode = "min", .factor = 0.5, .patience = 1, .cooldown = 1});
   copy.load_state_dict(plateau.state_dict());
@@ -191,7 +189,8 @@ TEST_CASE("schedulers: ReduceLROnPlateau: modes, thresholds, cooldown, per-group
   // max mode with an absolute threshold: 0.95 is no improvement on 1.0 by more than 0.1.
   auto q = random_params({{3}}, Dtype::f64, 5);
   SGD single(q, {.lr = 1.0});
-  ReduceLROnPlateau up(single, {.mode = "max", .factor = 0.1, .patience = 0, .threshold = 0.1, .threshold_mode = "abs"});
+  ReduceLROnPlateau up(single,
+                       {.mode = "max", .factor = 0.1, .patience = 0, .threshold = 0.1, .threshold_mode = "abs"});
   up.step(1.0);
   up.step(1.05);
   CHECK(up.get_last_lr()[0] == doctest::Approx(0.1));
@@ -246,8 +245,11 @@ TEST_CASE("schedulers: constructor errors carry torch's messages") {
   check_error([&] { ReduceLROnPlateau(*opt, {.factor = 1.0}); }, "Factor should be < 1.0.");
   check_error([&] { ReduceLROnPlateau(*opt, {.mode = "avg"}); }, "mode avg is unknown!");
   check_error([&] { ReduceLROnPlateau(*opt, {.min_lr = {0.1, 0.2, 0.3}}); }, "expected 2 min_lrs, got 3");
-  check_error([&] { LambdaLR(*opt, {[](int64_t) { return 1.0; }, [](int64_t) { return 1.0; }, nullptr}); },
-              "Expected 2 lr_lambdas, but got 3");
+  check_error(
+      [&] {
+        LambdaLR(*opt, {[](int64_t) { return 1.0; }, [](int64_t) { return 1.0; }, nullptr});
+      },
+      "Expected 2 lr_lambdas, but got 3");
   check_error([&] { SequentialLR(*opt, {std::make_shared<ExponentialLR>(*opt, 0.9)}, {3}); },
               "Sequential Schedulers expects number of schedulers provided to be one more than the number of "
               "milestone points, but got number of schedulers 1 and the number of milestones to be equal to 1");

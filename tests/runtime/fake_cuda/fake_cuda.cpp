@@ -1,5 +1,6 @@
-// A stand-in for libcuda.so.1 (built twice: with every symbol, and as an old driver that lacks one) whose cuInit fails as on a machine with a driver but no usable GPU
-// (CUDA_ERROR_NO_DEVICE = 100), so the loader's failing-call path runs without NVIDIA hardware.
+// A stand-in for libcuda.so.1 (built twice: with every symbol, and as an old driver that lacks one) whose cuInit fails
+// as on a machine with a driver but no usable GPU (CUDA_ERROR_NO_DEVICE = 100), so the loader's failing-call path runs
+// without NVIDIA hardware.
 extern "C" {
 int cuInit(unsigned) { return 100; }
 int cuDriverGetVersion(int* version) {
@@ -16,7 +17,7 @@ int cuGetErrorName(int result, const char** name) {
   return 0;
 }
 // The rest of the table: present, so the loader gets as far as cuInit, and failing if ever called.
-#define OPTJIT_FAKE(name)                                                                                          \
+#define OPTJIT_FAKE(name)                                                                                              \
   int name() { return 999; }
 OPTJIT_FAKE(cuDeviceGetAttribute)
 OPTJIT_FAKE(cuDeviceGetName)
