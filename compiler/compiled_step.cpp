@@ -58,7 +58,11 @@ struct CompiledStep::Impl {
   uint64_t checked_slot_epoch = 0; // tensor_slot_epoch() when the current program's guards and binding last held
   ArgumentChanges changes;         // reused every step
 
-  Impl(StepSource& s, CompileOptions opts) : source(s), options(std::move(opts)) {}
+  std::weak_ptr<const void> source_alive; // expires with the source
+  std::string source_name;                // for the message once it has
+
+  Impl(StepSource& s, CompileOptions opts)
+      : source(s), options(std::move(opts)), source_alive(s.lifetime()), source_name(s.name()) {}
 
   void read_facts() {
     facts.params.resize(static_cast<std::size_t>(source.param_count()));
@@ -250,27 +254,39 @@ CompiledStep::~CompiledStep() = default;
 CompiledStep::CompiledStep(CompiledStep&&) noexcept = default;
 CompiledStep& CompiledStep::operator=(CompiledStep&&) noexcept = default;
 
+CompiledStep::Impl& CompiledStep::live() const {
+  if (!impl_)
+    throw Error("this compiled step was moved from: call the CompiledStep it was moved to");
+  if (impl_->source_alive.expired())
+    throw Error("the optimizer this step was compiled from (" + impl_->source_name +
+                ") has been destroyed: compile a step from a live optimizer");
+  return *impl_;
+}
+
 void CompiledStep::operator()() {
-  impl_->source.run_with_step_hooks([this] { impl_->step(); });
+  Impl& impl = live();
+  impl.source.run_with_step_hooks([&impl] { impl.step(); });
 }
 
 double CompiledStep::operator()(const std::function<double()>& closure) {
-  return impl_->source.run_with_step_hooks([this] { impl_->step(); }, closure);
+  Impl& impl = live();
+  return impl.source.run_with_step_hooks([&impl] { impl.step(); }, closure);
 }
 
-void CompiledStep::update() { impl_->step(); }
+void CompiledStep::update() { live().step(); }
 
 int CompiledStep::kernel_count() {
   int count = 0;
-  for (const BucketProgram& bp : impl_->program_now().buckets)
-    if (!members_with_grads(impl_->source, bp.bucket).members.empty())
+  Impl& impl = live();
+  for (const BucketProgram& bp : impl.program_now().buckets)
+    if (!members_with_grads(impl.source, bp.bucket).members.empty())
       count += backend_for(bp.target).kernel_count(bp.pipeline);
   return count;
 }
 
 std::string CompiledStep::dump(Stage stage, int gpu_sm) {
   std::string text;
-  for (const BucketProgram& bp : impl_->program_now().buckets) {
+  for (const BucketProgram& bp : live().program_now().buckets) {
     switch (stage) {
     case Stage::Traced:
       text += print_graph(bp.pipeline.traced);
@@ -294,7 +310,11 @@ std::string CompiledStep::dump(Stage stage, int gpu_sm) {
   return text;
 }
 
-const StepMetrics& CompiledStep::metrics() const { return impl_->metrics; }
+const StepMetrics& CompiledStep::metrics() const {
+  if (!impl_)
+    throw Error("this compiled step was moved from: call the CompiledStep it was moved to");
+  return impl_->metrics; // a record of what happened: readable after the optimizer is gone
+}
 
 CompiledStep compile(StepSource& source, CompileOptions options) { return CompiledStep(source, std::move(options)); }
 

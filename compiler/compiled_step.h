@@ -4,6 +4,10 @@
 // replaced, writes this step's hyperparameters and launches each bucket's kernels on the backend its Target picks
 // (compiler/backend.h). Hyperparameter values are arguments: changing lr never recompiles. Eager steps run through
 // the same driver with Execution::Interpreted.
+//
+// Lifetime: a compiled step refers to its source (the optimizer) without owning it, and holds neither its params nor
+// its state alive (the kernel cache holds code only). Once the optimizer is destroyed, every call throws
+// optjit::Error saying so; so does every call on a moved-from step.
 #pragma once
 
 #include "compiler/compile_options.h"
@@ -42,6 +46,7 @@ public:
 private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  Impl& live() const; // throws when moved from or when the source is gone
 };
 
 CompiledStep compile(StepSource& source, CompileOptions options = {});

@@ -9,6 +9,7 @@
 #include "runtime/tensor.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ public:
   virtual ~StepSource() = default;
 
   virtual const std::string& name() const = 0;
+  // Held by the source for its whole life. A compiled step keeps only a weak reference to it (it never keeps the
+  // source, its params or its state alive) and refuses to run once it has expired.
+  virtual std::weak_ptr<const void> lifetime() const = 0;
   virtual int64_t param_count() const = 0;
   virtual const Tensor& flat_param(int64_t flat) const = 0;
   // Per param group: the key of the structure its graph is traced for; a change recompiles.

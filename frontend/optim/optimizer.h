@@ -103,6 +103,7 @@ public:
   Optimizer& operator=(const Optimizer&) = delete;
 
   const std::string& name() const override { return name_; }
+  std::weak_ptr<const void> lifetime() const override { return lifetime_; }
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   const OptionMap& defaults() const { return defaults_; }
@@ -209,6 +210,7 @@ protected:
 
 private:
   std::string name_;
+  std::shared_ptr<const int> lifetime_ = std::make_shared<const int>(0);
   OptionMap defaults_;
   bool foreach_;
   std::vector<ParamGroup> groups_;

@@ -240,3 +240,22 @@ TEST_CASE("compiled: guard facts name what changed: dtype, device kind and devic
   now.groups[0] = "amsgrad=1";
   CHECK(explain_guard_failure(before, now) == "group 0: structure changed from {amsgrad=0} to {amsgrad=1}");
 }
+
+TEST_CASE("compiled: a step whose optimizer was destroyed, or a moved-from step, refuses to run with a clear error") {
+  auto params = random_params({{5}, {3}}, Dtype::f32, 3);
+  auto opt = test::make_single_group("adam", params, {}, true);
+  CompiledStep step = compile(*opt);
+  step();
+  CompiledStep moved = std::move(step);
+  test::check_error_contains([&] { step(); }, "this compiled step was moved from");
+  test::check_error_contains([&] { (void)step.metrics(); }, "moved from");
+  moved();
+  CHECK(moved.metrics().steps == 2);
+  const std::vector<double> before = params[0].to_vector();
+  opt.reset();
+  test::check_error_contains([&] { moved(); }, "the optimizer this step was compiled from (Adam) has been destroyed");
+  test::check_error_contains([&] { moved.kernel_count(); }, "has been destroyed");
+  test::check_error_contains([&] { moved.dump(Stage::Fused); }, "has been destroyed");
+  CHECK(moved.metrics().steps == 2); // what happened stays readable
+  CHECK(params[0].to_vector() == before);
+}
