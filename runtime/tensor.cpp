@@ -54,10 +54,25 @@ uint64_t device_address(const Tensor& t, int64_t element = 0) {
 
 bool on_cuda(const Tensor& t) { return t.device().kind == DeviceKind::cuda; }
 
-void check_shape(const Shape& shape) {
+// Extents >= 0, at most kMaxTensorRank of them, and at most kMaxTensorBytes of `dtype` in all, counted without
+// overflow.
+void check_shape(const Shape& shape, Dtype dtype) {
+  if (shape.size() > kMaxTensorRank)
+    throw Error("invalid shape with " + std::to_string(shape.size()) + " dimensions: a tensor has at most " +
+                std::to_string(kMaxTensorRank) + " (kMaxTensorRank)");
   for (int64_t extent : shape)
     if (extent < 0)
       throw Error("invalid shape " + shape_to_string(shape) + ": extents must be >= 0");
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  bool zero = false;
+  for (int64_t extent : shape)
+    zero |= extent == 0;
+  if (zero)
+    return;
+  for (int64_t extent : shape)
+    if (__builtin_mul_overflow(bytes, extent, &bytes) || bytes > kMaxTensorBytes)
+      throw Error("invalid shape " + shape_to_string(shape) + " of " + std::string(dtype_name(dtype)) +
+                  ": more than the largest tensor, 2^48 bytes (kMaxTensorBytes)");
 }
 
 } // namespace
@@ -87,7 +102,7 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 Tensor Tensor::empty(const Shape& shape, Dtype dtype, Device device) {
-  check_shape(shape);
+  check_shape(shape, dtype);
   Tensor t;
   t.impl_ = std::make_shared<TensorImpl>();
   t.impl_->shape = shape;
@@ -128,7 +143,7 @@ Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, D
 }
 
 Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype, const Shape& strides) {
-  check_shape(shape);
+  check_shape(shape, dtype);
   const Shape row_major = contiguous_strides(shape);
   if (!strides.empty() && strides.size() != shape.size())
     throw Error("strides " + shape_to_string(strides) + " do not fit shape " + shape_to_string(shape) +
@@ -150,8 +165,13 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype, const Shap
   t.impl_->uid = next_uid();
   t.impl_->layout_id = next_uid();
   int64_t span = t.impl_->numel == 0 ? 0 : 1;
-  for (std::size_t d = 0; d < shape.size() && span; ++d)
-    span += (shape[d] - 1) * t.impl_->strides[d];
+  for (std::size_t d = 0; d < shape.size() && span; ++d) {
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(shape[d] - 1, t.impl_->strides[d], &reach) ||
+        __builtin_add_overflow(span, reach, &span) || span > kMaxTensorBytes / static_cast<int64_t>(dtype_size(dtype)))
+      throw Error("strides " + shape_to_string(t.impl_->strides) + " of shape " + shape_to_string(shape) +
+                  " reach past the largest tensor, 2^48 bytes (kMaxTensorBytes)");
+  }
   t.impl_->storage = std::make_shared<Storage>(data, static_cast<std::size_t>(span) * dtype_size(dtype));
   t.impl_->data = data;
   return t;
@@ -196,7 +216,14 @@ int64_t Tensor::offset_of(int64_t index) const {
   return offset;
 }
 
+void Tensor::check_index(int64_t index) const {
+  if (index < 0 || index >= numel())
+    throw Error("index " + std::to_string(index) + " is out of range for " + describe() + " (" +
+                std::to_string(numel()) + " elements)");
+}
+
 double Tensor::item(int64_t index) const {
+  check_index(index);
   return visit_dtype(dtype(), [&]<class T>() {
     if (on_cuda(*this)) {
       T value{};
@@ -208,6 +235,7 @@ double Tensor::item(int64_t index) const {
 }
 
 void Tensor::set_item(int64_t index, double value) const {
+  check_index(index);
   visit_dtype(dtype(), [&]<class T>() {
     const T stored = static_cast<T>(value);
     if (on_cuda(*this))

@@ -26,6 +26,12 @@ Shape contiguous_strides(const Shape& shape);
 uint64_t tensor_slot_epoch();
 int64_t shape_numel(const Shape& shape);
 
+// The limits every tensor obeys, checked where shapes enter (Tensor::empty, Tensor::from_blob): a shape beyond them
+// is an optjit::Error that names the limit, never a wrap-around. 2^48 bytes (256 TiB) is more memory than any
+// machine has, and keeps every element offset and byte count far from int64 overflow.
+constexpr std::size_t kMaxTensorRank = 64;
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
+
 class Storage;
 
 // The shared state behind Tensor handles. Fields are read inline on the per-step guard path.
@@ -83,7 +89,8 @@ public:
 
   // Elements are addressed by their row-major index, whatever the strides. On a CUDA device each access is a
   // synchronous copy (ordered after the kernels launched so far): for checks and state files, not inner loops.
-  double item(int64_t index = 0) const; // element as double
+  // Element `index` (in row-major order) as double; an index outside [0, numel) is an optjit::Error.
+  double item(int64_t index = 0) const;
   void set_item(int64_t index, double value) const;
   std::vector<double> to_vector() const; // all elements as doubles
   Tensor clone() const;                  // a contiguous copy on the same device
@@ -96,6 +103,7 @@ public:
   std::string describe() const; // "f32[10, 10] on cpu", strides added when not contiguous
 
 private:
+  void check_index(int64_t index) const;
   int64_t offset_of(int64_t index) const; // row-major index -> element offset from data()
   std::shared_ptr<TensorImpl> impl_;
 };

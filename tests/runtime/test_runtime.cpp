@@ -46,7 +46,7 @@ TEST_CASE("tensor: views of user memory are written in place") {
   CHECK(memory == std::vector<float>{7, 7, 7});
 }
 
-TEST_CASE("tensor: cuda tensors on a machine without a driver are a clear error; the CPU is unaffected") {
+TEST_CASE("tensor: cuda tensors on a machine without a driver are a clear error, and the CPU is unaffected") {
   if (cuda::available())
     return; // tests/test_cuda.cpp covers a machine with a GPU
   check_error_contains([] { Tensor::zeros({2}, Dtype::f32, parse_device("cuda:0")); }, "no CUDA driver");
@@ -113,7 +113,7 @@ TEST_CASE("cuda driver: no library, a missing symbol and a failing call are clea
               "CUDA driver call cuInit failed with CUDA_ERROR_NO_DEVICE (100)");
 }
 
-TEST_CASE("tensor: strided views read and write through their strides; copies are contiguous") {
+TEST_CASE("tensor: strided views read and write through their strides, and copies are contiguous") {
   std::vector<double> memory = {0, 1, 2, 3, 4, 5};
   // The transpose of a 2x3 row-major matrix: shape 3x2, strides (1, 3).
   Tensor t = Tensor::from_blob(memory.data(), {3, 2}, Dtype::f64, {1, 3});
@@ -128,4 +128,24 @@ TEST_CASE("tensor: strided views read and write through their strides; copies ar
   // Extents of 1 make any stride contiguous, as in torch.
   CHECK(Tensor::from_blob(memory.data(), {1, 3}, Dtype::f64, {7, 1}).is_contiguous());
   check_error_contains([&] { Tensor::from_blob(memory.data(), {3, 2}, Dtype::f64, {1}); }, "one stride per dimension");
+}
+
+TEST_CASE("tensor: shapes beyond the limits are refused naming the limit, never wrapped around (issue 16, 1 and 2)") {
+  check_error_contains([] { Tensor::empty({(int64_t{1} << 62) - 1}, Dtype::f32); }, "2^48 bytes (kMaxTensorBytes)");
+  check_error_contains([] { Tensor::empty({4294967296, 4294967296}, Dtype::f32); }, "[4294967296, 4294967296]");
+  check_error_contains([] { Tensor::empty({int64_t{1} << 46}, Dtype::f64); }, "kMaxTensorBytes"); // 2^49 bytes
+  check_error_contains([] { Tensor::empty(Shape(kMaxTensorRank + 1, 1), Dtype::f32); }, "at most 64 (kMaxTensorRank)");
+  CHECK(Tensor::empty({0, int64_t{1} << 62}, Dtype::f64).numel() == 0); // nothing to hold: no limit is passed
+  float data[4] = {};
+  check_error_contains([&] { Tensor::from_blob(data, {2, 2}, Dtype::f32, {int64_t{1} << 61, 1}); }, "kMaxTensorBytes");
+}
+
+TEST_CASE("tensor: item and set_item refuse an index outside 0..numel-1, on 0-element tensors too (issue 16, 12)") {
+  Tensor empty = Tensor::empty({0}, Dtype::f32);
+  check_error_contains([&] { (void)empty.item(); }, "index 0 is out of range for f32[0] on cpu (0 elements)");
+  Tensor ten = Tensor::zeros({10}, Dtype::f64);
+  check_error_contains([&] { ten.set_item(1000, 1); }, "index 1000 is out of range");
+  check_error_contains([&] { (void)ten.item(-1); }, "index -1 is out of range");
+  ten.set_item(9, 2.5);
+  CHECK(ten.item(9) == 2.5);
 }
