@@ -128,7 +128,8 @@ TEST_CASE("compiled: param.data replaced (set_data) rebinds and updates the new 
   CHECK(p.step.metrics().rebinds == 2);
 }
 
-TEST_CASE("compiled: a None grad rebinds; a dtype change or a structural option change recompiles, with the reason") {
+TEST_CASE(
+    "compiled: a None grad rebinds, and a dtype change or a structural option change recompiles, with the reason") {
   Pair p("adam", {});
   p.run(2, 1);
   // A grad becomes None: that param is skipped, and only the work-item table changes.
@@ -189,7 +190,7 @@ TEST_CASE("compiled: optimizers of the same structure share kernels through the 
   CHECK(s2.metrics().cache_hits == 1);
 }
 
-TEST_CASE("compiled: Adagrad's state exists from construction; a param without a grad keeps step 0") {
+TEST_CASE("compiled: Adagrad's state exists from construction, and a param without a grad keeps step 0") {
   auto params = random_params({{3}, {2}}, Dtype::f32, 9);
   Adagrad opt(params, {.initial_accumulator_value = 0.25, .foreach = true});
   for (const Tensor& p : params) {

@@ -75,7 +75,7 @@ TEST_CASE("api: Adagrad gives params of an added group their state at once, as a
   CHECK(find_state(*opt.state(p[1]), "step").item() == 0);
 }
 
-TEST_CASE("api: step hooks run global pre, own pre, closure, update, own post, global post; removable") {
+TEST_CASE("api: step hooks run global pre, own pre, closure, update, own post, global post, and hooks are removable") {
   for (bool use_compiled : {false, true}) {
     INFO((use_compiled ? "compiled" : "eager"));
     auto p = random_params({{3}}, Dtype::f32, 15);
@@ -109,7 +109,7 @@ TEST_CASE("api: step hooks run global pre, own pre, closure, update, own post, g
   }
 }
 
-TEST_CASE("api: the closure sets the grads the step uses; a throwing closure changes nothing") {
+TEST_CASE("api: the closure sets the grads the step uses, and a throwing closure changes nothing") {
   auto p = random_params({{4}}, Dtype::f64, 16);
   p[0].reset_grad();
   Adam opt(p, {.lr = 0.1, .foreach = true});
@@ -126,7 +126,7 @@ TEST_CASE("api: the closure sets the grads the step uses; a throwing closure cha
   CHECK(Snapshot(p, opt) == before);
 }
 
-TEST_CASE("api: zero_grad(set_to_none=false) zeroes grads in place; the step then sees zero grads") {
+TEST_CASE("api: zero_grad(set_to_none=false) zeroes grads in place, and the step then sees zero grads") {
   auto p = random_params({{5}, {2}}, Dtype::f32, 17);
   Adam opt(p, {.lr = 0.1, .foreach = true});
   CompiledStep compiled = compile(opt);
