@@ -19,4 +19,12 @@ Stage parse_stage(std::string_view text) {
   throw Error("unknown stage '" + std::string(text) + "': expected traced, optimized, fused, llvm or ptx");
 }
 
+Target code_target(const Target& target, Stage stage, int gpu_sm) {
+  if (gpu_sm)
+    return Target::cuda_code(gpu_sm);
+  if (stage == Stage::PTX && target.sm == 0)
+    return Target::cuda_code(80);
+  return target;
+}
+
 } // namespace optjit

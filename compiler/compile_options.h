@@ -12,6 +12,9 @@ namespace optjit {
 enum class Stage { Traced, Optimized, Fused, LLVM, PTX };
 // "traced", "optimized", "fused", "llvm", "ptx"; throws optjit::Error otherwise.
 Stage parse_stage(std::string_view text);
+// The target whose code a dump of `stage` shows for a bucket on `target`: its own, or the CUDA target sm_`gpu_sm`
+// when one is asked for (PTX needs no GPU), or sm_80 for PTX of a bucket that is not on a GPU.
+Target code_target(const Target& target, Stage stage, int gpu_sm);
 
 struct CompileOptions {
   LaunchShape launch;           // how CPU launches cut tensors into work items

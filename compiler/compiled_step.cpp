@@ -299,9 +299,7 @@ std::string CompiledStep::dump(Stage stage, int gpu_sm) {
       break;
     case Stage::LLVM:
     case Stage::PTX: {
-      // PTX needs no GPU: a bucket elsewhere shows the code it would have on sm_80, or on the sm asked for.
-      const bool other_gpu = gpu_sm || (stage == Stage::PTX && bp.target.sm == 0);
-      const Target target = other_gpu ? Target::cuda_code(gpu_sm ? gpu_sm : 80) : bp.target;
+      const Target target = code_target(bp.target, stage, gpu_sm);
       text += backend_for(target).code(bp.pipeline, target, stage);
       break;
     }
