@@ -5,6 +5,7 @@
 #include "tools/golden_scheduler.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
 #include <cmath>
@@ -125,7 +126,7 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
         group_options.push_back(keyword_options(g.value("options", json::object())));
       }
     } else {
-      groups.push_back(ParamGroupSpec{params, {}});
+      groups = one_param_group(params); // torch's Adam(params): an empty list is its error
     }
     KeywordOptions options = keyword_options(c.at("options"));
     options["foreach"] = {mode == ReplayMode::Forloop ? 0.0 : 1.0};
@@ -139,9 +140,15 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
 
     Checker check{c.at("rtol").get<double>(), c.at("atol").get<double>(), {}};
     const json& steps = c.at("steps");
+    if (!steps.is_array() || steps.empty())
+      throw Error("the case has no steps: it would check nothing");
     for (std::size_t t = 0; t < steps.size(); ++t) {
       const json& rec = steps[t];
       const std::string at_step = "step " + std::to_string(t);
+      for (const char* list : {"grads", "expect_params", "expect_state"})
+        if (!rec.at(list).is_array() || rec.at(list).size() != params.size())
+          throw Error(fmt::format("{}: '{}' has {} entries for {} params", at_step, list,
+                                  rec.at(list).is_array() ? rec.at(list).size() : 0, params.size()));
       std::vector<double> lrs;
       for (const ParamGroup& g : opt->param_groups())
         lrs.push_back(g.get("lr"));

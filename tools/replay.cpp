@@ -21,7 +21,10 @@ int run_replay(const ReplayOptions& options) {
   else
     modes = {parse_replay_mode(options.mode)};
   int passed = 0, failed = 0;
-  for (const auto& file : collect_golden_files(options.paths)) {
+  const std::vector<std::filesystem::path> files = collect_golden_files(options.paths);
+  if (files.empty())
+    throw Error("no golden case (*.json) in the paths given: nothing to replay");
+  for (const auto& file : files) {
     for (ReplayMode mode : modes) {
       ReplayResult r = replay_golden_file(file, mode, options.device);
       std::string name = r.name;

@@ -14,8 +14,11 @@ double ParamGroup::get(const std::string& name) const {
   if (it == options.end())
     throw Error("param group has no option '" + name + "'");
   if (!tensor_options.empty())
-    if (auto held = tensor_options.find(name); held != tensor_options.end())
+    if (auto held = tensor_options.find(name); held != tensor_options.end()) {
+      if (held->second.numel() != 1) // its data may have been replaced since it was set
+        throw Error("Tensor " + name + " must be 1-element, but holds " + held->second.describe());
       return held->second.item();
+    }
   return it->second;
 }
 
@@ -230,7 +233,7 @@ std::vector<double> Optimizer::hyper_values() const {
 }
 
 void Optimizer::check_hyperparameters() const {
-  const std::vector<std::string> names = hyper_names();
+  const std::vector<std::string> names = step_options();
   for (std::size_t g = 0; g < groups_.size(); ++g)
     for (const std::string& name : names)
       if (double v = groups_[g].get(name); !std::isfinite(v))

@@ -190,6 +190,9 @@ public:
   virtual Structure structure(const ParamGroup& group) const = 0;
   virtual std::vector<StateSpec> state_specs(const Structure& structure) const = 0;
   virtual std::vector<std::string> hyper_names() const = 0;
+  // The options a step reads and checks for finiteness before anything changes: the hyperparameters, and any option
+  // that seeds new state (Rprop's lr).
+  virtual std::vector<std::string> step_options() const { return hyper_names(); }
   virtual void trace(Tracer& tracer, const Structure& structure) const = 0;
   virtual void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                             ParamState& state) const = 0;

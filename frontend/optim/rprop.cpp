@@ -64,6 +64,12 @@ std::vector<StateSpec> Rprop::state_specs(const Structure&) const {
   return {{"step", StateKind::Scalar}, {"prev"}, {"step_size"}};
 }
 
+std::vector<std::string> Rprop::step_options() const {
+  std::vector<std::string> names = hyper_names();
+  names.push_back("lr");
+  return names;
+}
+
 std::vector<std::string> Rprop::hyper_names() const {
   return {"etaminus", "etaplus", "step_size_min", "step_size_max"};
 }

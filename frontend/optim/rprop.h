@@ -24,6 +24,8 @@ public:
 
 protected:
   double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;
+  // lr is no hyperparameter of the kernel, but it seeds each new param's step sizes: checked at every step too.
+  std::vector<std::string> step_options() const override;
 };
 
 } // namespace optjit

@@ -5,6 +5,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -54,7 +55,11 @@ std::pair<int64_t, std::string> split_tensor_name(const std::string& name) {
   const std::string id = name.substr(prefix.size(), dot - prefix.size());
   if (id.find_first_not_of("0123456789") != std::string::npos)
     throw Error(fmt::format("tensor '{}' is not named state.<param id>.<key>", name));
-  return {std::stoll(id), name.substr(dot + 1)};
+  int64_t index = 0;
+  const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), index);
+  if (ec != std::errc() || end != id.data() + id.size())
+    throw Error(fmt::format("tensor '{}' names param id {}, which is not a param index", name, id));
+  return {index, name.substr(dot + 1)};
 }
 
 StateDict parse(const std::string& bytes) {
@@ -141,6 +146,10 @@ void save_state_dict(const StateDict& dict, const std::filesystem::path& path) {
 }
 
 StateDict load_state_dict_file(const std::filesystem::path& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error))
+    throw Error(fmt::format("cannot read the optimizer state file {}: {}", path.string(),
+                            std::filesystem::exists(path, error) ? "it is not a regular file" : "it does not exist"));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(fmt::format("cannot read the optimizer state file {}", path.string()));

@@ -86,3 +86,34 @@ TEST_CASE("golden: a wrong expectation is reported with step, param, index, got 
   CHECK(r.failure.find("step 0, param 0, index 0, got ") != std::string::npos);
   CHECK(r.failure.find("expected 1000.5") != std::string::npos);
 }
+
+namespace {
+
+// Replays a copy of a shared golden case changed by `mutate`, in every mode; every mode must fail with `message`.
+void check_mutated_case_fails(const std::function<void(nlohmann::json&)>& mutate, const std::string& message) {
+  std::ifstream in(std::string(OPTJIT_TEST_GOLDEN_DIR) + "/adam_defaults_foreach.json");
+  nlohmann::json c = nlohmann::json::parse(in);
+  mutate(c);
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_mutated_case.json";
+  std::ofstream(file) << c.dump();
+  for (ReplayMode mode : {ReplayMode::Forloop, ReplayMode::Eager, ReplayMode::Compiled}) {
+    ReplayResult r = replay_golden_file(file, mode);
+    INFO(replay_mode_name(mode) << ": " << r.failure);
+    CHECK_FALSE(r.passed);
+    CHECK(r.failure.find(message) != std::string::npos);
+  }
+  std::filesystem::remove(file);
+}
+
+} // namespace
+
+TEST_CASE(
+    "golden replay: a case with short per-step lists, no steps or no params fails, never passes (issue 16, 4, 11)") {
+  check_mutated_case_fails([](nlohmann::json& c) { c["steps"][0]["grads"] = nlohmann::json::array(); },
+                           "step 0: 'grads' has 0 entries for 5 params");
+  check_mutated_case_fails([](nlohmann::json& c) { c["steps"][2]["expect_state"].erase(1); },
+                           "step 2: 'expect_state' has 4 entries for 5 params");
+  check_mutated_case_fails([](nlohmann::json& c) { c["steps"] = nlohmann::json::array(); }, "the case has no steps");
+  check_mutated_case_fails([](nlohmann::json& c) { c["params"] = nlohmann::json::array(); },
+                           "optimizer got an empty parameter list");
+}

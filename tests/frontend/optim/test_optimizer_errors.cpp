@@ -215,3 +215,32 @@ TEST_CASE("errors: every optimizer refuses a bad grad or a non-finite hyperparam
         "of param group 0 is -inf: hyperparameters must be finite");
   }
 }
+
+TEST_CASE("errors: a tensor lr whose data became empty is refused on every path, with nothing changed (issue 16, 12)") {
+  for (bool compiled : {false, true}) {
+    auto params = random_params({{4}, {3}}, Dtype::f32, 2);
+    Adam opt(params, {.lr = 0.01, .foreach = true});
+    CompiledStep step = compile(opt);
+    Tensor lr = Tensor::full({1}, 0.01, Dtype::f64);
+    opt.param_groups()[0].set("lr", lr);
+    lr.set_data(Tensor::empty({0}, Dtype::f64));
+    const std::vector<double> before = params[0].to_vector();
+    check_error_contains([&] { compiled ? step() : opt.step(); }, "Tensor lr must be 1-element, but holds f64[0]");
+    CHECK(params[0].to_vector() == before);
+    CHECK(opt.state(params[0])->empty()); // no state was created either
+  }
+}
+
+TEST_CASE("errors: Rprop refuses a non-finite lr at the step, which seeds its step sizes (issue 16, 8)") {
+  for (bool compiled : {false, true}) {
+    auto params = random_params({{6}}, Dtype::f64, 4);
+    Rprop opt(params, {.foreach = true});
+    CompiledStep step = compile(opt);
+    opt.param_groups()[0].set("lr", std::nan(""));
+    const std::vector<double> before = params[0].to_vector();
+    check_error_contains([&] { compiled ? step() : opt.step(); },
+                         "hyperparameter lr of param group 0 is nan: hyperparameters must be finite");
+    CHECK(params[0].to_vector() == before);
+    CHECK(opt.state(params[0])->empty());
+  }
+}

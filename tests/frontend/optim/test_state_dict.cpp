@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -260,4 +261,30 @@ TEST_CASE("state_dict: hooks: state_dict pre/post and load_state_dict pre/post, 
   });
   opt.load_state_dict(dict);
   CHECK(calls == std::vector<std::string>{"load-pre", "load-post"});
+}
+
+TEST_CASE(
+    "state_dict: files: a huge param id and a directory are optjit errors, not foreign exceptions (issue 16, 9)") {
+  TempFile file("optjit_state_ids.safetensors");
+  save_state_dict(adam_dict(), file.path);
+  std::string bytes = [&] {
+    std::ifstream in(file.path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }();
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  std::string header = bytes.substr(8, header_size);
+  const std::string data = bytes.substr(8 + header_size);
+  const auto at = header.find("\"state.0.");
+  REQUIRE(at != std::string::npos);
+  header.replace(at, 9, "\"state.99999999999999999999.");
+  header_size = header.size();
+  std::string changed(8, '\0');
+  std::memcpy(changed.data(), &header_size, 8);
+  std::ofstream(file.path, std::ios::binary) << changed << header << data;
+  check_error_contains([&] { load_state_dict_file(file.path); },
+                       "names param id 99999999999999999999, which is not a param index");
+
+  const std::filesystem::path directory = std::filesystem::temp_directory_path();
+  check_error_contains([&] { load_state_dict_file(directory); }, "it is not a regular file");
 }
