@@ -36,9 +36,10 @@ std::string explain_guard_failure(const GuardFacts& before, const GuardFacts& no
              "}";
   for (std::size_t i = 0; i < now.params.size(); ++i) {
     const uint32_t a = before.params[i], b = now.params[i];
-    if (a == b)
-      continue;
-    return fmt::format("param {}: {}", i, describe_param_change(a, b));
+    if (a != b)
+      return fmt::format("param {}: {}", i, describe_param_change(a, b));
+    if (before.state_dtypes[i] != now.state_dtypes[i])
+      return fmt::format("param {}: the dtypes its state is stored in changed (state loaded or replaced)", i);
   }
   return "no difference";
 }

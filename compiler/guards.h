@@ -1,4 +1,5 @@
-// Compile guards: the facts compiled code depends on. Per parameter: its dtype and device; per param group: its
+// Compile guards: the facts compiled code depends on. Per parameter: its dtype and device, and the dtypes its
+// state is stored in (torch keeps a loaded ASGD eta in the param's dtype, a new one in f32); per param group: its
 // structural options (amsgrad, maximize, nesterov, momentum != 0, weight_decay != 0, ...). Hyperparameter values
 // are never guard facts: they are arguments. Which grads are present is not one either: a None grad only drops
 // its param from the work-item table (a rebind), since the traced list graph does not depend on it.
@@ -13,8 +14,9 @@
 namespace optjit {
 
 struct GuardFacts {
-  std::vector<uint32_t> params;    // per parameter, packed by param_fact()
-  std::vector<std::string> groups; // per group, the structure key ("amsgrad=1,maximize=0,...")
+  std::vector<uint32_t> params;       // per parameter, packed by param_fact()
+  std::vector<uint64_t> state_dtypes; // per parameter, its state entries' storage dtypes (StepSource's packing)
+  std::vector<std::string> groups;    // per group, the structure key ("amsgrad=1,maximize=0,...")
 
   bool operator==(const GuardFacts&) const = default;
 };

@@ -24,7 +24,8 @@ struct BucketMember {
 struct ParamBucket {
   Dtype dtype;
   Device device;
-  std::string structure_key; // the group structure the graph was traced for ("amsgrad=1,maximize=0")
+  std::string structure_key;       // the group structure the graph was traced for ("amsgrad=1,maximize=0")
+  std::vector<Dtype> state_dtypes; // the storage dtype of each state entry, in the source's order
   std::vector<BucketMember> members;
 };
 
@@ -41,6 +42,9 @@ public:
   // Per param group: the key of the structure its graph is traced for; a change recompiles.
   virtual int group_count() const = 0;
   virtual std::string group_structure_key(int group) const = 0;
+  // Per param: the storage dtypes of its state entries, packed (a change recompiles). Read again whenever the state
+  // version changes.
+  virtual uint64_t state_dtype_fact(int64_t flat) const = 0;
 
   // Every param in buckets (with a grad or not: which grads are present only changes the binding).
   virtual std::vector<ParamBucket> compile_buckets() const = 0;

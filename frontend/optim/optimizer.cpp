@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <set>
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 namespace optjit {
@@ -280,7 +281,8 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
       if (find_state(s, spec.name).defined())
         continue;
       Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();
-      s.emplace_back(spec.name, Tensor::full(shape, initial_state_value(groups_[g], spec), p.dtype(), p.device()));
+      s.emplace_back(spec.name,
+                     Tensor::full(shape, initial_state_value(groups_[g], spec), new_state_dtype(p, spec), p.device()));
       created = true;
     }
   }
@@ -289,11 +291,83 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
   return created;
 }
 
+Dtype Optimizer::new_state_dtype(const Tensor& param, const StateSpec& spec) const {
+  return spec.kind == StateKind::Scalar ? scalar_state_dtype_.value_or(param.dtype()) : param.dtype();
+}
+
+std::vector<StateSpec> Optimizer::new_state_specs(int group) const {
+  const ParamGroup& g = groups_.at(static_cast<std::size_t>(group));
+  std::vector<StateSpec> specs = state_specs(structure(g));
+  for (StateSpec& spec : specs)
+    spec.initial = initial_state_value(g, spec);
+  return specs;
+}
+
+// The storage dtype of each of the param's state entries, existing or still to be created.
+static std::vector<Dtype> state_dtypes_of(const Optimizer& o, int64_t flat, const std::vector<StateSpec>& specs) {
+  std::vector<Dtype> dtypes;
+  for (const StateSpec& spec : specs) {
+    const Tensor held = find_state(o.flat_state(flat), spec.name);
+    dtypes.push_back(held.defined() ? held.dtype() : o.new_state_dtype(o.flat_param(flat), spec));
+  }
+  return dtypes;
+}
+
+uint64_t Optimizer::state_dtype_fact(int64_t flat) const {
+  const std::vector<StateSpec> specs =
+      state_specs(structure(groups_[static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(flat)])]));
+  uint64_t fact = 0;
+  for (Dtype dtype : state_dtypes_of(*this, flat, specs)) // 8 bits per entry: the fact changes with any of them
+    fact = fact * 257 + static_cast<uint64_t>(dtype) + 1;
+  return fact;
+}
+
+void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin origin) {
+  if (flat < 0 || flat >= param_count())
+    throw Error(fmt::format("adopt_state: param {} is not one of the {} params", flat, param_count()));
+  const Tensor& param = flat_param(flat);
+  const auto g = static_cast<std::size_t>(group_of_flat(flat));
+  ParamState adopted;
+  if (!visible.empty()) {
+    std::set<std::string> given, wanted;
+    for (const auto& entry : visible)
+      given.insert(entry.first);
+    for (const StateSpec& spec : new_state_specs(static_cast<int>(g))) {
+      if (!spec.visible) {
+        const double value = origin == StateOrigin::Loaded ? spec.loaded : spec.initial;
+        adopted.emplace_back(spec.name, Tensor::full({}, value, new_state_dtype(param, spec), param.device()));
+        continue;
+      }
+      wanted.insert(spec.name);
+      const Tensor t = find_state(visible, spec.name);
+      if (!t.defined())
+        continue; // reported below with the whole key sets
+      const bool scalar = spec.kind == StateKind::Scalar;
+      if (scalar ? t.numel() != 1 : t.shape() != param.shape())
+        throw Error(
+            fmt::format("state '{}' of param {} is {}, but {}", spec.name, flat, t.describe(),
+                        scalar ? std::string("a scalar state holds one element") : "the param is " + param.describe()));
+      if (t.device() != param.device() || !t.is_contiguous())
+        throw Error(fmt::format("state '{}' of param {} is {}: it must be contiguous, on the param's device ({})",
+                                spec.name, flat, t.describe(), param.device().to_string()));
+      adopted.emplace_back(spec.name, t);
+    }
+    if (given != wanted)
+      throw Error(
+          fmt::format("state of param {} has keys {}, but {} with these options keeps {}", flat, given, name_, wanted));
+  }
+  states_[static_cast<std::size_t>(flat)] = std::move(adopted);
+  ++state_version_;
+}
+
 std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) const {
   std::vector<Bucket> buckets;
   std::vector<Structure> structures;
-  for (const ParamGroup& group : groups_)
+  std::vector<std::vector<StateSpec>> specs;
+  for (const ParamGroup& group : groups_) {
     structures.push_back(structure(group));
+    specs.push_back(state_specs(structures.back()));
+  }
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
     if (members == BucketMembers::WithGrads && !p.grad().defined())
@@ -301,12 +375,13 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
     int g = flat_group_[static_cast<std::size_t>(i)];
     const Structure& s = structures[static_cast<std::size_t>(g)];
     std::string key = s.key();
+    std::vector<Dtype> state_dtypes = state_dtypes_of(*this, i, specs[static_cast<std::size_t>(g)]);
     Bucket* bucket = nullptr;
     for (Bucket& b : buckets)
-      if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key)
+      if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key && b.state_dtypes == state_dtypes)
         bucket = &b;
     if (!bucket) {
-      buckets.push_back(Bucket{p.dtype(), p.device(), key, {}});
+      buckets.push_back(Bucket{p.dtype(), p.device(), key, std::move(state_dtypes), {}});
       bucket = &buckets.back();
     }
     bucket->members.push_back({g, i});
@@ -314,12 +389,14 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
   return buckets;
 }
 
-std::vector<Slot> Optimizer::slots(const Structure& structure, Dtype dtype) const {
-  std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, dtype},
-                             {"grad", SlotRole::Grad, SlotKind::Tensor, dtype}};
-  for (const StateSpec& spec : state_specs(structure))
-    slots.push_back(
-        {spec.name, SlotRole::State, spec.kind == StateKind::Scalar ? SlotKind::Scalar : SlotKind::Tensor, dtype});
+std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket& bucket) const {
+  std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, bucket.dtype},
+                             {"grad", SlotRole::Grad, SlotKind::Tensor, bucket.dtype}};
+  const std::vector<StateSpec> specs = state_specs(structure);
+  OPTJIT_ASSERT(bucket.state_dtypes.size() == specs.size(), "the bucket's state dtypes do not match its state specs");
+  for (std::size_t k = 0; k < specs.size(); ++k)
+    slots.push_back({specs[k].name, SlotRole::State,
+                     specs[k].kind == StateKind::Scalar ? SlotKind::Scalar : SlotKind::Tensor, bucket.state_dtypes[k]});
   return slots;
 }
 
@@ -328,7 +405,7 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   for (char& c : graph_name)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const Structure s = structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
-  Tracer tracer(graph_name, bucket.dtype, slots(s, bucket.dtype));
+  Tracer tracer(graph_name, bucket.dtype, slots(s, bucket));
   trace(tracer, s);
   return tracer.finish();
 }
@@ -338,7 +415,7 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   args.hyper_names = hyper_names();
   args.hyper = hyper_values();
   const std::vector<Slot> declared =
-      slots(structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]), bucket.dtype);
+      slots(structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]), bucket);
   for (const Slot& slot : declared) {
     args.slot_names.push_back(slot.name);
     args.slot_tensors.emplace_back();

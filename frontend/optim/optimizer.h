@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -154,6 +155,20 @@ public:
   // Replaces one state buffer (same shape and dtype); compiled steps rebind to it.
   void set_state(const Tensor& param, const std::string& key, const Tensor& value);
   void clear_state();
+
+  // The dtype new per-tensor scalar state (step, eta, mu, ...) is stored in: each param's own by default. torch
+  // keeps it in its scalar dtype (f32 unless its default dtype is f64); a step over torch's state sets that here.
+  void set_scalar_state_dtype(std::optional<Dtype> dtype) { scalar_state_dtype_ = dtype; }
+  Dtype new_state_dtype(const Tensor& param, const StateSpec& spec) const;
+  // The entries a new state of a param in group `group` gets, in torch's key order, with their starting values.
+  std::vector<StateSpec> new_state_specs(int group) const;
+  // Where adopted state comes from: made for a first step (hidden entries start at their initial value), or loaded
+  // from a checkpoint (hidden entries take the value a loaded state implies).
+  enum class StateOrigin { Fresh, Loaded };
+  // Makes `visible` (torch's keys, any order; tensors the caller keeps alive, such as views of torch's) the whole
+  // state of param `flat`; an empty list drops its state. Checks keys, shapes and devices first and changes nothing
+  // when one is wrong; entries keep their own dtypes, which compiled steps guard on.
+  void adopt_state(int64_t flat, const ParamState& visible, StateOrigin origin);
   uint64_t state_version() const override { return state_version_; }
 
   // What compiled and eager steps build on (compiler/step_source.h).
@@ -165,8 +180,9 @@ public:
   std::vector<Bucket> make_buckets(BucketMembers members = BucketMembers::WithGrads) const;
   std::vector<ParamBucket> compile_buckets() const override { return make_buckets(BucketMembers::All); }
   Graph trace_bucket(const ParamBucket& bucket) const override;
-  // The slots a step declares, by role: the param, its grad, then each state entry; stored in `dtype`.
-  std::vector<Slot> slots(const Structure& structure, Dtype dtype) const;
+  // The slots a bucket's step declares, by role: the param and its grad in the bucket's dtype, then each state
+  // entry in its storage dtype.
+  std::vector<Slot> slots(const Structure& structure, const ParamBucket& bucket) const;
   ListArguments list_arguments(const ParamBucket& bucket) const override;
   // This step's hyperparameters: groups x hyper_names(), read from the groups' options.
   std::vector<double> hyper_values() const override;
@@ -177,6 +193,8 @@ public:
   void check_step() const; // every hyperparameter and every present grad
   // Creates the missing state of every param that has a grad; returns whether any was created.
   bool ensure_state() override;
+  // The storage dtypes of a param's state entries (the dtypes they would be created in, for entries not made yet).
+  uint64_t state_dtype_fact(int64_t flat) const override;
   int group_count() const override { return static_cast<int>(groups_.size()); }
   std::string group_structure_key(int group) const override {
     return structure(groups_[static_cast<std::size_t>(group)]).key();
@@ -220,6 +238,7 @@ private:
   std::vector<Tensor> flat_params_;
   std::vector<int> flat_group_;
   std::vector<ParamState> states_;
+  std::optional<Dtype> scalar_state_dtype_;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
   uint64_t state_version_ = 0;
   HookList<StepHook> step_pre_hooks_, step_post_hooks_, state_dict_pre_hooks_, load_state_dict_post_hooks_;

@@ -224,8 +224,12 @@ TEST_CASE("compiled: zero_grad(set_to_none) makes the next step skip every param
 
 TEST_CASE("compiled: guard facts name what changed: dtype, device kind and device index") {
   Tensor f32 = Tensor::zeros({2}, Dtype::f32), f64 = Tensor::zeros({2}, Dtype::f64);
-  GuardFacts before{{param_fact(*f32.impl())}, {"amsgrad=0"}}, now = before;
+  GuardFacts before{{param_fact(*f32.impl())}, {1}, {"amsgrad=0"}}, now = before;
   CHECK(explain_guard_failure(before, now) == "no difference");
+  now.state_dtypes[0] = 2;
+  CHECK(explain_guard_failure(before, now) ==
+        "param 0: the dtypes its state is stored in changed (state loaded or replaced)");
+  now.state_dtypes[0] = 1;
   now.params[0] = param_fact(*f64.impl());
   CHECK(explain_guard_failure(before, now) == "param 0: dtype changed from f32 to f64");
   TensorImpl on_gpu = *f32.impl();
