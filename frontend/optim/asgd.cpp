@@ -8,8 +8,9 @@ namespace optjit {
 namespace {
 
 // torch's _single_tensor_asgd for one param.
+// `numbers`: the dtype torch rounds the new eta and mu to (ASGD::trace says why).
 template <class T>
-void asgd_forloop(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
+void asgd_forloop(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state, Dtype numbers) {
   const double lr = group.get("lr"), lambd = group.get("lambd"), alpha = group.get("alpha");
   const double t0 = group.get("t0"), weight_decay = group.get("weight_decay");
   const bool maximize = group.get("maximize") != 0;
@@ -27,8 +28,8 @@ void asgd_forloop(const ParamGroup& group, const Tensor& param, const Tensor& gr
     p[i] = p[i] + static_cast<T>(-eta) * gi;
     ax[i] = mu != 1 ? ax[i] + (p[i] - ax[i]) * static_cast<T>(mu) : p[i];
   }
-  eta_t.set_item(0, lr / std::pow(1 + lambd * lr * step, alpha));
-  mu_t.set_item(0, 1 / std::max(1., step - t0));
+  eta_t.set_item(0, round_to_dtype(numbers, lr / std::pow(1 + lambd * lr * step, alpha)));
+  mu_t.set_item(0, round_to_dtype(numbers, 1 / std::max(1., step - t0)));
 }
 
 } // namespace
@@ -77,12 +78,16 @@ void ASGD::trace(Tracer& t, const Structure& s) const {
   axs = where(equal(mu, t.constant(1.0)), params, axs + (params - axs) * mu);
   t.store("param", params);
   t.store("ax", axs);
-  t.store_scalar("eta", lr / pow(1.0 + lambd * lr * step, t.hyper("alpha")));
-  t.store_scalar("mu", 1.0 / maximum(t.constant(1.0), step - t.hyper("t0")));
+  // torch computes the new eta and mu as Python numbers and copies them in through torch.as_tensor (its default
+  // dtype): a loaded f64 eta still takes values rounded to that dtype.
+  const Dtype numbers = number_dtype(t.builder().dtype());
+  t.store_scalar("eta", t.rounded(numbers, lr / pow(1.0 + lambd * lr * step, t.hyper("alpha"))));
+  t.store_scalar("mu", t.rounded(numbers, 1.0 / maximum(t.constant(1.0), step - t.hyper("t0"))));
 }
 
 void ASGD::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { asgd_forloop<T>(group, param, grad, state); });
+  visit_dtype(param.dtype(),
+              [&]<class T>() { asgd_forloop<T>(group, param, grad, state, number_dtype(param.dtype())); });
 }
 
 } // namespace optjit

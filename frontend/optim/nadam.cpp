@@ -24,7 +24,8 @@ void nadam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
   const double bias_correction2 = 1 - std::pow(beta2, step);
   const double mu = nadam_mu(beta1, momentum_decay, step);
   const double mu_next = nadam_mu(beta1, momentum_decay, step + 1);
-  mu_product_t.set_item(0, mu_product_t.item() * mu); // rounded to the state's dtype, then read back
+  // torch's `mu_product *= mu`: a multiply in the state's dtype, then read back.
+  mu_product_t.set_item(0, mu_product_t.item() * round_to_dtype(mu_product_t.dtype(), mu));
   const double mu_product = mu_product_t.item();
   const double mu_product_next = mu_product * mu_next;
   const T grad_coefficient = static_cast<T>(-lr * (1. - mu) / (1. - mu_product));
@@ -90,7 +91,9 @@ void NAdam::trace(Tracer& t, const Structure& s) const {
   Sym bias_correction2 = 1.0 - pow(beta2, step);
   Sym mu = beta1 * (1.0 - 0.5 * pow(t.constant(0.96), step * momentum_decay));
   Sym mu_next = beta1 * (1.0 - 0.5 * pow(t.constant(0.96), (step + 1.0) * momentum_decay));
-  Sym mu_product = t.store_scalar("mu_product", t.scalar_state("mu_product") * mu);
+  // In place in the state's dtype, as torch's `mu_product *= mu`: the product of two values of that dtype is exact
+  // in f64, and the store rounds it once, as the multiply in that dtype does.
+  Sym mu_product = t.store_scalar("mu_product", t.scalar_state("mu_product") * t.as_stored("mu_product", mu));
   Sym exp_avgs = foreach_add(t.tensors("exp_avg") * beta1, grads, 1.0 - beta1);
   Sym exp_avg_sqs = foreach_addcmul(t.tensors("exp_avg_sq") * beta2, grads, grads, 1.0 - beta2);
   Sym denom = sqrt(exp_avg_sqs) / sqrt(bias_correction2) + eps;

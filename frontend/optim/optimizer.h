@@ -160,6 +160,9 @@ public:
   // keeps it in its scalar dtype (f32 unless its default dtype is f64); a step over torch's state sets that here.
   void set_scalar_state_dtype(std::optional<Dtype> dtype) { scalar_state_dtype_ = dtype; }
   Dtype new_state_dtype(const Tensor& param, const StateSpec& spec) const;
+  // The dtype of the 0-d tensors torch makes from Python numbers (torch.as_tensor: its default dtype) for params of
+  // `param_dtype`: the scalar state dtype when set, the param's otherwise.
+  Dtype number_dtype(Dtype param_dtype) const { return scalar_state_dtype_.value_or(param_dtype); }
   // The entries a new state of a param in group `group` gets, in torch's key order, with their starting values.
   std::vector<StateSpec> new_state_specs(int group) const;
   // Where adopted state comes from: made for a first step (hidden entries start at their initial value), or loaded

@@ -42,8 +42,14 @@ public:
   // torch reads back a 0-d state tensor it has just updated in place.
   Sym store_scalar(const std::string& slot, Sym value) {
     builder_.store_scalar(slot, value.id());
-    return wrap(builder_.cast(builder_.cast(value.id(), builder_.slot(slot).dtype), Dtype::f64));
+    return as_stored(slot, value);
   }
+
+  // `value` rounded to the slot's storage dtype: the operand torch uses when it updates a 0-d state tensor in place
+  // with a Python number (`mu_product *= mu` multiplies in the tensor's dtype).
+  Sym as_stored(const std::string& slot, Sym value) { return rounded(builder_.slot(slot).dtype, value); }
+  // `value` rounded to `dtype` (and back to the f64 of per-tensor math).
+  Sym rounded(Dtype dtype, Sym value) { return wrap(builder_.cast(builder_.cast(value.id(), dtype), Dtype::f64)); }
 
   Sym wrap(ValueId id) { return Sym(this, id); }
   GraphBuilder& builder() { return builder_; }
