@@ -2,7 +2,7 @@
 # Installs what optjit builds with from Debian 12's own archive, only what is missing (safe to run again).
 set -euo pipefail
 packages=(cmake ninja-build g++ llvm-19-dev llvm-19-tools libzstd-dev libspdlog-dev doctest-dev nlohmann-json3-dev
-          libcli11-dev clang-format-14)
+          libcli11-dev clang-format-14 python3-venv python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,194 @@
+"""optjit.compile(opt): a torch.optim optimizer's step as one compiled callable, in place on torch's tensors."""
+
+import functools
+import weakref
+from itertools import chain
+
+import torch
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+from . import _torch_optim
+from ._optjit import Error, TorchStep
+
+_STAGES = ("traced", "optimized", "fused", "llvm", "ptx")
+
+
+class CompiledStep:
+    """A compiled opt.step(). Calling it is opt.step(closure=None): torch's step hooks, the closure, then one
+    compiled update of every param with a grad, in place on the params and on opt.state (torch's own tensors).
+
+    Hyperparameters are read from opt.param_groups at every call (a float or a tensor lr), so LR schedulers and
+    edits never recompile; options that change the algorithm (amsgrad, momentum != 0, ...) recompile and say why
+    (metrics()["recompile_reasons"], OPTJIT_LOG=recompiles). The state stays torch's: state_dict(),
+    load_state_dict() and add_param_group() keep working before and after compiling."""
+
+    def __init__(self, opt):
+        self._cls = _torch_optim.optimizer_class(opt)
+        _torch_optim.check_supported(opt, self._cls)
+        self._opt = opt  # held, as torch.compile(opt.step) holds it
+        self._retired = []  # metrics of the compiled steps replaced by add_param_group
+        self._cxx = None
+        self._state_seen = None
+        self._groups_seen = None
+        hook = functools.partial(_mark_state_replaced, weakref.ref(self))
+        self._load_hook = opt.register_load_state_dict_post_hook(hook)
+
+    # torch.optim's step(closure) contract.
+    def __call__(self, closure=None, **kwargs):
+        if kwargs:
+            raise Error(
+                f"the compiled step takes only closure=, not {', '.join(kwargs)} (GradScaler's fused-step arguments "
+                "are not supported: optjit.patch turns them off so that GradScaler unscales the grads itself)"
+            )
+        opt = self._optimizer()
+        args, kwargs = (opt,), {} if closure is None else {"closure": closure}
+        for pre_hook in chain(_global_optimizer_pre_hooks.values(), opt._optimizer_step_pre_hooks.values()):
+            result = pre_hook(opt, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"a step pre hook must return None or (new_args, new_kwargs), got {result}")
+                args, kwargs = result
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._update(opt)
+        opt._opt_called = True  # what torch's LR schedulers check to see that the optimizer stepped
+        for post_hook in chain(opt._optimizer_step_post_hooks.values(), _global_optimizer_post_hooks.values()):
+            post_hook(opt, args, kwargs)
+        return loss
+
+    @property
+    def kernel_count(self):
+        """Kernels one step launches with the grads present now."""
+        return self._compiled(self._optimizer()).kernel_count()
+
+    def metrics(self):
+        """What compiling and stepping did: compiles, recompiles (and why), rebinds, kernels, times."""
+        opt = self._optimizer()
+        cxx = self._compiled(opt)
+        metrics = cxx.metrics()
+        for old in self._retired:
+            for key in ("steps", "compiles", "recompiles", "rebinds", "kernels_generated", "cache_hits"):
+                metrics[key] += old[key]
+            metrics["compile_ms"] += old["compile_ms"]
+            metrics["dispatch_ms"] += old["dispatch_ms"]
+        metrics["recompile_reasons"] = [r for old in self._retired for r in old["recompile_reasons"]] + metrics[
+            "recompile_reasons"
+        ]
+        metrics["kernels"] = cxx.kernel_count()
+        return metrics
+
+    def dump(self, stage="fused", gpu_sm=0):
+        """The step's code at one stage: "traced", "optimized", "fused", "llvm" or "ptx" (ptx needs no GPU)."""
+        if stage not in _STAGES:
+            raise Error(f"unknown stage {stage!r}: expected one of {', '.join(_STAGES)}")
+        opt = self._optimizer()
+        cxx = self._compiled(opt)
+        self._sync(opt, cxx)
+        return cxx.dump(stage, gpu_sm)
+
+    def _optimizer(self):
+        return self._opt
+
+    def _update(self, opt):
+        cxx = self._compiled(opt)
+        self._sync(opt, cxx)
+        cxx.update()
+
+    def _compiled(self, opt):
+        """The C++ step, built again when the param groups changed (add_param_group)."""
+        groups = [(id(group["params"]), len(group["params"])) for group in opt.param_groups]
+        if self._cxx is not None and groups == self._groups_seen:
+            return self._cxx
+        reason = None
+        if self._cxx is not None:
+            old = self._cxx.metrics()
+            reason = f"the param groups changed ({len(self._groups_seen)} -> {len(groups)} groups)"
+            old["recompile_reasons"] = old["recompile_reasons"] + [reason]
+            old["recompiles"] += 1
+            self._retired.append(old)
+        _torch_optim.check_supported(opt, self._cls)
+        defaults = _torch_optim.keywords(self._cls, opt.defaults, "default")
+        group_options = [
+            _torch_optim.keywords(self._cls, group, f"param group {g}") for g, group in enumerate(opt.param_groups)
+        ]
+        self._scalar_dtype = _torch_optim.scalar_state_dtype(opt)
+        self._cxx = TorchStep(self._cls.__name__, opt.param_groups, defaults, group_options, self._scalar_dtype)
+        self._params = [p for group in opt.param_groups for p in group["params"]]
+        self._groups_seen = groups
+        self._state_seen = None  # adopt torch's state afresh
+        return self._cxx
+
+    def _sync(self, opt, cxx):
+        """Hands this step's torch objects to the C++ step: replaced state first, then hyperparameters and grads,
+        then the state torch would create now for params stepping for the first time."""
+        if self._state_seen is not opt.state:
+            for flat, p in enumerate(self._params):
+                cxx.adopt(flat, dict(opt.state[p]) if p in opt.state else {}, True)
+            self._state_seen = opt.state
+        cxx.sync(opt.param_groups)
+        for flat in cxx.params_without_state():
+            p = self._params[flat]
+            if p in opt.state and len(opt.state[p]) > 0:  # torch's own step made it (an unpatched opt.step())
+                cxx.adopt(flat, dict(opt.state[p]), True)
+                continue
+            state = _torch_optim.new_state(p, cxx.new_state(flat), self._scalar_dtype)
+            cxx.adopt(flat, state, False)
+            opt.state[p].update(state)
+
+
+def _mark_state_replaced(step_ref, opt):
+    step = step_ref()
+    if step is not None:
+        step._state_seen = None
+
+
+def compile(opt):
+    """opt's step as a compiled callable (compiles on the first call); see CompiledStep."""
+    return CompiledStep(opt)
+
+
+def patch(opt):
+    """Makes opt.step itself the compiled step, so that loops calling opt.step() (or GradScaler.step(opt)) need no
+    change. Returns the CompiledStep; optjit.unpatch(opt) undoes it."""
+    if getattr(opt, "_optjit_unpatch", None) is not None:
+        return opt.step.compiled
+    compiled = CompiledStep(opt)
+    saved_step = vars(opt).get("step")
+    saved_amp = vars(opt).get("_step_supports_amp_scaling")
+    had_amp = "_step_supports_amp_scaling" in vars(opt)
+
+    @functools.wraps(type(opt).step)
+    def step(closure=None):
+        return compiled(closure)
+
+    step.compiled = compiled
+    step._wrapped_by_lr_sched = True  # LR schedulers see the step they track (compiled steps set _opt_called)
+    opt.step = step
+    # A fused torch optimizer lets GradScaler hand it the scale; optjit's step takes unscaled grads, so GradScaler
+    # unscales them itself (and skips steps with inf or NaN grads) while patched.
+    opt._step_supports_amp_scaling = False
+
+    def unpatch_this():
+        if saved_step is None:
+            del opt.step
+        else:
+            opt.step = saved_step
+        if had_amp:
+            opt._step_supports_amp_scaling = saved_amp
+        else:
+            del opt._step_supports_amp_scaling
+        del opt._optjit_unpatch
+
+    opt._optjit_unpatch = unpatch_this
+    return compiled
+
+
+def unpatch(opt):
+    """Undoes optjit.patch(opt): opt.step is torch's again."""
+    undo = getattr(opt, "_optjit_unpatch", None)
+    if undo is None:
+        raise Error("this optimizer is not patched by optjit.patch")
+    undo()

@@ -1,0 +1,119 @@
+"""What optjit reads from a torch.optim optimizer: whether it can compile it, its options as optjit's keywords, and
+how torch lays out the state it creates (which dtype and device each entry gets). No optimizer math lives here: the
+update itself is optjit's compiled C++ step."""
+
+import inspect
+
+import torch
+
+from ._optjit import Error
+
+# torch.optim classes optjit compiles, by the class that defines their step.
+SUPPORTED = {
+    cls.__name__: cls
+    for cls in (
+        torch.optim.Adam,
+        torch.optim.AdamW,
+        torch.optim.SGD,
+        torch.optim.NAdam,
+        torch.optim.RAdam,
+        torch.optim.Adamax,
+        torch.optim.Adagrad,
+        torch.optim.Adadelta,
+        torch.optim.RMSprop,
+        torch.optim.Rprop,
+        torch.optim.ASGD,
+    )
+}
+
+# Group keys that choose how torch runs a step rather than what it computes; optjit reads them itself.
+_IMPLEMENTATION_KEYS = {"params", "foreach", "fused", "capturable", "differentiable"}
+# Keys LR schedulers add to param groups.
+_SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
+
+
+def optimizer_class(opt):
+    """torch's class whose step `opt` runs; an Error for anything optjit cannot compile."""
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise Error(f"optjit.compile takes a torch.optim.Optimizer, not {type(opt).__name__}")
+    mro = type(opt).__mro__
+    torch_class = next((cls for cls in mro if SUPPORTED.get(cls.__name__) is cls), None)
+    if torch_class is None:
+        raise Error(f"optjit cannot compile {type(opt).__name__}: it compiles torch.optim's {', '.join(SUPPORTED)}")
+    own_step = inspect.unwrap(torch_class.step)
+    for cls in mro[: mro.index(torch_class)]:
+        # torch.optim wraps each class's step in its hook runner (in that class's dict): look through wrappers.
+        if "step" in vars(cls) and inspect.unwrap(vars(cls)["step"]) is not own_step:
+            raise Error(
+                f"{type(opt).__name__} overrides step() (in {cls.__qualname__}): optjit compiles the step of "
+                f"torch.optim's own {torch_class.__name__}, not a step it cannot see"
+            )
+    return torch_class
+
+
+def check_supported(opt, cls):
+    """Errors for options and params optjit does not compile, naming them."""
+    fused_devices = None
+    for g, group in enumerate(opt.param_groups):
+        if group.get("differentiable", False):
+            raise Error(f"param group {g}: differentiable=True is not supported (optjit steps are not differentiable)")
+        for i, p in enumerate(group["params"]):
+            if torch.is_complex(p):
+                raise Error(f"param group {g}, param {i}: complex params are not supported ({p.dtype})")
+        if group.get("fused", False):
+            if fused_devices is None:
+                from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+                fused_devices = set(_get_fused_kernels_supported_devices())
+            for p in group["params"]:
+                if p.device.type not in fused_devices:
+                    raise Error(
+                        f"param group {g}: fused=True on {p.device}, where torch has no fused {cls.__name__} kernel"
+                    )
+
+
+def _keyword(value, what):
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise Error(f"{what} is a tensor of {value.numel()} elements: a tensor option holds one element")
+        return [float(value.item())]
+    if isinstance(value, bool):
+        return [1.0 if value else 0.0]
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, (tuple, list)):
+        return [v for element in value for v in _keyword(element, what)]
+    raise Error(f"{what} is {value!r}: optjit takes numbers, flags, pairs and 1-element tensors")
+
+
+def keywords(cls, options, where):
+    """A torch options dict (defaults or one group) as optjit's keyword options."""
+    result = {}
+    for key, value in options.items():
+        if key in _IMPLEMENTATION_KEYS or key in _SCHEDULER_KEYS or value is None:
+            continue
+        if cls is torch.optim.AdamW and key == "decoupled_weight_decay":
+            continue  # AdamW always decouples; torch keeps the key for loading old checkpoints
+        result[key] = _keyword(value, f"{where} option '{key}'")
+    return result
+
+
+def scalar_state_dtype(opt):
+    """The dtype torch creates scalar state in (step, eta, mu, mu_product): f32 for fused optimizers, else the
+    default dtype's (torch.optim.optimizer._get_scalar_dtype)."""
+    if any(group.get("fused", False) for group in opt.param_groups):
+        return torch.float32
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+def new_state(param, entries, scalar_dtype):
+    """Torch's state for a param on its first step, from optjit's entries (key, is scalar, starting value): tensor
+    entries like the param (its dtype, device and memory format), scalar entries 0-d in the scalar dtype on the
+    CPU, as torch makes them for a CPU param. A DTensor param gets DTensor state, as torch's zeros_like gives."""
+    state = {}
+    for key, scalar, initial in entries:
+        if scalar:
+            state[key] = torch.tensor(float(initial), dtype=scalar_dtype)
+        else:
+            state[key] = torch.full_like(param, initial, memory_format=torch.preserve_format)
+    return state

@@ -1,0 +1,32 @@
+// optjit._optjit: the C++ side of the Python package (nanobind). optjit::Error becomes optjit.Error; everything
+// else is python/optjit/.
+#include "runtime/error.h"
+#include "torch_step.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+namespace nb = nanobind;
+using optjit::python::TorchStep;
+
+NB_MODULE(_optjit, m) {
+  m.doc() = "optjit's compiled optimizer steps (the C++ side of the optjit package)";
+  nb::exception<optjit::Error>(m, "Error", PyExc_RuntimeError);
+
+  nb::class_<TorchStep>(m, "TorchStep")
+      .def(nb::init<const std::string&, nb::list, const optjit::python::Keywords&,
+                    const std::vector<optjit::python::Keywords>&, nb::handle>(),
+           nb::arg("name"), nb::arg("param_groups"), nb::arg("defaults"), nb::arg("group_options"),
+           nb::arg("scalar_dtype"))
+      .def("sync", &TorchStep::sync, nb::arg("param_groups"))
+      .def("params_without_state", &TorchStep::params_without_state)
+      .def("new_state", &TorchStep::new_state, nb::arg("flat"))
+      .def("adopt", &TorchStep::adopt, nb::arg("flat"), nb::arg("state"), nb::arg("loaded"))
+      .def("update", &TorchStep::update)
+      .def("kernel_count", &TorchStep::kernel_count)
+      .def("metrics", &TorchStep::metrics)
+      .def("dump", &TorchStep::dump, nb::arg("stage"), nb::arg("gpu_sm") = 0)
+      .def_prop_ro("param_count", &TorchStep::param_count);
+}

@@ -1,0 +1,175 @@
+#include "torch_step.h"
+#include "frontend/optim/options.h"
+#include "frontend/optim/registry.h"
+#include "runtime/error.h"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+namespace optjit::python {
+
+TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywords& defaults,
+                     const std::vector<Keywords>& group_options, nb::handle scalar_dtype)
+    : param_groups_(std::move(param_groups)) {
+  std::vector<ParamGroupSpec> groups;
+  for (nb::handle group : param_groups_) {
+    ParamGroupSpec spec;
+    for (nb::handle param : nb::handle(group)[nb::str("params")]) {
+      BoundParam bound;
+      bound.param = nb::borrow(param);
+      bound.name = "param " + std::to_string(params_.size());
+      nb::object local = torch_.local(param);
+      bound.view = torch_.view(local, bound.name);
+      bound.data = TorchTensors::data_ptr(local);
+      spec.params.push_back(bound.view);
+      params_.push_back(std::move(bound));
+    }
+    groups.push_back(std::move(spec));
+  }
+  optimizer_ = make_optimizer(name, std::move(groups), defaults, group_options);
+  optimizer_->set_scalar_state_dtype(torch_.dtype_of(scalar_dtype, "torch's scalar state dtype"));
+  optimizer_->clear_state(); // torch's state is adopted from the Python side (Adagrad's included)
+
+  // Each option of each C++ group is read back from torch's group dict under its torch name.
+  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
+    nb::dict torch_group = nb::cast<nb::dict>(param_groups_[g]);
+    std::vector<OptionSource> sources;
+    for (const auto& [option, value] : optimizer_->param_groups()[g].options) {
+      OptionSource source{option, option, -1, nb::none()};
+      for (auto [key, unused] : torch_group) {
+        const std::string torch_key = nb::cast<std::string>(key);
+        if (const auto* pair = pair_option_keys(torch_key); pair && (pair->first == option || pair->second == option))
+          source = {option, torch_key, pair->first == option ? 0 : 1, nb::none()};
+      }
+      if (source.element < 0 && !torch_group.contains(option.c_str()))
+        continue; // an option torch's group does not carry: it keeps its value
+      sources.push_back(std::move(source));
+    }
+    options_.push_back(std::move(sources));
+  }
+  OPTJIT_ASSERT(options_.size() == static_cast<std::size_t>(nb::len(param_groups_)), "one option list per group");
+  step_.emplace(compile(*optimizer_));
+}
+
+void TorchStep::sync_options(std::size_t g) {
+  ParamGroup& group = optimizer_->param_groups()[g];
+  nb::handle torch_group = param_groups_[g];
+  for (OptionSource& source : options_[g]) {
+    nb::object value = torch_group[source.torch_key.c_str()];
+    if (source.element >= 0)
+      value = value[source.element];
+    if (torch_.is_tensor(value)) {
+      const uintptr_t data = TorchTensors::data_ptr(value);
+      if (!value.is(source.tensor) || data != source.tensor_data) {
+        group.set(source.name,
+                  torch_.view(value, "option " + source.torch_key + " of param group " + std::to_string(g)));
+        source.tensor = value;
+        source.tensor_data = data;
+      }
+      continue;
+    }
+    if (!source.tensor.is_none()) { // a tensor option became a number again
+      group.tensor_options.erase(source.name);
+      source.tensor = nb::none();
+    }
+    const double number = PyFloat_AsDouble(value.ptr());
+    if (number == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw Error("option " + source.torch_key + " of param group " + std::to_string(g) + " is " +
+                  std::string(nb::repr(value).c_str()) + ", not a number");
+    }
+    group.set(source.name, number);
+  }
+}
+
+void TorchStep::sync_param(BoundParam& p) {
+  nb::object local = torch_.local(p.param);
+  if (const uintptr_t data = TorchTensors::data_ptr(local); data != p.data) { // `p.data = ...` since the last step
+    p.view.set_data(torch_.view(local, p.name));
+    p.data = data;
+  }
+  nb::object grad = p.param.attr("grad");
+  if (grad.is_none()) {
+    if (!p.grad.is_none()) {
+      p.view.reset_grad();
+      p.grad = nb::none();
+    }
+    return;
+  }
+  // The same grad tensor over the same memory (zero_grad(set_to_none=False) keeps both): its view still holds.
+  if (grad.is(p.grad) && TorchTensors::data_ptr(torch_.local(grad)) == p.grad_data)
+    return;
+  Tensor view = torch_.view(grad, "the grad of " + p.name);
+  p.view.set_grad(view);
+  p.grad = std::move(grad);
+  p.grad_data = reinterpret_cast<uintptr_t>(view.data());
+}
+
+void TorchStep::sync(nb::list param_groups) {
+  param_groups_ = std::move(param_groups);
+  if (static_cast<std::size_t>(nb::len(param_groups_)) != options_.size())
+    throw Error("the optimizer's param groups changed since it was compiled");
+  for (std::size_t g = 0; g < options_.size(); ++g)
+    sync_options(g);
+  for (BoundParam& p : params_)
+    sync_param(p);
+}
+
+std::vector<int64_t> TorchStep::params_without_state() const {
+  std::vector<int64_t> missing;
+  for (int64_t i = 0; i < param_count(); ++i)
+    if (optimizer_->flat_param(i).grad().defined() && optimizer_->flat_state(i).empty())
+      missing.push_back(i);
+  return missing;
+}
+
+nb::list TorchStep::new_state(int64_t flat) const {
+  if (flat < 0 || flat >= param_count())
+    throw Error("param " + std::to_string(flat) + " is not one of the " + std::to_string(param_count()) + " params");
+  nb::list entries;
+  for (const StateSpec& spec : optimizer_->new_state_specs(optimizer_->group_of_flat(flat)))
+    if (spec.visible)
+      entries.append(nb::make_tuple(spec.name, spec.kind == StateKind::Scalar, spec.initial));
+  return entries;
+}
+
+void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
+  if (flat < 0 || flat >= param_count())
+    throw Error("param " + std::to_string(flat) + " is not one of the " + std::to_string(param_count()) + " params");
+  BoundParam& p = params_[static_cast<std::size_t>(flat)];
+  ParamState views;
+  std::vector<nb::object> held;
+  for (auto [key, tensor] : state) {
+    const std::string name = nb::cast<std::string>(key);
+    views.emplace_back(name, torch_.view(tensor, "state '" + name + "' of " + p.name));
+    held.push_back(nb::borrow(tensor));
+  }
+  optimizer_->adopt_state(flat, views, loaded ? Optimizer::StateOrigin::Loaded : Optimizer::StateOrigin::Fresh);
+  p.state = std::move(held);
+}
+
+void TorchStep::update() {
+  nb::gil_scoped_release release;
+  step_->update();
+}
+
+int TorchStep::kernel_count() { return step_->kernel_count(); }
+
+nb::dict TorchStep::metrics() const {
+  const StepMetrics& m = step_->metrics();
+  nb::dict d;
+  d["steps"] = m.steps;
+  d["compiles"] = m.compiles;
+  d["recompiles"] = m.recompiles;
+  d["rebinds"] = m.rebinds;
+  d["kernels_generated"] = m.kernels_generated;
+  d["cache_hits"] = m.cache_hits;
+  d["compile_ms"] = m.compile_ms;
+  d["dispatch_ms"] = m.dispatch_ms;
+  d["recompile_reasons"] = nb::cast(m.recompile_reasons);
+  return d;
+}
+
+std::string TorchStep::dump(const std::string& stage, int gpu_sm) { return step_->dump(parse_stage(stage), gpu_sm); }
+
+} // namespace optjit::python

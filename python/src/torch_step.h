@@ -1,0 +1,81 @@
+// A torch.optim optimizer compiled by optjit: the C++ side of optjit.compile(opt). It builds optjit's optimizer of
+// the same class over zero-copy views of the torch params, and at every step reads what torch users change between
+// steps straight from the torch objects: hyperparameters (floats or tensors) from opt.param_groups, each param's
+// grad (None, the same tensor, or a new one), a param whose data was replaced. The optimizer state stays torch's:
+// the Python side creates it as torch does and hands it over (adopt), and the kernels update those tensors in place.
+#pragma once
+
+#include "compiler/compiled_step.h"
+#include "frontend/optim/optimizer.h"
+#include "torch_tensors.h"
+
+#include <nanobind/nanobind.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace optjit::python {
+
+// Keyword options as the registry takes them: numbers, flags as 0 or 1, pairs as two values.
+using Keywords = std::map<std::string, std::vector<double>>;
+
+class TorchStep {
+public:
+  // `name`: torch's class name; `param_groups`: the optimizer's live list of group dicts (read again every step);
+  // `defaults` and `group_options`: its options as keywords; `scalar_dtype`: the torch dtype torch keeps scalar
+  // state in.
+  TorchStep(const std::string& name, nb::list param_groups, const Keywords& defaults,
+            const std::vector<Keywords>& group_options, nb::handle scalar_dtype);
+
+  // Reads this step's hyperparameters from `param_groups` (torch's list now: load_state_dict replaces it), and
+  // replaced param data and grads from the params.
+  void sync(nb::list param_groups);
+  // Params with a grad and no state yet, by flat index (group order): the Python side creates their state.
+  std::vector<int64_t> params_without_state() const;
+  // The state a new param of `flat`'s group gets, in torch's key order: (key, is scalar, starting value), visible
+  // entries only.
+  nb::list new_state(int64_t flat) const;
+  // Makes torch's `state` tensors (key -> tensor) the state of param `flat`; `loaded`: they come from a checkpoint
+  // or an earlier step rather than being made for this one. An empty dict drops the param's state.
+  void adopt(int64_t flat, nb::dict state, bool loaded);
+  // One compiled step (the update alone: the Python side runs torch's hooks around it), without the GIL.
+  void update();
+
+  int kernel_count();
+  nb::dict metrics() const;
+  std::string dump(const std::string& stage, int gpu_sm);
+  int64_t param_count() const { return static_cast<int64_t>(params_.size()); }
+
+private:
+  struct BoundParam {
+    nb::object param;              // the torch param (a DTensor under FSDP2)
+    std::string name;              // "param 3" in messages
+    uintptr_t data = 0;            // the local tensor's data_ptr the view was made at
+    nb::object grad;               // the grad the view's grad slot was made from
+    uintptr_t grad_data = 0;       // its data_ptr then (`grad.data = ...` keeps the object, not the memory)
+    Tensor view;                   // optjit's param: a view of the local tensor
+    std::vector<nb::object> state; // torch's state tensors the views of its state point into
+  };
+  // Where a C++ group option is read from: torch's key, and the element of a pair (-1: not a pair).
+  struct OptionSource {
+    std::string name, torch_key;
+    int element = -1;
+    nb::object tensor; // the torch tensor the option is held in, when it is one (Tensor lr)
+    uintptr_t tensor_data = 0;
+  };
+
+  void sync_options(std::size_t group);
+  void sync_param(BoundParam& p);
+
+  TorchTensors torch_;
+  nb::list param_groups_; // torch's list of group dicts at the last sync
+  std::vector<BoundParam> params_;
+  std::vector<std::vector<OptionSource>> options_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<CompiledStep> step_;
+};
+
+} // namespace optjit::python

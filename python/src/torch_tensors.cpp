@@ -1,0 +1,60 @@
+#include "torch_tensors.h"
+#include "runtime/error.h"
+
+#include <nanobind/stl/string.h>
+
+namespace optjit::python {
+
+TorchTensors::TorchTensors() {
+  nb::module_ torch = nb::module_::import_("torch");
+  tensor_type_ = torch.attr("Tensor");
+  strided_ = torch.attr("strided");
+  float32_ = torch.attr("float32");
+  float64_ = torch.attr("float64");
+  try {
+    dtensor_type_ = nb::module_::import_("torch.distributed.tensor").attr("DTensor");
+  } catch (const nb::python_error&) {
+    dtensor_type_ = nb::none(); // a torch built without distributed support has no DTensor
+  }
+}
+
+bool TorchTensors::is_tensor(nb::handle object) const {
+  return PyObject_IsInstance(object.ptr(), tensor_type_.ptr()) == 1;
+}
+
+nb::object TorchTensors::local(nb::handle tensor) const {
+  if (!dtensor_type_.is_none() && PyObject_IsInstance(tensor.ptr(), dtensor_type_.ptr()) == 1)
+    return tensor.attr("_local_tensor");
+  return nb::borrow(tensor);
+}
+
+Dtype TorchTensors::dtype_of(nb::handle torch_dtype, const std::string& what) const {
+  if (torch_dtype.is(float32_))
+    return Dtype::f32;
+  if (torch_dtype.is(float64_))
+    return Dtype::f64;
+  throw Error(what + " has dtype " + text(torch_dtype) + ": optjit compiles torch.float32 and torch.float64 tensors");
+}
+
+uintptr_t TorchTensors::data_ptr(nb::handle tensor) { return nb::cast<uintptr_t>(tensor.attr("data_ptr")()); }
+
+Tensor TorchTensors::view(nb::handle tensor, const std::string& what) const {
+  if (!is_tensor(tensor))
+    throw Error(what + " is a " + text(nb::handle(Py_TYPE(tensor.ptr()))) + ", not a torch.Tensor");
+  nb::object t = local(tensor);
+  if (!t.attr("layout").is(strided_))
+    throw Error(what + " has layout " + text(t.attr("layout")) +
+                ": optjit steps dense (torch.strided) tensors, not sparse ones");
+  const std::string device = text(t.attr("device").attr("type"));
+  if (device != "cpu")
+    throw Error(what + " is on " + text(t.attr("device")) + ": the Python package runs CPU tensors so far");
+  const Dtype dtype = dtype_of(t.attr("dtype"), what);
+  Shape shape, strides;
+  for (nb::handle extent : t.attr("shape"))
+    shape.push_back(nb::cast<int64_t>(extent));
+  for (nb::handle stride : t.attr("stride")())
+    strides.push_back(nb::cast<int64_t>(stride));
+  return Tensor::from_blob(reinterpret_cast<void*>(data_ptr(t)), shape, dtype, strides);
+}
+
+} // namespace optjit::python
