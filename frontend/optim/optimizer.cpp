@@ -291,10 +291,6 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
   return created;
 }
 
-Dtype Optimizer::new_state_dtype(const Tensor& param, const StateSpec& spec) const {
-  return spec.kind == StateKind::Scalar ? scalar_state_dtype_.value_or(param.dtype()) : param.dtype();
-}
-
 std::vector<StateSpec> Optimizer::new_state_specs(int group) const {
   const ParamGroup& g = groups_.at(static_cast<std::size_t>(group));
   std::vector<StateSpec> specs = state_specs(structure(g));
@@ -322,40 +318,49 @@ uint64_t Optimizer::state_dtype_fact(int64_t flat) const {
   return fact;
 }
 
+ParamState
+Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>& specs, const ParamState& given,
+                              int64_t id, bool loaded,
+                              const std::function<Tensor(const StateSpec&, const Tensor&)>& visible_entry) const {
+  std::set<std::string> given_keys, kept_keys;
+  for (const auto& entry : given)
+    given_keys.insert(entry.first);
+  ParamState state;
+  for (const StateSpec& spec : specs) {
+    if (!spec.visible) {
+      const double value = loaded ? spec.loaded : spec.initial;
+      state.emplace_back(spec.name, Tensor::full({}, value, new_state_dtype(param, spec), param.device()));
+      continue;
+    }
+    kept_keys.insert(spec.name);
+    if (const Tensor t = find_state(given, spec.name); t.defined()) // a missing key is reported below, with all
+      state.emplace_back(spec.name, visible_entry(spec, t));
+  }
+  if (given_keys != kept_keys)
+    throw Error(fmt::format("state of param {} has keys {}, but {} with these options keeps {}", id, given_keys, name_,
+                            kept_keys));
+  return state;
+}
+
 void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin origin) {
   if (flat < 0 || flat >= param_count())
     throw Error(fmt::format("adopt_state: param {} is not one of the {} params", flat, param_count()));
   const Tensor& param = flat_param(flat);
-  const auto g = static_cast<std::size_t>(group_of_flat(flat));
   ParamState adopted;
-  if (!visible.empty()) {
-    std::set<std::string> given, wanted;
-    for (const auto& entry : visible)
-      given.insert(entry.first);
-    for (const StateSpec& spec : new_state_specs(static_cast<int>(g))) {
-      if (!spec.visible) {
-        const double value = origin == StateOrigin::Loaded ? spec.loaded : spec.initial;
-        adopted.emplace_back(spec.name, Tensor::full({}, value, new_state_dtype(param, spec), param.device()));
-        continue;
-      }
-      wanted.insert(spec.name);
-      const Tensor t = find_state(visible, spec.name);
-      if (!t.defined())
-        continue; // reported below with the whole key sets
-      const bool scalar = spec.kind == StateKind::Scalar;
-      if (scalar ? t.numel() != 1 : t.shape() != param.shape())
-        throw Error(
-            fmt::format("state '{}' of param {} is {}, but {}", spec.name, flat, t.describe(),
-                        scalar ? std::string("a scalar state holds one element") : "the param is " + param.describe()));
-      if (t.device() != param.device() || !t.is_contiguous())
-        throw Error(fmt::format("state '{}' of param {} is {}: it must be contiguous, on the param's device ({})",
-                                spec.name, flat, t.describe(), param.device().to_string()));
-      adopted.emplace_back(spec.name, t);
-    }
-    if (given != wanted)
-      throw Error(
-          fmt::format("state of param {} has keys {}, but {} with these options keeps {}", flat, given, name_, wanted));
-  }
+  if (!visible.empty())
+    adopted = state_from_entries(
+        param, new_state_specs(group_of_flat(flat)), visible, flat, origin == StateOrigin::Loaded,
+        [&](const StateSpec& spec, const Tensor& t) {
+          const bool scalar = spec.kind == StateKind::Scalar;
+          if (scalar ? t.numel() != 1 : t.shape() != param.shape())
+            throw Error(fmt::format("state '{}' of param {} is {}, but {}", spec.name, flat, t.describe(),
+                                    scalar ? std::string("a scalar state holds one element")
+                                           : "the param is " + param.describe()));
+          if (t.device() != param.device() || !t.is_contiguous())
+            throw Error(fmt::format("state '{}' of param {} is {}: it must be contiguous, on the param's device ({})",
+                                    spec.name, flat, t.describe(), param.device().to_string()));
+          return t;
+        });
   states_[static_cast<std::size_t>(flat)] = std::move(adopted);
   ++state_version_;
 }

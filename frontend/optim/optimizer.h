@@ -159,7 +159,9 @@ public:
   // The dtype new per-tensor scalar state (step, eta, mu, ...) is stored in: each param's own by default. torch
   // keeps it in its scalar dtype (f32 unless its default dtype is f64); a step over torch's state sets that here.
   void set_scalar_state_dtype(std::optional<Dtype> dtype) { scalar_state_dtype_ = dtype; }
-  Dtype new_state_dtype(const Tensor& param, const StateSpec& spec) const;
+  Dtype new_state_dtype(const Tensor& param, const StateSpec& spec) const {
+    return spec.kind == StateKind::Scalar ? number_dtype(param.dtype()) : param.dtype();
+  }
   // The dtype of the 0-d tensors torch makes from Python numbers (torch.as_tensor: its default dtype) for params of
   // `param_dtype`: the scalar state dtype when set, the param's otherwise.
   Dtype number_dtype(Dtype param_dtype) const { return scalar_state_dtype_.value_or(param_dtype); }
@@ -250,6 +252,13 @@ private:
   void eager_update();
   // load_state_dict's checks and the state it would install, per flat param; throws on the first mismatch.
   std::vector<ParamState> checked_loaded_state(const StateDict& loaded) const;
+  // The whole state param `param` keeps under `specs`, from `given` (its visible entries by torch's keys, any
+  // order), for load_state_dict and adopt_state: each visible entry is `visible_entry(spec, given tensor)` (which
+  // checks and converts it), hidden entries start at their `loaded` value (`loaded`) or their initial one, and the
+  // keys given must be exactly the visible keys kept. `id` names the param in messages.
+  ParamState state_from_entries(const Tensor& param, const std::vector<StateSpec>& specs, const ParamState& given,
+                                int64_t id, bool loaded,
+                                const std::function<Tensor(const StateSpec&, const Tensor&)>& visible_entry) const;
   std::unique_ptr<CompiledStep> eager_step_; // the foreach path: the driver with the interpreter backend
 };
 

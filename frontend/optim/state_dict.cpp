@@ -85,33 +85,17 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
     const int64_t i = it->second;
     const Tensor& param = flat_param(i);
     const auto g = static_cast<std::size_t>(group_of_flat(i));
-    std::set<std::string> saved_keys;
-    for (const auto& entry : saved_state)
-      saved_keys.insert(entry.first);
-    std::set<std::string> wanted_keys;
-    ParamState& state = states[static_cast<std::size_t>(i)];
-    for (const StateSpec& spec : state_specs(structures[g])) {
-      if (!spec.visible) {
-        state.emplace_back(spec.name, Tensor::full({}, spec.loaded, param.dtype(), param.device()));
-        continue;
-      }
-      wanted_keys.insert(spec.name);
-      const Tensor saved = find_state(saved_state, spec.name);
-      if (!saved.defined())
-        continue; // reported below with the whole key sets
-      const bool scalar = spec.kind == StateKind::Scalar;
-      if (scalar ? saved.numel() != 1 : saved.shape() != param.shape())
-        throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
-                                scalar ? std::string("a scalar state needs one element")
-                                       : "the param has shape " + shape_text(param.shape())));
-      state.emplace_back(
-          spec.name, scalar
-                         ? Tensor::from_values({}, std::vector<double>{saved.item()}, param.dtype()).to(param.device())
-                         : copy_as(saved, param.dtype(), param.device()));
-    }
-    if (saved_keys != wanted_keys)
-      throw Error(fmt::format("state of param {} has keys {}, but {} with these options keeps {}", id, saved_keys,
-                              name_, wanted_keys));
+    states[static_cast<std::size_t>(i)] = state_from_entries(
+        param, state_specs(structures[g]), saved_state, id, /*loaded=*/true,
+        [&](const StateSpec& spec, const Tensor& saved) {
+          const bool scalar = spec.kind == StateKind::Scalar;
+          if (scalar ? saved.numel() != 1 : saved.shape() != param.shape())
+            throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
+                                    scalar ? std::string("a scalar state needs one element")
+                                           : "the param has shape " + shape_text(param.shape())));
+          return scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, param.dtype()).to(param.device())
+                        : copy_as(saved, param.dtype(), param.device());
+        });
   }
   return states;
 }
