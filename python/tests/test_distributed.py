@@ -1,0 +1,173 @@
+"""optjit under PyTorch's own distributed engine, for real: 2 processes on this machine, gloo on the CPU.
+
+- FSDP2 (fully_shard): params, grads and per-element state are DTensors; the compiled step updates each rank's local
+  shards in place. Every optimizer runs 10 steps through optjit.patch and through torch's own step, from the same
+  model and data; every rank's shards and state must agree. The last layer's bias has one element, so rank 1's
+  shard of it is empty.
+- A checkpoint taken with torch.distributed.checkpoint's get_optimizer_state_dict from a plain torch run loads with
+  set_optimizer_state_dict into a compiled run (torch steps the optimizer once with lr 0 to create its state, then
+  loads), which continues the plain run's trajectory.
+- DDP: plain tensors whose grads are all-reduced in backward; the compiled step needs nothing special.
+
+Each scenario is one torch.multiprocessing.spawn, so that torch is imported twice per scenario, not per case."""
+
+import copy
+import datetime
+import gc
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import optjit
+
+WORLD = 2
+STEPS = 10
+
+CONFIGS = [
+    (torch.optim.Adam, dict(lr=1e-2, amsgrad=True)),
+    (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+    (torch.optim.SGD, dict(lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-3)),
+    (torch.optim.NAdam, dict(lr=1e-2, decoupled_weight_decay=True, weight_decay=0.1)),
+    (torch.optim.RAdam, dict(lr=1e-2)),
+    (torch.optim.Adamax, dict(lr=1e-2)),
+    (torch.optim.Adagrad, dict(lr=1e-2, lr_decay=0.01)),
+    (torch.optim.Adadelta, dict(lr=1.0)),
+    (torch.optim.RMSprop, dict(lr=1e-2, centered=True, momentum=0.5)),
+    (torch.optim.Rprop, dict(lr=1e-2)),
+    (torch.optim.ASGD, dict(lr=1e-2, t0=3)),
+]
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+def _fsdp_model(mesh):
+    from torch.distributed.fsdp import fully_shard
+
+    model = _model()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def _train(model, opt, rank, steps, first=0):
+    for t in range(first, first + steps):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * rank + t))
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def _local(tensor):
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def _assert_same_run(model, opt, reference, opt_ref, what):
+    """Each rank's local params and state entries agree with the reference run's (keys, types, values). Params at
+    the golden f32 tolerance; state at 1e-4: centered RMSprop's buffers divide by sqrt(E[g^2] - E[g]^2), which
+    cancels and magnifies f32 rounding where an FMA or a summation order differs from torch's loop."""
+    for i, (p, q) in enumerate(zip(model.parameters(), reference.parameters())):
+        assert type(p) is type(q), f"{what}: param {i} is a {type(p).__name__}, torch's a {type(q).__name__}"
+        torch.testing.assert_close(
+            _local(p.detach()), _local(q.detach()), rtol=1e-5, atol=1e-6, msg=lambda m: f"{what}: param {i}: {m}"
+        )
+        state, state_ref = opt.state[p], opt_ref.state[q]
+        assert list(state) == list(state_ref), f"{what}: param {i} state keys {list(state)} vs {list(state_ref)}"
+        for key, value in state_ref.items():
+            assert type(state[key]) is type(value), f"{what}: param {i} state {key}: {type(state[key]).__name__}"
+            torch.testing.assert_close(
+                _local(state[key]), _local(value), rtol=1e-4, atol=1e-5, msg=lambda m: f"{what}: param {i} {key}: {m}"
+            )
+
+
+def _fsdp_every_optimizer(rank, mesh):
+    for cls, options in CONFIGS:
+        reference = _fsdp_model(mesh)
+        opt_ref = cls(reference.parameters(), **options)
+        _train(reference, opt_ref, rank, STEPS)
+
+        model = _fsdp_model(mesh)
+        opt = cls(model.parameters(), **options)
+        compiled = optjit.patch(opt)
+        _train(model, opt, rank, STEPS)
+        _assert_same_run(model, opt, reference, opt_ref, f"rank {rank}, FSDP2 {cls.__name__}")
+        metrics = compiled.metrics()
+        assert metrics["steps"] == STEPS and metrics["compiles"] == 1 and metrics["recompiles"] == 0, metrics
+        assert metrics["kernels"] == 1, metrics
+        shards = [p.to_local().numel() for p in model.parameters()]
+        assert (shards[-1] == 0) == (rank == 1), shards  # the empty shard was stepped too
+
+
+def _fsdp_checkpoint_resumes(rank, mesh):
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    reference = _fsdp_model(mesh)
+    opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1)
+    _train(reference, opt_ref, rank, STEPS // 2)
+    checkpoint = {
+        "model": {k: v.detach().clone() for k, v in reference.state_dict().items()},
+        "optim": copy.deepcopy(get_optimizer_state_dict(reference, opt_ref)),  # it holds the live state
+    }
+    _train(reference, opt_ref, rank, STEPS // 2, first=STEPS // 2)
+
+    model = _fsdp_model(mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    compiled = optjit.patch(opt)
+    model.load_state_dict(checkpoint["model"])
+    set_optimizer_state_dict(model, opt, checkpoint["optim"])
+    _train(model, opt, rank, STEPS // 2, first=STEPS // 2)
+    _assert_same_run(model, opt, reference, opt_ref, f"rank {rank}, FSDP2 checkpoint")
+    assert compiled.metrics()["recompiles"] == 0
+
+
+def _ddp(rank, mesh):
+    from torch.nn.parallel import DistributedDataParallel
+
+    for cls, options in CONFIGS[:3]:
+        reference = DistributedDataParallel(_model())
+        opt_ref = cls(reference.parameters(), **options)
+        _train(reference, opt_ref, rank, STEPS)
+        model = DistributedDataParallel(_model())
+        opt = cls(model.parameters(), **options)
+        optjit.patch(opt)
+        _train(model, opt, rank, STEPS)
+        _assert_same_run(model, opt, reference, opt_ref, f"rank {rank}, DDP {cls.__name__}")
+        for p in model.parameters():  # all-reduced grads keep the replicas equal
+            gathered = [torch.empty_like(p) for _ in range(WORLD)]
+            dist.all_gather(gathered, p.detach())
+            assert all(torch.equal(g, gathered[0]) for g in gathered), "DDP replicas diverged"
+
+
+SCENARIOS = {"fsdp_every_optimizer": _fsdp_every_optimizer, "fsdp_checkpoint": _fsdp_checkpoint_resumes, "ddp": _ddp}
+
+
+def _worker(rank, scenario, init_method):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group(
+        "gloo", init_method=init_method, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=120)
+    )
+    try:
+        SCENARIOS[scenario](rank, init_device_mesh("cpu", (WORLD,)))
+        dist.barrier()
+        # DDP's reducer sits in reference cycles; left to the interpreter's exit, it frees gloo's process group
+        # after destroy_process_group, which can abort the process ("terminate called without an active exception").
+        gc.collect()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="this torch is built without torch.distributed")
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_two_ranks(scenario):
+    # Loopback, so that gloo needs no resolvable host name (CI machines may have none); a user's setting wins.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(_worker, args=(scenario, "file://" + os.path.join(folder, "rendezvous")), nprocs=WORLD)
