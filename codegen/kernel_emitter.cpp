@@ -113,7 +113,7 @@ public:
       for (std::size_t k = 0; k < plan_.scratch.size(); ++k) {
         const Node& n = graph_.node(plan_.scratch[k]);
         Value* address = b.CreateGEP(i64_, scratch, b.CreateAdd(row, b.getInt64(static_cast<int64_t>(k))));
-        scalars[static_cast<std::size_t>(plan_.scratch[k])] = b.CreateLoad(scalar_type(n.dtype), address);
+        scalars[static_cast<std::size_t>(plan_.scratch[k])] = b.CreateLoad(value_type(n.dtype), address);
       }
       for (ValueId id = 0; id < plan_.prologue_size; ++id)
         if (graph_.node(id).op == Op::constant)
@@ -230,7 +230,8 @@ private:
         Value*& v = loaded[static_cast<std::size_t>(slot)];
         if (!v)
           v = b.CreateAlignedLoad(vector_of(slot), vector_at(slot), align_of(slot), plan_.abi.tensor_slots[slot]);
-        return convert(b, b.CreateExtractElement(v, static_cast<uint64_t>(lane)), element_type());
+        return from_storage(b, b.CreateExtractElement(v, static_cast<uint64_t>(lane)), tensor_slot_dtype(slot),
+                            element_type());
       };
       std::vector<Value*> values = evaluate_elements(b, per_tensor, load, element_type());
       for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
@@ -240,7 +241,7 @@ private:
         const int slot = index_in(plan_.abi.tensor_slots, s.name);
         if (!stored[k])
           stored[k] = llvm::PoisonValue::get(vector_of(slot));
-        Value* value = convert(b, values[static_cast<std::size_t>(s.value)], scalar_type(tensor_slot_dtype(slot)));
+        Value* value = to_storage(b, values[static_cast<std::size_t>(s.value)], tensor_slot_dtype(slot));
         stored[k] = b.CreateInsertElement(stored[k], value, static_cast<uint64_t>(lane));
       }
     }
@@ -324,9 +325,16 @@ private:
       return llvm::Type::getFloatTy(ctx_);
     case Dtype::f64:
       return llvm::Type::getDoubleTy(ctx_);
+    case Dtype::bf16:
+      return llvm::Type::getInt16Ty(ctx_); // its bits: from_storage and to_storage convert by hand
+    case Dtype::f16:
+      return llvm::Type::getHalfTy(ctx_);
     }
     OPTJIT_ASSERT(false, "dtype without an LLVM type");
   }
+  // The LLVM type a computed value of `d` is held in: its storage type, except bf16, held as a float (rounded to
+  // bf16) since LLVM computes on no bf16 here.
+  llvm::Type* value_type(Dtype d) { return d == Dtype::bf16 ? llvm::Type::getFloatTy(ctx_) : scalar_type(d); }
   // The compute type of element values.
   llvm::Type* element_type() { return scalar_type(graph_.dtype); }
   llvm::Type* vector_type(Dtype dtype, int lanes) {
@@ -346,6 +354,36 @@ private:
   Value* convert(IRBuilder<>& b, Value* v, llvm::Type* type) {
     return v->getType() == type ? v : b.CreateFPCast(v, type);
   }
+  // `element`, with as many lanes as `like` has (a scalar when it is one).
+  static llvm::Type* with_lanes(llvm::Type* element, llvm::Type* like) {
+    if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(like))
+      return llvm::FixedVectorType::get(element, vector->getNumElements());
+    return element;
+  }
+  // A value loaded from `storage` (scalar or vector), in the compute type `type`. bf16 is kept as its 16 bits and
+  // widened by hand (its bits are a float's upper half), so that no target needs a bf16 conversion routine.
+  Value* from_storage(IRBuilder<>& b, Value* v, Dtype storage, llvm::Type* type) {
+    if (storage == Dtype::bf16) {
+      Value* wide = b.CreateShl(b.CreateZExt(v, with_lanes(b.getInt32Ty(), v->getType())), 16);
+      v = b.CreateBitCast(wide, with_lanes(b.getFloatTy(), v->getType()));
+    }
+    return convert(b, v, type);
+  }
+  // A computed value (scalar or vector) rounded to `storage`, to nearest with ties to even. bf16 by hand: add
+  // 0x7fff plus the lowest kept bit and keep the upper half; NaNs stay quiet NaNs.
+  Value* to_storage(IRBuilder<>& b, Value* v, Dtype storage) {
+    if (storage != Dtype::bf16)
+      return convert(b, v, with_lanes(scalar_type(storage), v->getType()));
+    v = convert(b, v, with_lanes(b.getFloatTy(), v->getType()));
+    llvm::Type* i32 = with_lanes(b.getInt32Ty(), v->getType());
+    Value* bits = b.CreateBitCast(v, i32);
+    Value* upper = b.CreateLShr(bits, 16);
+    Value* lowest_kept = b.CreateAnd(upper, llvm::ConstantInt::get(i32, 1));
+    Value* rounded = b.CreateLShr(b.CreateAdd(b.CreateAdd(bits, llvm::ConstantInt::get(i32, 0x7fff)), lowest_kept), 16);
+    Value* quiet_nan = b.CreateOr(upper, llvm::ConstantInt::get(i32, 0x40));
+    Value* result = b.CreateSelect(b.CreateFCmpUNO(v, v), quiet_nan, rounded);
+    return b.CreateTrunc(result, with_lanes(b.getInt16Ty(), v->getType()));
+  }
 
   std::vector<Value*> splat_all(IRBuilder<>& b, const std::vector<Value*>& scalars, int lanes) {
     std::vector<Value*> out(scalars.size(), nullptr);
@@ -364,7 +402,7 @@ private:
       Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], j);
       Value* v = b.CreateAlignedLoad(vector_type(storage, lanes), address, llvm::Align(dtype_size(storage)),
                                      plan_.abi.tensor_slots[slot]);
-      return convert(b, v, type);
+      return from_storage(b, v, storage, type);
     };
     std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type);
     for (const Store& s : graph_.stores) {
@@ -373,7 +411,7 @@ private:
       const int slot = index_in(plan_.abi.tensor_slots, s.name);
       const Dtype storage = tensor_slot_dtype(slot);
       Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], j);
-      b.CreateAlignedStore(convert(b, values[static_cast<std::size_t>(s.value)], vector_type(storage, lanes)), address,
+      b.CreateAlignedStore(to_storage(b, values[static_cast<std::size_t>(s.value)], storage), address,
                            llvm::Align(dtype_size(storage)));
     }
   }
@@ -423,17 +461,18 @@ private:
       }
       case Op::scalar_state: {
         Value* address = slot_pointer(b, in.slots, scalar_slot(n.name), in.n_tensors, in.t);
-        v = convert(b, b.CreateLoad(scalar_type(slot_dtype(n.name)), address, n.name), b.getDoubleTy());
+        v = from_storage(b, b.CreateLoad(scalar_type(slot_dtype(n.name)), address, n.name), slot_dtype(n.name),
+                         b.getDoubleTy());
         break;
       }
       case Op::carried:
-        v = b.CreateLoad(scalar_type(n.dtype), carry_address(b, in, n.name), n.name);
+        v = b.CreateLoad(value_type(n.dtype), carry_address(b, in, n.name), n.name);
         break;
       default:
         std::vector<Value*> operands;
         for (ValueId input : n.inputs)
           operands.push_back(values[static_cast<std::size_t>(input)]);
-        v = emit_op(b, n, operands, scalar_type(n.dtype));
+        v = emit_op(b, n, operands, value_type(n.dtype));
       }
       values[static_cast<std::size_t>(id)] = v;
     }
@@ -462,7 +501,7 @@ private:
       case StoreKind::Tensor:
         break;
       case StoreKind::Scalar:
-        b.CreateStore(convert(b, value, scalar_type(slot_dtype(s.name))),
+        b.CreateStore(to_storage(b, value, slot_dtype(s.name)),
                       slot_pointer(b, in.slots, scalar_slot(s.name), in.n_tensors, in.t));
         break;
       case StoreKind::Carry:
@@ -482,6 +521,8 @@ private:
     Value* zero = llvm::Constant::getNullValue(type);
     switch (n.op) {
     case Op::cast:
+      if (n.dtype == Dtype::bf16) // rounded to bf16, held in a float (value_type)
+        return from_storage(b, to_storage(b, in[0], Dtype::bf16), Dtype::bf16, type);
       return b.CreateFPCast(in[0], type);
     case Op::neg:
       return b.CreateFNeg(in[0]);

@@ -9,14 +9,16 @@ namespace {
 // What differs between two packed param facts, e.g. "dtype changed from f32 to f64".
 std::string describe_param_change(uint32_t before, uint32_t now) {
   std::vector<std::string> changes;
-  const unsigned dtype_before = before & 3, dtype_now = now & 3;
+  const unsigned dtype_before = before & kParamFactDtypeMask, dtype_now = now & kParamFactDtypeMask;
   if (dtype_before != dtype_now)
     changes.push_back(fmt::format("dtype changed from {} to {}", dtype_name(static_cast<Dtype>(dtype_before)),
                                   dtype_name(static_cast<Dtype>(dtype_now))));
   auto device_of = [](uint32_t fact) {
-    return Device{static_cast<DeviceKind>((fact >> 2) & 1), static_cast<int>(fact >> 3)}.to_string();
+    return Device{static_cast<DeviceKind>((fact >> kParamFactDtypeBits) & 1),
+                  static_cast<int>(fact >> (kParamFactDtypeBits + 1))}
+        .to_string();
   };
-  if ((before >> 2) != (now >> 2))
+  if ((before >> kParamFactDtypeBits) != (now >> kParamFactDtypeBits))
     changes.push_back(fmt::format("device changed from {} to {}", device_of(before), device_of(now)));
   return fmt::format("{}", fmt::join(changes, ", "));
 }

@@ -21,10 +21,14 @@ struct GuardFacts {
   bool operator==(const GuardFacts&) const = default;
 };
 
-// dtype in bits 0-1, device kind in bit 2, device index from bit 3.
+// A param's packed fact: dtype in the low kParamFactDtypeBits bits, then the device kind (1 bit), then the device
+// index. Room for 16 dtypes.
+inline constexpr unsigned kParamFactDtypeBits = 4;
+inline constexpr uint32_t kParamFactDtypeMask = (1u << kParamFactDtypeBits) - 1;
+static_assert(kDtypeCount <= kParamFactDtypeMask + 1, "widen kParamFactDtypeBits for the dtype table");
 inline uint32_t param_fact(const TensorImpl& param) {
-  return static_cast<uint32_t>(param.dtype) | (static_cast<uint32_t>(param.device.kind) << 2) |
-         (static_cast<uint32_t>(param.device.index) << 3);
+  return static_cast<uint32_t>(param.dtype) | (static_cast<uint32_t>(param.device.kind) << kParamFactDtypeBits) |
+         (static_cast<uint32_t>(param.device.index) << (kParamFactDtypeBits + 1));
 }
 
 // The first guard that differs between `before` and `now`, in words: "param 3: dtype changed from f32 to f64".

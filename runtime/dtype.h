@@ -1,8 +1,11 @@
 // Element types of tensors, from the one dtype table (runtime/dtypes.def). Scalar (per-tensor) arithmetic is
 // always done in f64, as torch does on the host. Code that depends on a dtype either visits it (visit_dtype: one
-// template for every C++ storage type) or switches over it without a default, so adding a dtype to the table is a
-// compile error (-Wswitch) at every switch that still has to handle it.
+// template for every C++ storage type; visit_compute_dtype: one for each dtype optjit computes in) or switches over
+// it without a default, so adding a dtype to the table is a compile error (-Wswitch) at every switch that still has
+// to handle it.
 #pragma once
+
+#include "runtime/low_precision.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +21,12 @@ enum class Dtype : uint8_t {
 #undef OPTJIT_DTYPE
 };
 
+inline constexpr unsigned kDtypeCount = 0
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code) +1
+#include "runtime/dtypes.def"
+#undef OPTJIT_DTYPE
+    ;
+
 // Calls body.template operator()<T>() with T the C++ type that stores one element of `dtype`.
 template <class Body> decltype(auto) visit_dtype(Dtype dtype, Body&& body) {
   switch (dtype) {
@@ -28,6 +37,30 @@ template <class Body> decltype(auto) visit_dtype(Dtype dtype, Body&& body) {
 #undef OPTJIT_DTYPE
   }
   __builtin_unreachable();
+}
+
+// The dtype element math runs in for tensors stored in `dtype`: f32 for the 16-bit storage types (torch's opmath:
+// load, compute in f32, round once when storing), the dtype itself otherwise.
+constexpr Dtype compute_dtype(Dtype dtype) {
+  switch (dtype) {
+  case Dtype::f32:
+  case Dtype::f64:
+    return dtype;
+  case Dtype::bf16:
+  case Dtype::f16:
+    return Dtype::f32;
+  }
+  __builtin_unreachable();
+}
+
+constexpr bool is_low_precision(Dtype dtype) { return compute_dtype(dtype) != dtype; }
+
+// Calls body.template operator()<T>() with T the C++ type optjit computes in for `dtype`: that of
+// compute_dtype(dtype), float or double.
+template <class Body> decltype(auto) visit_compute_dtype(Dtype dtype, Body&& body) {
+  if (compute_dtype(dtype) == Dtype::f64)
+    return body.template operator()<double>();
+  return body.template operator()<float>();
 }
 
 constexpr std::size_t dtype_size(Dtype dtype) {
@@ -41,7 +74,7 @@ constexpr std::size_t dtype_size(Dtype dtype) {
   __builtin_unreachable();
 }
 
-// "f32", "f64": the names optjit prints and parses.
+// "f32", "f64", "bf16", "f16": the names optjit prints and parses.
 constexpr std::string_view dtype_name(Dtype dtype) {
   switch (dtype) {
 #define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                         \

@@ -268,6 +268,28 @@ Tensor Tensor::clone() const {
   return copy;
 }
 
+Tensor Tensor::to(Dtype target) const {
+  if (target == dtype())
+    return *this;
+  if (on_cuda(*this))
+    return to(Device::cpu()).to(target).to(device());
+  Tensor copy = empty(shape(), target);
+  if (!is_contiguous()) {
+    for (int64_t i = 0; i < numel(); ++i)
+      copy.set_item(i, item(i));
+    return copy;
+  }
+  visit_dtype(dtype(), [&]<class From>() {
+    visit_dtype(target, [&]<class To>() {
+      const From* from = data_as<From>();
+      To* to = copy.data_as<To>();
+      for (int64_t i = 0; i < numel(); ++i)
+        to[i] = static_cast<To>(static_cast<double>(from[i]));
+    });
+  });
+  return copy;
+}
+
 void Tensor::copy_from(const Tensor& source) const {
   if (source.shape() != shape() || source.dtype() != dtype())
     throw Error("cannot copy " + source.describe() + " into " + describe() + ": shape and dtype must match");

@@ -96,6 +96,9 @@ public:
   Tensor clone() const;                  // a contiguous copy on the same device
   // torch's `tensor.to(device)`: this tensor when it is already there, otherwise a contiguous copy on `target`.
   Tensor to(Device target) const;
+  // A contiguous copy in `target` dtype (this tensor itself when it already has it): values converted through
+  // double, so narrowing rounds to nearest even (to bf16 and f16 from f64 through f32, as torch does).
+  Tensor to(Dtype target) const;
   void copy_from(const Tensor& source) const; // same shape and dtype required
   void fill(double value) const;
 

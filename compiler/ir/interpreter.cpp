@@ -36,7 +36,7 @@ double scalar_op(const Node& n, const std::vector<double>& in) {
   if (n.op == Op::select)
     return in[0] != 0 ? in[1] : in[2];
   // Per-tensor math in the node's dtype: f32 values are rounded after every op, as a float on the host would be.
-  return visit_dtype(n.dtype, [&]<class T>() -> double {
+  return visit_compute_dtype(n.dtype, [&]<class T>() -> double {
     if (in.size() == 1)
       return apply_unary<T>(n.op, static_cast<T>(in[0]));
     return apply_binary<T>(n.op, static_cast<T>(in[0]), static_cast<T>(in[1]));
@@ -148,9 +148,15 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
       out = std::move(v);
       continue;
     }
-    case Op::tensor:
-      out = args.slot(n.name); // loads alias the argument; stores replace contents only at the end
+    case Op::tensor: {
+      // Loads alias the argument (stores replace contents only at the end); a slot stored in another dtype than
+      // the graph computes in (bf16, f16) is loaded as a converted copy.
+      ElementValues loaded = args.slot(n.name);
+      for (Tensor& t : loaded)
+        t = t.to(graph.dtype);
+      out = std::move(loaded);
       continue;
+    }
     case Op::carried: {
       OPTJIT_ASSERT(carried && carried->count(n.name), "carried value '" + n.name + "' read before a kernel wrote it");
       out = carried->at(n.name);
@@ -192,7 +198,8 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
       for (int64_t k = b; k < e; ++k) {
         const WorkItem& item = items[static_cast<std::size_t>(k)];
         const Tensor& dst = result[static_cast<std::size_t>(item.tensor)];
-        visit_dtype(graph.dtype, [&]<class T>() { element_op<T>(n, in, item.tensor, dst, item.begin, item.end); });
+        visit_compute_dtype(graph.dtype,
+                            [&]<class T>() { element_op<T>(n, in, item.tensor, dst, item.begin, item.end); });
       }
     });
     out = std::move(result);
@@ -220,7 +227,7 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
       } else {
         const Tensor& source = std::get<ElementValues>(v)[static_cast<std::size_t>(t)];
         if (!source.same(target))
-          target.copy_from(source);
+          target.copy_from(source.to(target.dtype())); // rounds once to the slot's storage dtype
       }
     }
   }

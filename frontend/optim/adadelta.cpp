@@ -77,7 +77,7 @@ void Adadelta::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adadelta::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { adadelta_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { adadelta_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -76,7 +76,7 @@ void Adagrad::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adagrad::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { adagrad_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { adagrad_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

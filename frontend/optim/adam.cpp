@@ -126,7 +126,7 @@ void Adam::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { adam_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { adam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

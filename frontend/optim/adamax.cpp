@@ -71,7 +71,7 @@ void Adamax::trace(Tracer& t, const Structure& s) const {
 }
 
 void Adamax::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { adamax_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { adamax_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -86,8 +86,8 @@ void ASGD::trace(Tracer& t, const Structure& s) const {
 }
 
 void ASGD::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(),
-              [&]<class T>() { asgd_forloop<T>(group, param, grad, state, number_dtype(param.dtype())); });
+  visit_compute_dtype(param.dtype(),
+                      [&]<class T>() { asgd_forloop<T>(group, param, grad, state, number_dtype(param.dtype())); });
 }
 
 } // namespace optjit

@@ -107,7 +107,7 @@ void NAdam::trace(Tracer& t, const Structure& s) const {
 }
 
 void NAdam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { nadam_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { nadam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

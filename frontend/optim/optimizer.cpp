@@ -410,7 +410,7 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   for (char& c : graph_name)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const Structure s = structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
-  Tracer tracer(graph_name, bucket.dtype, slots(s, bucket));
+  Tracer tracer(graph_name, compute_dtype(bucket.dtype), slots(s, bucket)); // bf16 and f16 compute in f32
   trace(tracer, s);
   return tracer.finish();
 }
@@ -466,6 +466,24 @@ double Optimizer::step(const Closure& closure) {
   return run_with_step_hooks([this] { eager_update(); }, closure);
 }
 
+void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                                              ParamState& state) {
+  const Dtype compute = compute_dtype(param.dtype());
+  if (compute == param.dtype())
+    return forloop_step(group, param, grad, state);
+  // Low-precision storage: the f32 reference on f32 copies, then one rounding per stored value (torch's opmath).
+  const auto widened = [&](const Tensor& t) { return t.dtype() == compute ? t : t.to(compute); };
+  const Tensor param_f = widened(param);
+  ParamState state_f;
+  for (const auto& [key, t] : state)
+    state_f.emplace_back(key, widened(t));
+  forloop_step(group, param_f, widened(grad), state_f);
+  param.copy_from(param_f.to(param.dtype()));
+  for (std::size_t k = 0; k < state.size(); ++k)
+    if (!state_f[k].second.same(state[k].second))
+      state[k].second.copy_from(state_f[k].second.to(state[k].second.dtype()));
+}
+
 void Optimizer::eager_update() {
   check_step();
   for (int64_t i = 0; i < param_count(); ++i)
@@ -478,7 +496,8 @@ void Optimizer::eager_update() {
     for (int64_t i = 0; i < param_count(); ++i) {
       const Tensor& p = flat_param(i);
       if (Tensor g = p.grad(); g.defined())
-        forloop_step(groups_[static_cast<std::size_t>(group_of_flat(i))], p, g, states_[static_cast<std::size_t>(i)]);
+        forloop_step_in_compute_dtype(groups_[static_cast<std::size_t>(group_of_flat(i))], p, g,
+                                      states_[static_cast<std::size_t>(i)]);
     }
     return;
   }

@@ -163,8 +163,8 @@ public:
     return spec.kind == StateKind::Scalar ? number_dtype(param.dtype()) : param.dtype();
   }
   // The dtype of the 0-d tensors torch makes from Python numbers (torch.as_tensor: its default dtype) for params of
-  // `param_dtype`: the scalar state dtype when set, the param's otherwise.
-  Dtype number_dtype(Dtype param_dtype) const { return scalar_state_dtype_.value_or(param_dtype); }
+  // `param_dtype`: the scalar state dtype when set, otherwise the dtype the param computes in (f32 for bf16).
+  Dtype number_dtype(Dtype param_dtype) const { return scalar_state_dtype_.value_or(compute_dtype(param_dtype)); }
   // The entries a new state of a param in group `group` gets, in torch's key order, with their starting values.
   std::vector<StateSpec> new_state_specs(int group) const;
   // Where adopted state comes from: made for a first step (hidden entries start at their initial value), or loaded
@@ -250,6 +250,10 @@ private:
   HookList<StateDictHook> state_dict_post_hooks_, load_state_dict_pre_hooks_;
   bool create_missing_state(bool only_params_with_grads);
   void eager_update();
+  // forloop_step on a param stored in its compute dtype, or on compute-dtype copies of a low-precision param, its
+  // grad and state, rounded back once at the end (see compute_dtype).
+  void forloop_step_in_compute_dtype(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                                     ParamState& state);
   // load_state_dict's checks and the state it would install, per flat param; throws on the first mismatch.
   std::vector<ParamState> checked_loaded_state(const StateDict& loaded) const;
   // The whole state param `param` keeps under `specs`, from `given` (its visible entries by torch's keys, any

@@ -99,7 +99,7 @@ void RAdam::trace(Tracer& t, const Structure& s) const {
 }
 
 void RAdam::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { radam_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { radam_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -108,7 +108,7 @@ void RMSprop::trace(Tracer& t, const Structure& s) const {
 }
 
 void RMSprop::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { rmsprop_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { rmsprop_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -95,7 +95,7 @@ void Rprop::trace(Tracer& t, const Structure& s) const {
 }
 
 void Rprop::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { rprop_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { rprop_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

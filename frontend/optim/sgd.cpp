@@ -98,7 +98,7 @@ void SGD::trace(Tracer& t, const Structure& s) const {
 }
 
 void SGD::forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const {
-  visit_dtype(param.dtype(), [&]<class T>() { sgd_forloop<T>(group, param, grad, state); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { sgd_forloop<T>(group, param, grad, state); });
 }
 
 } // namespace optjit

@@ -93,7 +93,8 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
             throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
                                     scalar ? std::string("a scalar state needs one element")
                                            : "the param has shape " + shape_text(param.shape())));
-          return scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, param.dtype()).to(param.device())
+          return scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, new_state_dtype(param, spec))
+                              .to(param.device())
                         : copy_as(saved, param.dtype(), param.device());
         });
   }

@@ -9,8 +9,10 @@ TorchTensors::TorchTensors() {
   nb::module_ torch = nb::module_::import_("torch");
   tensor_type_ = torch.attr("Tensor");
   strided_ = torch.attr("strided");
-  float32_ = torch.attr("float32");
-  float64_ = torch.attr("float64");
+#define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                         \
+  dtypes_.emplace_back(torch.attr(torch_name), Dtype::name);
+#include "runtime/dtypes.def"
+#undef OPTJIT_DTYPE
   try {
     dtensor_type_ = nb::module_::import_("torch.distributed.tensor").attr("DTensor");
   } catch (const nb::python_error&) {
@@ -29,11 +31,13 @@ nb::object TorchTensors::local(nb::handle tensor) const {
 }
 
 Dtype TorchTensors::dtype_of(nb::handle torch_dtype, const std::string& what) const {
-  if (torch_dtype.is(float32_))
-    return Dtype::f32;
-  if (torch_dtype.is(float64_))
-    return Dtype::f64;
-  throw Error(what + " has dtype " + text(torch_dtype) + ": optjit compiles torch.float32 and torch.float64 tensors");
+  std::string names;
+  for (const auto& [object, dtype] : dtypes_) {
+    if (torch_dtype.is(object))
+      return dtype;
+    names += (names.empty() ? "" : ", ") + text(object);
+  }
+  throw Error(what + " has dtype " + text(torch_dtype) + ": optjit compiles " + names + " tensors");
 }
 
 uintptr_t TorchTensors::data_ptr(nb::handle tensor) { return nb::cast<uintptr_t>(tensor.attr("data_ptr")()); }

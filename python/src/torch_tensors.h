@@ -7,6 +7,8 @@
 #include <nanobind/nanobind.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace optjit::python {
 
@@ -30,7 +32,8 @@ public:
   static uintptr_t data_ptr(nb::handle tensor);
 
 private:
-  nb::object tensor_type_, strided_, float32_, float64_, dtensor_type_;
+  nb::object tensor_type_, strided_, dtensor_type_;
+  std::vector<std::pair<nb::object, Dtype>> dtypes_; // torch's dtype objects optjit runs, by the dtype table
 };
 
 } // namespace optjit::python

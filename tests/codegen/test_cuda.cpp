@@ -79,8 +79,11 @@ void check_gpu_against_forloop(const std::string& name, const KeywordOptions& op
     forloop->step();
     compiled();
   }
-  // The GPU contracts a*b+c into fused multiply-adds; the CPU kernels and the forloop do not.
-  const double rtol = dtype == Dtype::f32 ? 1e-5 : 1e-12, atol = dtype == Dtype::f32 ? 1e-6 : 1e-14;
+  // The GPU contracts a*b+c into fused multiply-adds; the CPU kernels and the forloop do not. bf16 and f16 values
+  // that land near a rounding boundary may then round to neighbours: the golden low-precision bound (4 and 2 ulp).
+  const double eps = dtype == Dtype::bf16 ? 0x1p-7 : 0x1p-10;
+  const double rtol = dtype == Dtype::f32 ? 1e-5 : dtype == Dtype::f64 ? 1e-12 : 4 * eps;
+  const double atol = dtype == Dtype::f32 ? 1e-6 : dtype == Dtype::f64 ? 1e-14 : 2 * eps;
   check_same_trajectory(gpu, *compiled_opt, ref, *forloop, rtol, atol, "cuda compiled vs cpu forloop");
   CHECK(compiled.metrics().compiles == 1);
   CHECK(compiled.metrics().recompiles == 0);
@@ -95,7 +98,7 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
   }
   const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_test_kernel.ptx";
   int assembled = 0;
-  for (Dtype dtype : {Dtype::f32, Dtype::f64})
+  for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
     for (const CountConfig& c : torch_optim_configs()) {
       auto opt = make_single_group(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
       CompiledStep step = compile(*opt);
@@ -113,7 +116,7 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
       }
     }
   std::filesystem::remove(file);
-  CHECK(assembled >= 240);
+  CHECK(assembled >= 480);
 }
 
 TEST_CASE("cuda ptx: the GPU's exp, log and pow agree with libm to a few ulp, special values included") {
@@ -182,7 +185,7 @@ TEST_CASE("cuda: tensors round trip between host and device") {
 TEST_CASE("cuda: every optimizer configuration compiled on the GPU matches the CPU forloop") {
   if (skip_without_gpu())
     return;
-  for (Dtype dtype : {Dtype::f32, Dtype::f64})
+  for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
     for (const CountConfig& c : torch_optim_configs()) {
       INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
       // Sizes that leave vector remainders, a tensor of several work items and an empty one.

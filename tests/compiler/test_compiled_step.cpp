@@ -57,7 +57,7 @@ TEST_CASE("compiled: the issue's example: Adam with amsgrad and weight decay is 
 TEST_CASE("compiled: every optimizer configuration is one kernel per (device, dtype) group") {
   const std::vector<CountConfig> configs = torch_optim_configs();
   CHECK(configs.size() >= 60);
-  for (Dtype dtype : {Dtype::f32, Dtype::f64})
+  for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
     for (const CountConfig& c : configs) {
       INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
       Pair p(c.optimizer, c.options, dtype);
@@ -69,6 +69,12 @@ TEST_CASE("compiled: every optimizer configuration is one kernel per (device, dt
     mixed.push_back(t);
   Adam both(mixed);
   CHECK(compile(both).kernel_count() == 2);
+  // torch's test_mixed_device_dtype: every storage dtype in one optimizer, one kernel each.
+  for (Dtype low : {Dtype::bf16, Dtype::f16})
+    for (const Tensor& t : random_params({{5}, {3}}, low, 4))
+      mixed.push_back(t);
+  Adam four(mixed);
+  CHECK(compile(four).kernel_count() == 4);
 }
 
 TEST_CASE("compiled: steady state and lr or any hyperparameter changes never recompile") {

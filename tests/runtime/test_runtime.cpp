@@ -95,7 +95,9 @@ TEST_CASE("thread pool: parallel_for covers every index once, in grains, with an
 TEST_CASE("dtype and device: parsing and clear errors") {
   CHECK(parse_dtype("float32") == Dtype::f32);
   CHECK(parse_dtype("f64") == Dtype::f64);
-  check_error_contains([] { parse_dtype("bf16"); }, "bf16");
+  CHECK(parse_dtype("bfloat16") == Dtype::bf16);
+  CHECK(parse_dtype("f16") == Dtype::f16);
+  check_error_contains([] { parse_dtype("fp8"); }, "fp8");
   CHECK(parse_device("cpu") == Device::cpu());
   CHECK(parse_device("cuda:1").to_string() == "cuda:1");
   check_error_contains([] { parse_device("tpu"); }, "tpu");

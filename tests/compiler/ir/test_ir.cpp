@@ -85,7 +85,7 @@ TEST_CASE("ir: every traced optimizer graph prints, parses back and prints the s
                             {"sgd", {}},
                             {"sgd", {{"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}}},
                             {"sgd", {{"momentum", {0.9}}, {"dampening", {0.3}}, {"maximize", {1}}}}};
-  for (Dtype dtype : {Dtype::f32, Dtype::f64})
+  for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16})
     for (const Config& c : configs) {
       auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{random_params({{3}, {2, 2}}, dtype, 1), {}}}, c.options);
       opt->ensure_state();

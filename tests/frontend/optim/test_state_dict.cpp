@@ -71,7 +71,7 @@ std::vector<Tensor> params_without_grads(const std::vector<Tensor>& params) {
 // Save after 3 steps, load into a fresh optimizer built with default options, continue 4 steps: bit for bit the
 // uninterrupted run.
 void check_round_trip(const std::string& name, const KeywordOptions& options) {
-  for (Dtype dtype : {Dtype::f32, Dtype::f64})
+  for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
     for (Path path : {Path::Forloop, Path::Eager, Path::Compiled}) {
       INFO(name << " " << dtype_name(dtype) << " path " << static_cast<int>(path));
       const std::vector<Tensor> initial = random_params(kShapes, dtype, 77);

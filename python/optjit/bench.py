@@ -1,0 +1,188 @@
+"""python -m optjit.bench: optjit.compile(opt) against torch's own ways to run the same step, on the same torch
+tensors: foreach=True, fused=True and torch.compile(opt.step). Per-step time (median of batches), the cold compile
+time of each compiled mode (its first call), and the ratio to torch's fused step. A benchmark, never a test.
+
+    python -m optjit.bench                              # Adam and SGD on 1x50M, 1000x10k, 10000x100 and a model
+    python -m optjit.bench --shapes 1000x10k --modes optjit,fused --new-grads
+    python -m optjit.bench --device cuda                # on a GPU (timed with CUDA events)
+
+--new-grads gives every param a new grad tensor before each step (zero_grad(set_to_none=True), torch's default), so
+the time includes optjit's rebinding; the grads are made outside the timed region."""
+
+import argparse
+import gc
+import json
+import statistics
+import time
+
+import torch
+
+import optjit
+
+SHAPES = {"1x50M": (1, 50_000_000), "1000x10k": (1000, 10_000), "10000x100": (10_000, 100)}
+OPTIMIZERS = {
+    "adam": (torch.optim.Adam, dict(lr=1e-3)),
+    "sgd": (torch.optim.SGD, dict(lr=1e-3, momentum=0.9)),
+}
+MODES = ("optjit", "foreach", "fused", "torch.compile")
+
+
+def model_shapes():
+    """A real model's parameter shapes: a 6-layer Transformer encoder, d_model 512 (~19M elements, 74 tensors)."""
+    layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048)
+    with torch.device("meta"):
+        encoder = torch.nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
+    return [tuple(p.shape) for p in encoder.parameters()]
+
+
+def make_params(shapes, device, seed=0):
+    generator = torch.Generator(device=device).manual_seed(seed)
+    params = [torch.randn(shape, device=device, generator=generator, requires_grad=True) for shape in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, device=device, generator=generator) * 1e-3
+    return params
+
+
+class Timer:
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def __call__(self, fn):
+        """Seconds one call of fn takes, device work included."""
+        self.sync()
+        start = time.perf_counter()
+        fn()
+        self.sync()
+        return time.perf_counter() - start
+
+
+def make_step(mode, opt):
+    if mode == "optjit":
+        return optjit.compile(opt)
+    if mode == "torch.compile":
+        return torch.compile(opt.step)
+    return opt.step
+
+
+def measure(mode, cls, options, shapes, args):
+    """{step_ms, first_call_ms, and compile_ms for optjit} for one mode; step_ms None where torch refuses it."""
+    params = make_params(shapes, args.device)
+    kwargs = dict(options)
+    if mode in ("foreach", "fused"):
+        kwargs[mode] = True
+    elif mode == "torch.compile":
+        kwargs["foreach"] = True  # what torch.compile traces best
+    try:
+        opt = cls(params, **kwargs)
+    except RuntimeError as error:  # e.g. no fused kernel for this device
+        return {"step_ms": None, "refused": str(error).splitlines()[0]}
+    step = make_step(mode, opt)
+    timer = Timer(args.device)
+    grads = [p.grad for p in params]
+
+    def new_grads():
+        if args.new_grads:
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+
+    if mode == "torch.compile":
+        torch._dynamo.reset()
+    new_grads()
+    first_ms = timer(step) * 1e3
+    for _ in range(args.warmup):
+        new_grads()
+        step()
+    batches = []
+    for _ in range(args.batches):
+        total = 0.0
+        for _ in range(args.steps):
+            new_grads()
+            total += timer(step)
+        batches.append(total / args.steps * 1e3)
+    result = {"step_ms": statistics.median(batches), "first_call_ms": first_ms}
+    if mode == "optjit":  # the first call also makes torch's state tensors and binds them; this is the compiler alone
+        result["compile_ms"] = step.metrics()["compile_ms"]
+    del opt, step, params, grads
+    gc.collect()
+    if args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m optjit.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--optimizers", default="adam,sgd", help=f"comma-separated: {', '.join(OPTIMIZERS)}")
+    parser.add_argument("--shapes", default="1x50M,1000x10k,10000x100,model", help=f"{', '.join(SHAPES)}, model")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated: {', '.join(MODES)}")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", type=int, default=10, help="steps per timed batch")
+    parser.add_argument("--batches", type=int, default=5, help="timed batches (the median is reported)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--new-grads", action="store_true", help="a new grad tensor per param before every step")
+    parser.add_argument(
+        "--compile-max-tensors",
+        type=int,
+        default=1000,
+        help="skip torch.compile on sets of more tensors (its first call takes tens of minutes on 10000 tensors)",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    args = parser.parse_args(argv)
+
+    modes = args.modes.split(",")
+    for mode in modes:
+        if mode not in MODES:
+            parser.error(f"unknown mode {mode!r}: expected {', '.join(MODES)}")
+    results = []
+    for name in args.optimizers.split(","):
+        if name not in OPTIMIZERS:
+            parser.error(f"unknown optimizer {name!r}: expected {', '.join(OPTIMIZERS)}")
+        cls, options = OPTIMIZERS[name]
+        for shape_name in args.shapes.split(","):
+            if shape_name == "model":
+                shapes = model_shapes()
+            elif shape_name in SHAPES:
+                count, numel = SHAPES[shape_name]
+                shapes = [(numel,)] * count
+            else:
+                parser.error(f"unknown shape set {shape_name!r}: expected {', '.join(SHAPES)}, model")
+            row = {"optimizer": name, "shapes": shape_name, "tensors": len(shapes)}
+            for mode in modes:
+                if mode == "torch.compile" and len(shapes) > args.compile_max_tensors:
+                    row[mode] = {"step_ms": None, "refused": "skipped: over --compile-max-tensors"}
+                    continue
+                row[mode] = measure(mode, cls, options, shapes, args)
+            results.append(row)
+            if not args.json:
+                print_row(row, modes, header=len(results) == 1)
+    if args.json:
+        print(json.dumps({"device": args.device, "new_grads": args.new_grads, "results": results}))
+
+
+def print_row(row, modes, header):
+    fused = row.get("fused", {}).get("step_ms")
+    if header:
+        cells = [f"{m} ms/step" for m in modes] + (["optjit / fused"] if "optjit" in modes and "fused" in modes else [])
+        cells += ["optjit compile ms", "optjit first call ms"] if "optjit" in modes else []
+        cells += ["torch.compile first call ms"] if "torch.compile" in modes else []
+        print("| optimizer | shapes | " + " | ".join(cells) + " |")
+        print("|" + "---|" * (len(cells) + 2))
+    cells = []
+    for mode in modes:
+        step_ms = row[mode]["step_ms"]
+        cells.append(f"{step_ms:.3f}" if step_ms is not None else f"refused ({row[mode]['refused']})")
+    if "optjit" in modes and "fused" in modes:
+        cells.append(f"{row['optjit']['step_ms'] / fused:.2f}" if fused else "-")
+    if "optjit" in modes:
+        cells += [f"{row['optjit']['compile_ms']:.1f}", f"{row['optjit']['first_call_ms']:.0f}"]
+    if "torch.compile" in modes:
+        first_ms = row["torch.compile"].get("first_call_ms")
+        cells.append(f"{first_ms:.0f}" if first_ms is not None else "-")
+    print(f"| {row['optimizer']} | {row['shapes']} ({row['tensors']} tensors) | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
