@@ -472,12 +472,12 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
   if (compute == param.dtype())
     return forloop_step(group, param, grad, state);
   // Low-precision storage: the f32 reference on f32 copies, then one rounding per stored value (torch's opmath).
-  const auto widened = [&](const Tensor& t) { return t.dtype() == compute ? t : t.to(compute); };
-  const Tensor param_f = widened(param);
+  // (Tensor::to keeps a tensor already in f32, such as the scalar state, so the formula updates it in place.)
+  const Tensor param_f = param.to(compute);
   ParamState state_f;
   for (const auto& [key, t] : state)
-    state_f.emplace_back(key, widened(t));
-  forloop_step(group, param_f, widened(grad), state_f);
+    state_f.emplace_back(key, t.to(compute));
+  forloop_step(group, param_f, grad.to(compute), state_f);
   param.copy_from(param_f.to(param.dtype()));
   for (std::size_t k = 0; k < state.size(); ++k)
     if (!state_f[k].second.same(state[k].second))

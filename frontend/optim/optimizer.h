@@ -156,8 +156,9 @@ public:
   void set_state(const Tensor& param, const std::string& key, const Tensor& value);
   void clear_state();
 
-  // The dtype new per-tensor scalar state (step, eta, mu, ...) is stored in: each param's own by default. torch
-  // keeps it in its scalar dtype (f32 unless its default dtype is f64); a step over torch's state sets that here.
+  // The dtype new per-tensor scalar state (step, eta, mu, ...) is stored in: by default the dtype each param computes
+  // in (its own, f32 for bf16 and f16). torch keeps it in its scalar dtype (f32 unless its default dtype is f64); a
+  // step over torch's state sets that here.
   void set_scalar_state_dtype(std::optional<Dtype> dtype) { scalar_state_dtype_ = dtype; }
   Dtype new_state_dtype(const Tensor& param, const StateSpec& spec) const {
     return spec.kind == StateKind::Scalar ? number_dtype(param.dtype()) : param.dtype();
