@@ -214,6 +214,11 @@ struct CompiledStep::Impl {
   }
 
   void step() {
+    if (source.step_skipped()) { // before any check: a skipped step reads and changes nothing else
+      ++metrics.steps;
+      ++metrics.skipped_steps;
+      return;
+    }
     auto start = std::chrono::steady_clock::now();
     const int64_t compiles_before = metrics.compiles;
     const uint64_t slot_epoch = tensor_slot_epoch();

@@ -57,6 +57,9 @@ public:
   // Step-time checks, run before anything changes; they throw optjit::Error.
   virtual void check_hyperparameters() const = 0;
   virtual void check_grad(int64_t flat) const = 0;
+  // Whether this step must change nothing (a gradient scaler found an inf or NaN): the driver then runs no check,
+  // creates no state and launches nothing.
+  virtual bool step_skipped() const = 0;
   // Creates the missing state of every param with a grad; returns whether any was created.
   virtual bool ensure_state() = 0;
   // Changes whenever state is created or a state buffer is replaced: bindings hold state addresses.

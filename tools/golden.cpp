@@ -148,6 +148,12 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
     std::optional<GoldenScheduler> scheduler; // right after the optimizer, as the case was recorded
     if (!c.at("scheduler").is_null())
       scheduler.emplace(c["scheduler"], *opt);
+    // Gradient scaling (FORMAT_NEXT): the grads are scaled by grad_scale, and a step whose found_inf is 1 is skipped.
+    Tensor found_inf;
+    if (c.contains("grad_scale")) {
+      found_inf = Tensor::zeros({1}, Dtype::f32, device);
+      opt->set_grad_scaling(Tensor::full({1}, c["grad_scale"].get<double>(), Dtype::f32, device), found_inf);
+    }
     if (mode == ReplayMode::Compiled)
       compiled.emplace(compile(*opt));
 
@@ -174,6 +180,8 @@ ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mo
         else
           params[i].set_grad(Tensor::from_values(params[i].shape(), g.get<std::vector<double>>(), dtype).to(device));
       }
+      if (found_inf.defined())
+        found_inf.fill(rec.at("found_inf").get<double>());
       if (compiled)
         (*compiled)();
       else

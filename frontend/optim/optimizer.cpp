@@ -224,13 +224,31 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 std::vector<double> Optimizer::hyper_values() const {
-  std::vector<std::string> names = hyper_names();
+  const std::vector<std::string> names = hyper_names();
+  const double scale = grad_scale_.defined() ? grad_scale_.item() : 0.0; // read once: a device scale costs a copy
   std::vector<double> values;
-  values.reserve(groups_.size() * names.size());
-  for (const ParamGroup& group : groups_)
+  values.reserve(groups_.size() * (names.size() + 1));
+  for (const ParamGroup& group : groups_) {
     for (const std::string& name : names)
       values.push_back(group.get(name));
+    if (grad_scale_.defined())
+      values.push_back(scale);
+  }
   return values;
+}
+
+std::vector<std::string> Optimizer::step_hyper_names() const {
+  std::vector<std::string> names = hyper_names();
+  if (grad_scale_.defined())
+    names.emplace_back("grad_scale");
+  return names;
+}
+
+Structure Optimizer::traced_structure(const ParamGroup& group) const {
+  Structure s = structure(group);
+  s.set("grad_scale", grad_scale_.defined());
+  s.set("unscaled_grads_stored", grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled);
+  return s;
 }
 
 void Optimizer::check_hyperparameters() const {
@@ -240,6 +258,35 @@ void Optimizer::check_hyperparameters() const {
       if (double v = groups_[g].get(name); !std::isfinite(v))
         throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
                     ": hyperparameters must be finite");
+  if (grad_scale_.defined())
+    if (const double scale = grad_scale_.item(); !(std::isfinite(scale) && scale > 0))
+      throw Error("grad_scale is " + python_float(scale) +
+                  ": a gradient scale must be a positive finite number (grads are divided by it)");
+}
+
+void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads) {
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor&>{"grad_scale", grad_scale}, {"found_inf", found_inf}})
+    if (t.defined() && t.numel() != 1)
+      throw Error(fmt::format("{} is {}: a gradient scaler's {} holds one element", name, t.describe(), name));
+  grad_scale_ = std::move(grad_scale);
+  found_inf_ = std::move(found_inf);
+  grads_after_step_ = grads;
+}
+
+bool Optimizer::step_skipped() const { return found_inf_.defined() && found_inf_.item() != 0; }
+
+// A copy of `grad` in the compute dtype, divided by `scale` there (torch's fused optimizers unscale in opmath).
+static Tensor unscaled(const Tensor& grad, double scale) {
+  Tensor g = grad.to(compute_dtype(grad.dtype()));
+  if (g.same(grad))
+    g = grad.clone();
+  visit_compute_dtype(g.dtype(), [&]<class T>() {
+    T* values = g.data_as<T>();
+    for (int64_t i = 0; i < g.numel(); ++i)
+      values[i] = values[i] / static_cast<T>(scale);
+  });
+  return g;
 }
 
 void Optimizer::check_grad(int64_t flat) const {
@@ -367,19 +414,19 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
 
 std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) const {
   std::vector<Bucket> buckets;
-  std::vector<Structure> structures;
+  std::vector<std::string> keys;
   std::vector<std::vector<StateSpec>> specs;
   for (const ParamGroup& group : groups_) {
-    structures.push_back(structure(group));
-    specs.push_back(state_specs(structures.back()));
+    const Structure s = traced_structure(group);
+    keys.push_back(s.key());
+    specs.push_back(state_specs(s));
   }
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
     if (members == BucketMembers::WithGrads && !p.grad().defined())
       continue;
     int g = flat_group_[static_cast<std::size_t>(i)];
-    const Structure& s = structures[static_cast<std::size_t>(g)];
-    std::string key = s.key();
+    const std::string& key = keys[static_cast<std::size_t>(g)];
     std::vector<Dtype> state_dtypes = state_dtypes_of(*this, i, specs[static_cast<std::size_t>(g)]);
     Bucket* bucket = nullptr;
     for (Bucket& b : buckets)
@@ -409,15 +456,17 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   std::string graph_name = name_;
   for (char& c : graph_name)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const Structure s = structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
+  const Structure s = traced_structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
   Tracer tracer(graph_name, compute_dtype(bucket.dtype), slots(s, bucket)); // bf16 and f16 compute in f32
+  if (s["grad_scale"])
+    tracer.divide_grads_by("grad_scale", s["unscaled_grads_stored"]);
   trace(tracer, s);
   return tracer.finish();
 }
 
 ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   ListArguments args;
-  args.hyper_names = hyper_names();
+  args.hyper_names = step_hyper_names();
   args.hyper = hyper_values();
   const std::vector<Slot> declared =
       slots(structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]), bucket);
@@ -485,6 +534,8 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
 }
 
 void Optimizer::eager_update() {
+  if (step_skipped())
+    return;
   check_step();
   for (int64_t i = 0; i < param_count(); ++i)
     if (const Tensor& p = flat_param(i); p.grad().defined() && p.device().kind == DeviceKind::cuda)
@@ -495,9 +546,14 @@ void Optimizer::eager_update() {
   if (!foreach_) {
     for (int64_t i = 0; i < param_count(); ++i) {
       const Tensor& p = flat_param(i);
-      if (Tensor g = p.grad(); g.defined())
-        forloop_step_in_compute_dtype(groups_[static_cast<std::size_t>(group_of_flat(i))], p, g,
-                                      states_[static_cast<std::size_t>(i)]);
+      Tensor g = p.grad();
+      if (!g.defined())
+        continue;
+      const Tensor used = grad_scale_.defined() ? unscaled(g, grad_scale_.item()) : g;
+      forloop_step_in_compute_dtype(groups_[static_cast<std::size_t>(group_of_flat(i))], p, used,
+                                    states_[static_cast<std::size_t>(i)]);
+      if (grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled)
+        g.copy_from(used.to(g.dtype()));
     }
     return;
   }

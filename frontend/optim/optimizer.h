@@ -54,8 +54,8 @@ struct ParamGroupSpec {
 class Structure {
 public:
   void set(const std::string& name, bool value) { flags_.emplace_back(name, value); }
-  bool operator[](const std::string& name) const;
-  std::string key() const; // "amsgrad=1,maximize=0"
+  bool operator[](const std::string& name) const; // an internal error for a flag the structure lacks
+  std::string key() const;                        // "amsgrad=1,maximize=0"
 
 private:
   std::vector<std::pair<std::string, bool>> flags_;
@@ -177,6 +177,21 @@ public:
   void adopt_state(int64_t flat, const ParamState& visible, StateOrigin origin);
   uint64_t state_version() const override { return state_version_; }
 
+  // Gradient scaling as torch's fused optimizers take it (GradScaler sets `optimizer.grad_scale` and
+  // `optimizer.found_inf`). `grad_scale`, when defined, divides every grad inside the step, in the compute dtype,
+  // before maximize, weight decay and everything else; the grads themselves are never written. `found_inf`, when
+  // defined and non-zero at a step, makes that step change nothing: no param, no state entry, no step counter, and no
+  // state is created. Both are 1-element tensors, read at every step, so their values never recompile; switching
+  // grad_scale on or off traces the step again. An undefined tensor turns either off. Every mode follows it.
+  // `grads`: what a step that is not skipped leaves in the grads: the scaled grads as they were (never written), or
+  // the unscaled ones, stored by the same kernel as torch's fused kernels do (GradScaler users read unscaled grads
+  // after scaler.step(), whichever path torch took).
+  enum class GradsAfterStep { Scaled, Unscaled };
+  void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled);
+  const Tensor& grad_scale() const { return grad_scale_; }
+  const Tensor& found_inf() const { return found_inf_; }
+  bool step_skipped() const override; // found_inf is set and non-zero now
+
   // What compiled and eager steps build on (compiler/step_source.h).
   using Member = BucketMember;
   using Bucket = ParamBucket;
@@ -190,10 +205,14 @@ public:
   // entry in its storage dtype.
   std::vector<Slot> slots(const Structure& structure, const ParamBucket& bucket) const;
   ListArguments list_arguments(const ParamBucket& bucket) const override;
-  // This step's hyperparameters: groups x hyper_names(), read from the groups' options.
+  // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale).
   std::vector<double> hyper_values() const override;
-  // Step-time checks, run before anything is mutated. Hyperparameters must be finite; a grad must have its
-  // param's shape, dtype and device, and both must be contiguous.
+  // hyper_names(), and "grad_scale" while gradient scaling is on (the same value in every group).
+  std::vector<std::string> step_hyper_names() const;
+  // The flags a group's step is traced with: the subclass's structure(), and whether grads are unscaled.
+  Structure traced_structure(const ParamGroup& group) const;
+  // Step-time checks, run before anything is mutated. Hyperparameters must be finite (a grad scale positive too); a
+  // grad must have its param's shape, dtype and device, and both must be contiguous.
   void check_hyperparameters() const override;
   void check_grad(int64_t flat) const override;
   void check_step() const; // every hyperparameter and every present grad
@@ -203,7 +222,7 @@ public:
   uint64_t state_dtype_fact(int64_t flat) const override;
   int group_count() const override { return static_cast<int>(groups_.size()); }
   std::string group_structure_key(int group) const override {
-    return structure(groups_[static_cast<std::size_t>(group)]).key();
+    return traced_structure(groups_[static_cast<std::size_t>(group)]).key();
   }
 
   int64_t param_count() const override { return static_cast<int64_t>(flat_params_.size()); }
@@ -245,6 +264,8 @@ private:
   std::vector<int> flat_group_;
   std::vector<ParamState> states_;
   std::optional<Dtype> scalar_state_dtype_;
+  Tensor grad_scale_, found_inf_;
+  GradsAfterStep grads_after_step_ = GradsAfterStep::Scaled;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
   uint64_t state_version_ = 0;
   HookList<StepHook> step_pre_hooks_, step_post_hooks_, state_dict_pre_hooks_, load_state_dict_post_hooks_;

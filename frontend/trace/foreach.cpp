@@ -9,6 +9,20 @@ Sym lift(Sym like, double value) { return like.tracer().constant(value); }
 
 } // namespace
 
+Sym Tracer::tensors(const std::string& slot) {
+  Sym stored = wrap(builder_.tensor(slot));
+  if (grad_divisor_.empty() || builder_.slot(slot).role != SlotRole::Grad)
+    return stored;
+  return stored / hyper(grad_divisor_);
+}
+
+Graph Tracer::finish() {
+  if (store_unscaled_grads_)
+    for (const std::string& slot : grad_slots_)
+      store(slot, tensors(slot));
+  return builder_.finish();
+}
+
 Sym operator+(Sym a, Sym b) { return binary(Op::add, a, b); }
 Sym operator-(Sym a, Sym b) { return binary(Op::sub, a, b); }
 Sym operator*(Sym a, Sym b) { return binary(Op::mul, a, b); }

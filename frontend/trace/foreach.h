@@ -29,11 +29,22 @@ public:
   // A tracer for a step whose element math runs in `dtype`, over the slots it declares: an algorithm reads and
   // writes only these (a slot it does not declare is an optjit::Error naming the declared ones).
   Tracer(std::string name, Dtype dtype, const std::vector<Slot>& slots) : builder_(std::move(name), dtype) {
-    for (const Slot& slot : slots)
+    for (const Slot& slot : slots) {
       builder_.declare_slot(slot);
+      if (slot.role == SlotRole::Grad)
+        grad_slots_.push_back(slot.name);
+    }
   }
 
-  Sym tensors(const std::string& slot) { return wrap(builder_.tensor(slot)); }
+  // The tensors of a slot. The grad slot reads as grad / grad_divisor while divide_grads_by is on.
+  Sym tensors(const std::string& slot);
+  // Gradient scaling (torch's fused optimizers' grad_scale): every read of the grad slot is divided by hyperparameter
+  // `hyper_name` before the algorithm sees it, so an optimizer's trace unscales without knowing. With
+  // `store_unscaled`, the step also stores the unscaled grads back (what torch's fused kernels leave in the grads).
+  void divide_grads_by(std::string hyper_name, bool store_unscaled) {
+    grad_divisor_ = std::move(hyper_name);
+    store_unscaled_grads_ = store_unscaled;
+  }
   Sym scalar_state(const std::string& slot) { return wrap(builder_.scalar_state(slot)); }
   Sym hyper(const std::string& name) { return wrap(builder_.hyper(name)); }
   Sym constant(double value) { return wrap(builder_.constant(value)); }
@@ -53,10 +64,13 @@ public:
 
   Sym wrap(ValueId id) { return Sym(this, id); }
   GraphBuilder& builder() { return builder_; }
-  Graph finish() { return builder_.finish(); }
+  Graph finish();
 
 private:
   GraphBuilder builder_;
+  std::string grad_divisor_; // empty: grads are read as stored
+  bool store_unscaled_grads_ = false;
+  std::vector<std::string> grad_slots_; // the slots of role grad
 };
 
 Sym operator+(Sym a, Sym b);

@@ -37,8 +37,8 @@ class CompiledStep:
     def __call__(self, closure=None, **kwargs):
         if kwargs:
             raise Error(
-                f"the compiled step takes only closure=, not {', '.join(kwargs)} (GradScaler's fused-step arguments "
-                "are not supported: optjit.patch turns them off so that GradScaler unscales the grads itself)"
+                f"the compiled step takes only closure=, not {', '.join(kwargs)} (a GradScaler hands over its scale "
+                "as opt.grad_scale and opt.found_inf, which the step reads)"
             )
         opt = self._optimizer()
         args, kwargs = (opt,), {} if closure is None else {"closure": closure}
@@ -70,7 +70,7 @@ class CompiledStep:
         cxx = self._compiled(opt)
         metrics = cxx.metrics()
         for old in self._retired:
-            for key in ("steps", "compiles", "recompiles", "rebinds", "kernels_generated", "cache_hits"):
+            for key in ("steps", "skipped_steps", "compiles", "recompiles", "rebinds", "kernels_generated", "cache_hits"):
                 metrics[key] += old[key]
             metrics["compile_ms"] += old["compile_ms"]
             metrics["dispatch_ms"] += old["dispatch_ms"]
@@ -94,7 +94,11 @@ class CompiledStep:
 
     def _update(self, opt):
         cxx = self._compiled(opt)
-        self._sync(opt, cxx)
+        # GradScaler's fused-optimizer contract: grads divided by opt.grad_scale in the kernel; a step with a non-zero
+        # opt.found_inf changes nothing, so it creates no torch state either.
+        cxx.sync_grad_scaling(getattr(opt, "grad_scale", None), getattr(opt, "found_inf", None))
+        if not cxx.step_skipped():
+            self._sync(opt, cxx)
         cxx.update()
 
     def _compiled(self, opt):
@@ -167,9 +171,9 @@ def patch(opt):
     step.compiled = compiled
     step._wrapped_by_lr_sched = True  # LR schedulers see the step they track (compiled steps set _opt_called)
     opt.step = step
-    # A fused torch optimizer lets GradScaler hand it the scale; optjit's step takes unscaled grads, so GradScaler
-    # unscales them itself (and skips steps with inf or NaN grads) while patched.
-    opt._step_supports_amp_scaling = False
+    # As torch's fused optimizers do, the patched step lets GradScaler hand it the scale (opt.grad_scale) and the
+    # inf check (opt.found_inf) instead of unscaling every grad in a pass of its own: the kernel divides.
+    opt._step_supports_amp_scaling = True
 
     def unpatch_this():
         if saved_step is None:

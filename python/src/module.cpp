@@ -21,6 +21,9 @@ NB_MODULE(_optjit, m) {
            nb::arg("name"), nb::arg("param_groups"), nb::arg("defaults"), nb::arg("group_options"),
            nb::arg("scalar_dtype"))
       .def("sync", &TorchStep::sync, nb::arg("param_groups"))
+      .def("sync_grad_scaling", &TorchStep::sync_grad_scaling, nb::arg("grad_scale").none(),
+           nb::arg("found_inf").none())
+      .def("step_skipped", &TorchStep::step_skipped)
       .def("params_without_state", &TorchStep::params_without_state)
       .def("new_state", &TorchStep::new_state, nb::arg("flat"))
       .def("adopt", &TorchStep::adopt, nb::arg("flat"), nb::arg("state"), nb::arg("loaded"))

@@ -115,6 +115,25 @@ void TorchStep::sync(nb::list param_groups) {
     sync_param(p);
 }
 
+const Tensor& TorchStep::hold(HeldTensor& held, nb::object tensor, const std::string& what) {
+  if (tensor.is_none()) {
+    held = HeldTensor{};
+    return held.view;
+  }
+  if (!torch_.is_tensor(tensor))
+    throw Error(what + " is " + text(nb::type_name(tensor.type())) + ", not a tensor");
+  const uintptr_t data = TorchTensors::data_ptr(tensor);
+  if (!tensor.is(held.tensor) || data != held.data)
+    held = HeldTensor{tensor, data, torch_.view(tensor, what)};
+  return held.view;
+}
+
+void TorchStep::sync_grad_scaling(nb::object grad_scale, nb::object found_inf) {
+  const Tensor& scale = hold(grad_scale_, std::move(grad_scale), "optimizer.grad_scale");
+  const Tensor& inf = hold(found_inf_, std::move(found_inf), "optimizer.found_inf");
+  optimizer_->set_grad_scaling(scale, inf, Optimizer::GradsAfterStep::Unscaled); // as torch's fused kernels leave them
+}
+
 std::vector<int64_t> TorchStep::params_without_state() const {
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < param_count(); ++i)
@@ -159,6 +178,7 @@ nb::dict TorchStep::metrics() const {
   const StepMetrics& m = step_->metrics();
   nb::dict d;
   d["steps"] = m.steps;
+  d["skipped_steps"] = m.skipped_steps;
   d["compiles"] = m.compiles;
   d["recompiles"] = m.recompiles;
   d["rebinds"] = m.rebinds;

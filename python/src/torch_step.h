@@ -33,6 +33,11 @@ public:
   // Reads this step's hyperparameters from `param_groups` (torch's list now: load_state_dict replaces it), and
   // replaced param data and grads from the params.
   void sync(nb::list param_groups);
+  // GradScaler's `optimizer.grad_scale` and `optimizer.found_inf` (each a 1-element CPU tensor, or None) for this
+  // step: optjit divides the grads by the scale inside the kernel and skips a step whose found_inf is non-zero.
+  void sync_grad_scaling(nb::object grad_scale, nb::object found_inf);
+  // Whether this step changes nothing (found_inf is non-zero): the Python side then creates no state either.
+  bool step_skipped() const { return optimizer_->step_skipped(); }
   // Params with a grad and no state yet, by flat index (group order): the Python side creates their state.
   std::vector<int64_t> params_without_state() const;
   // The state a new param of `flat`'s group gets, in torch's key order: (key, is scalar, starting value), visible
@@ -67,6 +72,14 @@ private:
     uintptr_t tensor_data = 0;
   };
 
+  // A torch tensor a view was made of, and the memory it viewed, to make a view again only when either changes.
+  struct HeldTensor {
+    nb::object tensor = nb::none();
+    uintptr_t data = 0;
+    Tensor view;
+  };
+  // `held`'s view of `tensor` (undefined for None), made again only when the tensor or its memory changed.
+  const Tensor& hold(HeldTensor& held, nb::object tensor, const std::string& what);
   void sync_options(std::size_t group);
   void sync_param(BoundParam& p);
 
@@ -74,6 +87,7 @@ private:
   nb::list param_groups_; // torch's list of group dicts at the last sync
   std::vector<BoundParam> params_;
   std::vector<std::vector<OptionSource>> options_;
+  HeldTensor grad_scale_, found_inf_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<CompiledStep> step_;
 };

@@ -1,0 +1,131 @@
+"""Gradient scaling: a patched optimizer takes GradScaler's scale and inf check as torch's fused optimizers do
+(opt.grad_scale, opt.found_inf; _step_supports_amp_scaling), dividing the grads inside the kernel and skipping a step
+with an inf or NaN grad. Checked against torch's fused=True optimizers under the same GradScaler (the same contract),
+and for all 11 optimizers against torch's own GradScaler path (unscale every grad, skip the step)."""
+
+import pytest
+import torch
+
+import optjit
+from conftest import assert_same_state
+
+ALL = [
+    (torch.optim.Adam, dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
+    (torch.optim.AdamW, dict(lr=0.01, maximize=True)),
+    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
+    (torch.optim.Adagrad, dict(lr=0.1, initial_accumulator_value=0.1)),
+    (torch.optim.NAdam, dict(lr=0.01)),
+    (torch.optim.RAdam, dict(lr=0.01, weight_decay=0.1)),
+    (torch.optim.Adamax, dict(lr=0.01)),
+    (torch.optim.Adadelta, dict(lr=1.0)),
+    (torch.optim.RMSprop, dict(lr=0.01, centered=True)),
+    (torch.optim.Rprop, dict(lr=0.01)),
+    (torch.optim.ASGD, dict(lr=0.01, t0=2)),
+]
+FUSED_ON_CPU = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad)
+INF_STEP = 3  # the step whose grads overflow
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+
+def _train(cls, options, patched, steps=8):
+    """`steps` GradScaler steps of a small model (an inf grad at INF_STEP); returns the params, the optimizer, the
+    scale before every step, and what optjit measured when patched."""
+    model = _model(0)
+    params = list(model.parameters())
+    opt = cls(params, **options)
+    compiled = optjit.patch(opt) if patched else None
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+    data = torch.Generator().manual_seed(1)
+    scales, grads_after = [], []
+    for step in range(steps):
+        x, y = torch.randn(16, 8, generator=data), torch.randn(16, 4, generator=data)
+        opt.zero_grad()
+        scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
+        if step == INF_STEP:
+            with torch.no_grad():
+                params[0].grad[0, 0] = float("inf")
+        scales.append(scaler.get_scale())
+        scaler.step(opt)
+        scaler.update()
+        grads_after.append([p.grad.clone() for p in params])
+    return params, opt, scales, grads_after, compiled
+
+
+@pytest.mark.parametrize("cls,options", [c for c in ALL if c[0] in FUSED_ON_CPU], ids=lambda c: getattr(c, "__name__", ""))
+def test_grad_scaler_matches_torch_fused(cls, options):
+    """The same contract as torch's fused kernels: the scale goes in, the grads stay scaled, an inf step is skipped."""
+    params, opt, scales, grads, compiled = _train(cls, options, patched=True)
+    fused_params, fused_opt, fused_scales, fused_grads, _ = _train(cls, dict(options, fused=True), patched=False)
+    assert scales == fused_scales
+    assert scales[INF_STEP] == 2 * scales[0] and scales[INF_STEP + 1] == scales[0]  # grew, then halved at the inf
+    assert_same_state(opt, params, fused_opt, fused_params, torch.float32)
+    for step, (ours, theirs) in enumerate(zip(grads, fused_grads)):
+        # Unscaled in place by the step, except at the skipped step, whose grads stay scaled: compare those at the
+        # scale of the others (the params they came from already differ by float rounding).
+        scale = scales[step] if step == INF_STEP else 1.0
+        for a, b in zip(ours, theirs):
+            message = f"grads after step {step}"
+            torch.testing.assert_close(a / scale, b / scale, rtol=1e-5, atol=1e-6, msg=lambda m: f"{message}: {m}")
+    assert all(torch.isinf(g[0, 0]) for g in (grads[INF_STEP][0], fused_grads[INF_STEP][0]))  # left as they were
+    metrics = compiled.metrics()
+    assert metrics["skipped_steps"] == 1 and metrics["steps"] == 8
+    assert metrics["compiles"] == 1 and metrics["recompiles"] == 0  # new scales are values, not new kernels
+
+
+@pytest.mark.parametrize("cls,options", ALL, ids=lambda c: getattr(c, "__name__", ""))
+def test_grad_scaler_matches_torch_unscaling_itself(cls, options):
+    """Every optimizer: the patched step gives what torch's own GradScaler path gives (unscale, then step or skip)."""
+    params, opt, scales, _, compiled = _train(cls, options, patched=True)
+    torch_params, torch_opt, torch_scales, _, _ = _train(cls, dict(options, foreach=False), patched=False)
+    assert scales == torch_scales
+    assert_same_state(opt, params, torch_opt, torch_params, torch.float32)
+    assert compiled.metrics()["skipped_steps"] == 1
+
+
+def test_found_inf_skips_before_any_state_exists():
+    """A skipped first step creates no torch state; the next step is the first one, as if the skip never happened."""
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(4))]
+    reference = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt, torch_opt = torch.optim.Adam(params, lr=0.1), torch.optim.Adam(reference, lr=0.1)
+    step = optjit.compile(opt)
+    opt.grad_scale, opt.found_inf = torch.tensor(4.0), torch.tensor([1.0])
+    for p in params:
+        p.grad = torch.full_like(p, float("nan"))
+    before = [p.detach().clone() for p in params]
+    step()
+    assert all(torch.equal(a, b) for a, b in zip(params, before)) and len(opt.state) == 0
+    opt.found_inf.zero_()
+    grads = [torch.randn_like(p) for p in params]
+    for p, r, g in zip(params, reference, grads):
+        p.grad, r.grad = 4 * g, g.clone()
+    step()
+    torch_opt.step()
+    assert_same_state(opt, params, torch_opt, reference, torch.float32)
+    assert all(torch.equal(p.grad, g) for p, g in zip(params, grads))  # left unscaled, as torch's fused kernels do
+    del opt.grad_scale, opt.found_inf  # GradScaler deletes them after its step: plain steps again
+    for p, r in zip(params, reference):
+        p.grad = r.grad.clone()
+    step()
+    torch_opt.step()
+    assert_same_state(opt, params, torch_opt, reference, torch.float32)
+    assert step.metrics()["recompiles"] == 1  # scaling off is another variant of the step
+
+
+def test_bad_grad_scaling_objects_are_errors():
+    params = [torch.nn.Parameter(torch.randn(3))]
+    params[0].grad = torch.randn(3)
+    opt = torch.optim.SGD(params, lr=0.1)
+    step = optjit.compile(opt)
+    opt.grad_scale = 2.0
+    with pytest.raises(optjit.Error, match="optimizer.grad_scale is float, not a tensor"):
+        step()
+    opt.grad_scale = torch.tensor([1.0, 2.0])
+    with pytest.raises(optjit.Error, match=r"grad_scale is f32\[2\] on cpu: a gradient scaler's grad_scale holds one"):
+        step()
+    opt.grad_scale = torch.tensor(0.0)
+    with pytest.raises(optjit.Error, match="grad_scale is 0.0: a gradient scale must be a positive finite number"):
+        step()

@@ -1,0 +1,166 @@
+// Gradient scaling (torch's fused-optimizer grad_scale / found_inf): every optimizer, in every mode, stepped on grads
+// scaled by a power of two with that grad_scale, follows bit for bit the same optimizer stepped on the unscaled
+// grads (dividing by a power of two is exact), and a found_inf step changes nothing and creates no state.
+#include "compiler/compiled_step.h"
+#include "frontend/optim/registry.h"
+#include "helpers.h"
+#include "tools/model.h"
+
+#include <doctest/doctest.h>
+
+using namespace optjit;
+using optjit::test::check_error;
+using optjit::test::check_same_trajectory;
+using optjit::test::Snapshot;
+
+namespace {
+
+const std::vector<Shape> kShapes = {{3, 5}, {7}, {}, {0}, {40000}};
+
+// One option set per optimizer, with maximize and weight decay where it has them: the unscaling comes first.
+const std::vector<std::pair<std::string, KeywordOptions>> kOptimizers = {
+    {"adam", {{"lr", {0.01}}, {"amsgrad", {1}}, {"maximize", {1}}, {"weight_decay", {0.1}}}},
+    {"adamw", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
+    {"sgd", {{"lr", {0.1}}, {"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}, {"maximize", {1}}}},
+    {"adagrad", {{"lr", {0.1}}, {"lr_decay", {0.01}}, {"initial_accumulator_value", {0.1}}, {"weight_decay", {0.1}}}},
+    {"adadelta", {{"lr", {0.5}}, {"weight_decay", {0.1}}, {"maximize", {1}}}},
+    {"adamax", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
+    {"nadam", {{"lr", {0.01}}, {"weight_decay", {0.1}}, {"decoupled_weight_decay", {1}}}},
+    {"radam", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
+    {"rmsprop", {{"lr", {0.01}}, {"centered", {1}}, {"momentum", {0.5}}, {"weight_decay", {0.1}}}},
+    {"rprop", {{"lr", {0.01}}, {"maximize", {1}}}},
+    {"asgd", {{"lr", {0.01}}, {"t0", {2}}, {"weight_decay", {0.1}}}},
+};
+
+enum class Mode { Forloop, Eager, Compiled };
+
+// An optimizer over its own params, stepped in one mode.
+struct Run {
+  std::vector<Tensor> params;
+  std::unique_ptr<Optimizer> opt;
+  std::optional<CompiledStep> compiled;
+
+  Run(const std::string& name, const KeywordOptions& options, const std::vector<Tensor>& initial, Mode mode)
+      : params(copy_params(initial)) {
+    KeywordOptions o = options;
+    o["foreach"] = {mode == Mode::Forloop ? 0.0 : 1.0};
+    opt = make_optimizer(name, {ParamGroupSpec{params, {}}}, o);
+    if (mode == Mode::Compiled)
+      compiled.emplace(compile(*opt));
+  }
+  void step() {
+    if (compiled)
+      (*compiled)();
+    else
+      opt->step();
+  }
+  // Grads from `seed` times `scale`; param 1 has no grad before step 2.
+  void set_grads(int step, double scale) {
+    for (Tensor& p : params)
+      if (!p.grad().defined())
+        p.set_grad(Tensor::zeros(p.shape(), p.dtype()));
+    randomize_grads(params, 100 + static_cast<uint64_t>(step));
+    for (Tensor& p : params)
+      if (Tensor g = p.grad(); g.defined() && scale != 1) {
+        std::vector<double> v = g.to_vector();
+        for (double& x : v)
+          x *= scale;
+        p.set_grad(Tensor::from_values(g.shape(), v, g.dtype()));
+      }
+    if (step < 2)
+      params[1].reset_grad();
+  }
+};
+
+// `name` stepped on grads scaled by a power of two, with that grad_scale, against the same optimizer on the unscaled
+// grads: bit for bit the same. A found_inf step changes nothing, not even the state of a param whose first grad
+// arrives in it. The grads after a step are the scaled ones untouched, or exactly the unscaled ones.
+void check_follows_unscaled_run(const std::string& name, const KeywordOptions& options, Dtype dtype, Mode mode,
+                                Optimizer::GradsAfterStep grads_after) {
+  INFO(name << " " << dtype_name(dtype) << " mode " << static_cast<int>(mode) << " grads after "
+            << static_cast<int>(grads_after));
+  const std::vector<Tensor> initial = random_params(kShapes, dtype, 7);
+  Run plain(name, options, initial, mode), scaled(name, options, initial, mode);
+  Tensor grad_scale = Tensor::full({1}, 1024, Dtype::f32), found_inf = Tensor::zeros({1}, Dtype::f32);
+  scaled.opt->set_grad_scaling(grad_scale, found_inf, grads_after);
+  for (int step = 0; step < 6; ++step) {
+    // Step 1 overflowed: skipped. Param 1's first grad arrives in it, so it must not get state. From step 4 the
+    // scaler has halved its scale: a new value, not a new kernel.
+    const bool overflowed = step == 1;
+    const double scale = step < 4 ? 1024 : 512;
+    grad_scale.fill(scale);
+    found_inf.fill(overflowed ? 1 : 0);
+    plain.set_grads(step, 1);
+    scaled.set_grads(step, scale);
+    if (overflowed)
+      scaled.params[1].set_grad(Tensor::full(scaled.params[1].shape(), 1e30, dtype));
+    std::vector<std::vector<double>> grads_before;
+    for (const Tensor& p : scaled.params)
+      grads_before.push_back(p.grad().defined() ? p.grad().to_vector() : std::vector<double>{});
+    const Snapshot before(scaled.params, *scaled.opt);
+    scaled.step();
+    if (overflowed) {
+      CHECK(Snapshot(scaled.params, *scaled.opt) == before);
+      CHECK(scaled.opt->visible_state(scaled.params[1]).empty() == (name != "adagrad"));
+    } else {
+      plain.step();
+    }
+    const bool unscaled = !overflowed && grads_after == Optimizer::GradsAfterStep::Unscaled;
+    for (std::size_t i = 0; i < grads_before.size(); ++i)
+      if (Tensor g = scaled.params[i].grad(); g.defined())
+        CHECK(g.to_vector() == (unscaled ? plain.params[i].grad().to_vector() : grads_before[i]));
+    check_same_trajectory(scaled.params, *scaled.opt, plain.params, *plain.opt, 0, 0, "scaled vs plain");
+  }
+  if (scaled.compiled) {
+    CHECK(scaled.compiled->metrics().compiles == 1);
+    CHECK(scaled.compiled->metrics().skipped_steps == 1);
+    CHECK(scaled.compiled->metrics().steps == 6);
+  }
+}
+
+} // namespace
+
+TEST_CASE("grad scaling: every optimizer in every mode follows the unscaled run bit for bit, and found_inf skips") {
+  for (const auto& [name, options] : kOptimizers)
+    for (Mode mode : {Mode::Forloop, Mode::Eager, Mode::Compiled}) {
+      for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16})
+        check_follows_unscaled_run(name, options, dtype, mode, Optimizer::GradsAfterStep::Scaled);
+      for (Dtype dtype : {Dtype::f32, Dtype::f16})
+        check_follows_unscaled_run(name, options, dtype, mode, Optimizer::GradsAfterStep::Unscaled);
+    }
+}
+
+TEST_CASE("grad scaling: switching it on recompiles once and says why, and bad scales are refused before any change") {
+  std::vector<Tensor> params = random_params(kShapes, Dtype::f32, 3);
+  auto opt = make_optimizer("adam", {ParamGroupSpec{params, {}}}, {{"foreach", {1}}});
+  CompiledStep step = compile(*opt);
+  step();
+  Tensor grad_scale = Tensor::full({1}, 0, Dtype::f32);
+  opt->set_grad_scaling(grad_scale, Tensor());
+  const Snapshot before(params, *opt);
+  check_error([&] { step(); }, "grad_scale is 0.0: a gradient scale must be a positive finite number (grads are "
+                               "divided by it)");
+  check_error([&] { opt->step(); }, "grad_scale is 0.0: a gradient scale must be a positive finite number (grads "
+                                    "are divided by it)");
+  grad_scale.fill(INFINITY);
+  check_error([&] { step(); }, "grad_scale is inf: a gradient scale must be a positive finite number (grads are "
+                               "divided by it)");
+  CHECK(Snapshot(params, *opt) == before);
+  grad_scale.fill(4);
+  step();
+  REQUIRE(step.metrics().recompiles == 1);
+  CHECK(step.metrics().recompile_reasons[0].find("grad_scale=0") != std::string::npos);
+  CHECK(step.dump(Stage::Traced).find("hyper \"grad_scale\"") != std::string::npos);
+  opt->set_grad_scaling(Tensor(), Tensor()); // off again: the first variant, from the guard cache
+  step();
+  CHECK(step.metrics().recompiles == 1);
+  CHECK(step.metrics().guard_cache_hits == 1);
+
+  check_error([&] { opt->set_grad_scaling(Tensor::full({2}, 1, Dtype::f32), Tensor()); },
+              "grad_scale is f32[2] on cpu: a gradient scaler's grad_scale holds one element");
+  check_error(
+      [&] {
+        opt->set_grad_scaling(Tensor(), Tensor::zeros({1, 2}, Dtype::f32));
+      },
+      "found_inf is f32[1, 2] on cpu: a gradient scaler's found_inf holds one element");
+}
