@@ -329,6 +329,9 @@ private:
       return llvm::Type::getInt16Ty(ctx_); // its bits: from_storage and to_storage convert by hand
     case Dtype::f16:
       return llvm::Type::getHalfTy(ctx_);
+    case Dtype::c64:
+    case Dtype::c128:
+      break; // the verifier refuses complex slots: kernels run on real views
     }
     OPTJIT_ASSERT(false, "dtype without an LLVM type");
   }

@@ -180,7 +180,7 @@ struct CompiledStep::Impl {
       const Tensor grad = source.flat_param(i).grad();
       const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
       BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
-      bp.code->repoint(bp.grad_slot, entry, grad);
+      bp.code->repoint(bp.grad_slot, entry, grad.real_view()); // kernels see complex grads as (re, im) pairs
       program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.impl()->layout_id;
     }
     ++metrics.rebinds;

@@ -5,6 +5,8 @@
 // to handle it.
 #pragma once
 
+#include "runtime/complex_storage.h"
+#include "runtime/error.h"
 #include "runtime/low_precision.h"
 
 #include <cstddef>
@@ -39,8 +41,30 @@ template <class Body> decltype(auto) visit_dtype(Dtype dtype, Body&& body) {
   __builtin_unreachable();
 }
 
+// The real dtype of one component of `dtype`: f32 and f64 for c64 and c128 (a complex element is two of them, its
+// real view's last dimension), the dtype itself for the real dtypes.
+constexpr Dtype component_dtype(Dtype dtype) {
+  switch (dtype) {
+  case Dtype::f32:
+  case Dtype::f64:
+  case Dtype::bf16:
+  case Dtype::f16:
+    return dtype;
+  case Dtype::c64:
+    return Dtype::f32;
+  case Dtype::c128:
+    return Dtype::f64;
+  }
+  __builtin_unreachable();
+}
+
+constexpr bool is_complex(Dtype dtype) { return component_dtype(dtype) != dtype; }
+// Components per element: 2 for complex dtypes, 1 otherwise.
+constexpr int dtype_components(Dtype dtype) { return is_complex(dtype) ? 2 : 1; }
+
 // The dtype element math runs in for tensors stored in `dtype`: f32 for the 16-bit storage types (torch's opmath:
-// load, compute in f32, round once when storing), the dtype itself otherwise.
+// load, compute in f32, round once when storing), the component dtype for complex ones (stepped on their real view),
+// the dtype itself otherwise.
 constexpr Dtype compute_dtype(Dtype dtype) {
   switch (dtype) {
   case Dtype::f32:
@@ -49,11 +73,15 @@ constexpr Dtype compute_dtype(Dtype dtype) {
   case Dtype::bf16:
   case Dtype::f16:
     return Dtype::f32;
+  case Dtype::c64:
+  case Dtype::c128:
+    return component_dtype(dtype);
   }
   __builtin_unreachable();
 }
 
-constexpr bool is_low_precision(Dtype dtype) { return compute_dtype(dtype) != dtype; }
+// Stored in fewer bits than it is computed in (bf16, f16).
+constexpr bool is_low_precision(Dtype dtype) { return compute_dtype(dtype) != component_dtype(dtype); }
 
 // Calls body.template operator()<T>() with T the C++ type optjit computes in for `dtype`: that of
 // compute_dtype(dtype), float or double.
@@ -92,9 +120,25 @@ std::optional<Dtype> dtype_from_safetensors_code(std::string_view code);
 // Every safetensors code of the table, for messages: "F32 or F64".
 std::string dtype_safetensors_codes();
 
-// `value` rounded to the precision of `dtype` (and back to double).
+// Calls body.template operator()<T>() with T the C++ type of one element of real `dtype`; a complex dtype is an
+// optjit::Error naming `what` (complex tensors are read and written through their real view).
+template <class Body> decltype(auto) visit_real_dtype(Dtype dtype, std::string_view what, Body&& body) {
+  return visit_dtype(dtype, [&]<class T>() -> decltype(body.template operator()<float>()) {
+    if constexpr (is_complex_storage_v<T>)
+      throw Error(std::string(what) + " of a complex tensor: use its real view (view_as_real)");
+    else
+      return body.template operator()<T>();
+  });
+}
+
+// `value` rounded to the precision of `dtype`'s components (and back to double).
 inline double round_to_dtype(Dtype dtype, double value) {
-  return visit_dtype(dtype, [&]<class T>() { return static_cast<double>(static_cast<T>(value)); });
+  return visit_dtype(component_dtype(dtype), [&]<class T>() -> double {
+    if constexpr (is_complex_storage_v<T>)
+      __builtin_unreachable();
+    else
+      return static_cast<double>(static_cast<T>(value));
+  });
 }
 
 // Accepts optjit's and torch's names ("f32", "float32", ...); throws optjit::Error otherwise.

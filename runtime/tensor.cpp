@@ -177,6 +177,29 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype, const Shap
   return t;
 }
 
+Tensor Tensor::view_as_real() const {
+  if (!is_complex(dtype()))
+    throw Error(describe() + " is not complex: view_as_real takes a complex tensor");
+  Tensor t;
+  t.impl_ = std::make_shared<TensorImpl>();
+  t.impl_->storage = impl_->storage; // the view keeps the complex tensor's memory alive
+  t.impl_->data = impl_->data;
+  t.impl_->shape = impl_->shape;
+  t.impl_->shape.push_back(2);
+  for (int64_t stride : impl_->strides)
+    t.impl_->strides.push_back(stride * 2);
+  t.impl_->strides.push_back(1);
+  t.impl_->contiguous = impl_->contiguous;
+  t.impl_->numel = impl_->numel * 2;
+  t.impl_->dtype = component_dtype(dtype());
+  t.impl_->device = impl_->device;
+  t.impl_->uid = next_uid();
+  t.impl_->layout_id = next_uid();
+  return t;
+}
+
+Tensor Tensor::real_view() const { return is_complex(dtype()) ? view_as_real() : *this; }
+
 void Tensor::set_data(const Tensor& source) const {
   if (source.impl_ == impl_)
     return;
@@ -224,7 +247,7 @@ void Tensor::check_index(int64_t index) const {
 
 double Tensor::item(int64_t index) const {
   check_index(index);
-  return visit_dtype(dtype(), [&]<class T>() {
+  return visit_real_dtype(dtype(), "item()", [&]<class T>() {
     if (on_cuda(*this)) {
       T value{};
       cuda::copy_to_host(device().index, &value, device_address(*this, index), sizeof(T));
@@ -236,7 +259,7 @@ double Tensor::item(int64_t index) const {
 
 void Tensor::set_item(int64_t index, double value) const {
   check_index(index);
-  visit_dtype(dtype(), [&]<class T>() {
+  visit_real_dtype(dtype(), "set_item()", [&]<class T>() {
     const T stored = static_cast<T>(value);
     if (on_cuda(*this))
       cuda::copy_to_device(device().index, device_address(*this, index), &stored, sizeof(T));
@@ -273,14 +296,22 @@ Tensor Tensor::to(Dtype target) const {
     return *this;
   if (on_cuda(*this))
     return to(Device::cpu()).to(target).to(device());
+  if (is_complex(dtype()) || is_complex(target)) {
+    if (!is_complex(dtype()) || !is_complex(target))
+      throw Error("cannot convert " + describe() + " to " + std::string(dtype_name(target)) +
+                  ": complex tensors convert only to complex dtypes");
+    Tensor copy = empty(shape(), target);
+    copy.view_as_real().copy_from(view_as_real().to(component_dtype(target))); // component by component
+    return copy;
+  }
   Tensor copy = empty(shape(), target);
   if (!is_contiguous()) {
     for (int64_t i = 0; i < numel(); ++i)
       copy.set_item(i, item(i));
     return copy;
   }
-  visit_dtype(dtype(), [&]<class From>() {
-    visit_dtype(target, [&]<class To>() {
+  visit_real_dtype(dtype(), "to()", [&]<class From>() {
+    visit_real_dtype(target, "to()", [&]<class To>() {
       const From* from = data_as<From>();
       To* to = copy.data_as<To>();
       for (int64_t i = 0; i < numel(); ++i)
@@ -315,6 +346,8 @@ void Tensor::copy_from(const Tensor& source) const {
     std::memcpy(data(), source.data(), nbytes());
     return;
   }
+  if (is_complex(dtype()))
+    return real_view().copy_from(source.real_view());
   for (int64_t i = 0; i < numel(); ++i)
     set_item(i, source.item(i));
 }

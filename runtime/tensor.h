@@ -100,6 +100,12 @@ public:
   // double, so narrowing rounds to nearest even (to bf16 and f16 from f64 through f32, as torch does).
   Tensor to(Dtype target) const;
   void copy_from(const Tensor& source) const; // same shape and dtype required
+  // torch's view_as_real: a complex tensor's memory as its component dtype, with a last dimension of 2 holding
+  // (re, im). It shares (and keeps alive) the complex tensor's memory, and is a new tensor (its own uid and layout).
+  // Values of a complex tensor are read and written through it: item, set_item, fill and from_values refuse complex.
+  Tensor view_as_real() const;
+  // view_as_real() of a complex tensor; the tensor itself otherwise. What optimizer steps run on.
+  Tensor real_view() const;
   void fill(double value) const;
 
   bool same(const Tensor& other) const { return impl_ == other.impl_; }

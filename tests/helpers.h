@@ -1,15 +1,18 @@
 // Shared helpers for the tests: random params, comparing params and state, message checks.
 #pragma once
 
+#include "compiler/compiled_step.h"
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/registry.h"
 #include "runtime/error.h"
+#include "tools/model.h"
 
 #include <doctest/doctest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,11 +25,53 @@ inline std::unique_ptr<Optimizer> make_single_group(const std::string& name, std
   return make_optimizer(name, {ParamGroupSpec{std::move(params), {}}}, options);
 }
 
+// One option set per optimizer, with maximize and weight decay where it has them, torch's names and keywords.
+inline const std::vector<std::pair<std::string, KeywordOptions>>& every_optimizer() {
+  static const std::vector<std::pair<std::string, KeywordOptions>> options = {
+      {"adam", {{"lr", {0.01}}, {"amsgrad", {1}}, {"maximize", {1}}, {"weight_decay", {0.1}}}},
+      {"adamw", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
+      {"sgd", {{"lr", {0.1}}, {"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}, {"maximize", {1}}}},
+      {"adagrad", {{"lr", {0.1}}, {"lr_decay", {0.01}}, {"initial_accumulator_value", {0.1}}, {"weight_decay", {0.1}}}},
+      {"adadelta", {{"lr", {0.5}}, {"weight_decay", {0.1}}, {"maximize", {1}}}},
+      {"adamax", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
+      {"nadam", {{"lr", {0.01}}, {"weight_decay", {0.1}}, {"decoupled_weight_decay", {1}}}},
+      {"radam", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
+      {"rmsprop", {{"lr", {0.01}}, {"centered", {1}}, {"momentum", {0.5}}, {"weight_decay", {0.1}}}},
+      {"rprop", {{"lr", {0.01}}, {"maximize", {1}}}},
+      {"asgd", {{"lr", {0.01}}, {"t0", {2}}, {"weight_decay", {0.1}}}},
+  };
+  return options;
+}
+
+enum class Mode { Forloop, Eager, Compiled };
+
+// An optimizer over its own copies of some params, stepped in one mode.
+struct Run {
+  std::vector<Tensor> params;
+  std::unique_ptr<Optimizer> opt;
+  std::optional<CompiledStep> compiled;
+
+  Run(const std::string& name, const KeywordOptions& options, const std::vector<Tensor>& initial, Mode mode)
+      : params(copy_params(initial)) {
+    KeywordOptions o = options;
+    o["foreach"] = {mode == Mode::Forloop ? 0.0 : 1.0};
+    opt = make_optimizer(name, {ParamGroupSpec{params, {}}}, o);
+    if (mode == Mode::Compiled)
+      compiled.emplace(compile(*opt));
+  }
+  void step() {
+    if (compiled)
+      (*compiled)();
+    else
+      opt->step();
+  }
+};
+
 // Largest |a - b| / (atol + rtol |b|) over two tensors' elements (<= 1 passes); NaNs must match.
 inline double scaled_error(const Tensor& a, const Tensor& b, double rtol, double atol) {
   REQUIRE(a.numel() == b.numel());
   double worst = 0;
-  const std::vector<double> u = a.to_vector(), w = b.to_vector();
+  const std::vector<double> u = a.real_view().to_vector(), w = b.real_view().to_vector();
   for (std::size_t i = 0; i < u.size(); ++i) {
     if (std::isnan(u[i]) || std::isnan(w[i])) {
       worst = std::max(worst, std::isnan(u[i]) && std::isnan(w[i]) ? 0.0 : INFINITY);
@@ -65,10 +110,10 @@ struct Snapshot {
         out.push_back(std::bit_cast<uint64_t>(v));
     };
     for (const Tensor& p : params) {
-      add(p.to_vector());
+      add(p.real_view().to_vector());
       for (const auto& [key, t] : opt.visible_state(p)) {
         keys.push_back(key);
-        add(t.to_vector());
+        add(t.real_view().to_vector());
       }
     }
     for (const ParamGroup& g : opt.param_groups())

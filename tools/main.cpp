@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   dump_cmd->add_option("--set", dump.set, "options, e.g. lr=0.01,amsgrad=true,betas=(0.8,0.9)");
   dump_cmd->add_option("--params", dump.params, "param shapes, e.g. 10x10,10,10x10,10")->capture_default_str();
-  dump_cmd->add_option("--dtype", dtype, "f32 or f64")->capture_default_str();
+  dump_cmd->add_option("--dtype", dtype, "f32, f64, bf16, f16, c64 or c128")->capture_default_str();
   dump_cmd->add_option("--stage", dump.stage, "traced, optimized, fused, llvm or ptx")->capture_default_str();
   std::string dump_device = "cpu";
   dump_cmd

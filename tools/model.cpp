@@ -42,8 +42,9 @@ std::vector<Tensor> random_params(const std::vector<Shape>& shapes, Dtype dtype,
   std::vector<Tensor> params;
   for (const Shape& shape : shapes) {
     Tensor p = Tensor::empty(shape, dtype);
-    for (int64_t i = 0; i < p.numel(); ++i)
-      p.set_item(i, normal(rng));
+    const Tensor components = p.real_view(); // a complex param draws its real and imaginary parts
+    for (int64_t i = 0; i < components.numel(); ++i)
+      components.set_item(i, normal(rng));
     p.set_grad(Tensor::empty(shape, dtype));
     params.push_back(p);
   }
@@ -55,9 +56,9 @@ void randomize_grads(const std::vector<Tensor>& params, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
   for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined())
+    if (!p.grad().defined())
       continue;
+    const Tensor g = p.grad().real_view();
     for (int64_t i = 0; i < g.numel(); ++i)
       g.set_item(i, normal(rng));
   }

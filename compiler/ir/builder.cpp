@@ -79,6 +79,9 @@ void check_and_type(const Graph& graph, Node& node) {
 }
 
 GraphBuilder::GraphBuilder(std::string name, Dtype dtype, bool intern) : intern_(intern) {
+  if (compute_dtype(dtype) != dtype || is_complex(dtype))
+    throw Error("graph @" + name + " computes in " + std::string(dtype_name(dtype)) +
+                ": graphs compute in f32 or f64 (bf16 and f16 are storage dtypes, computed in f32)");
   graph_.name = std::move(name);
   graph_.dtype = dtype;
 }
@@ -88,6 +91,10 @@ void GraphBuilder::declare_slot(Slot slot) {
     throw Error("graph @" + graph_.name + " declares a slot without a name");
   if (graph_.slot(slot.name))
     throw Error("graph @" + graph_.name + " declares slot '" + slot.name + "' twice");
+  if (is_complex(slot.dtype))
+    throw Error("graph @" + graph_.name + " declares slot '" + slot.name + "' as " +
+                std::string(dtype_name(slot.dtype)) + ": complex tensors are stepped on their real view (declare " +
+                std::string(dtype_name(component_dtype(slot.dtype))) + ")");
   graph_.slots.push_back(std::move(slot));
 }
 

@@ -218,7 +218,7 @@ void Optimizer::zero_grad(bool set_to_none) {
     if (set_to_none) {
       p.reset_grad();
     } else if (Tensor g = p.grad(); g.defined()) {
-      g.fill(0);
+      g.real_view().fill(0);
     }
   }
 }
@@ -328,8 +328,11 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
       if (find_state(s, spec.name).defined())
         continue;
       Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();
-      s.emplace_back(spec.name,
-                     Tensor::full(shape, initial_state_value(groups_[g], spec), new_state_dtype(p, spec), p.device()));
+      // A complex param's state starts with every component at the value, as torch's optimizers see it through
+      // view_as_real (Adagrad's sum is complex(v, v), Rprop's step_size complex(lr, lr)).
+      Tensor t = Tensor::empty(shape, new_state_dtype(p, spec), p.device());
+      t.real_view().fill(initial_state_value(groups_[g], spec));
+      s.emplace_back(spec.name, std::move(t));
       created = true;
     }
   }
@@ -442,13 +445,16 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
 }
 
 std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket& bucket) const {
-  std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, bucket.dtype},
-                             {"grad", SlotRole::Grad, SlotKind::Tensor, bucket.dtype}};
+  // Kernels run on real views: a complex bucket's tensors are slots of their component dtype.
+  const Dtype stored = component_dtype(bucket.dtype);
+  std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, stored},
+                             {"grad", SlotRole::Grad, SlotKind::Tensor, stored}};
   const std::vector<StateSpec> specs = state_specs(structure);
   OPTJIT_ASSERT(bucket.state_dtypes.size() == specs.size(), "the bucket's state dtypes do not match its state specs");
   for (std::size_t k = 0; k < specs.size(); ++k)
     slots.push_back({specs[k].name, SlotRole::State,
-                     specs[k].kind == StateKind::Scalar ? SlotKind::Scalar : SlotKind::Tensor, bucket.state_dtypes[k]});
+                     specs[k].kind == StateKind::Scalar ? SlotKind::Scalar : SlotKind::Tensor,
+                     component_dtype(bucket.state_dtypes[k])});
   return slots;
 }
 
@@ -457,7 +463,8 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   for (char& c : graph_name)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const Structure s = traced_structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
-  Tracer tracer(graph_name, compute_dtype(bucket.dtype), slots(s, bucket)); // bf16 and f16 compute in f32
+  // bf16 and f16 compute in f32, complex dtypes in their component dtype
+  Tracer tracer(graph_name, compute_dtype(bucket.dtype), slots(s, bucket));
   if (s["grad_scale"])
     tracer.divide_grads_by("grad_scale", s["unscaled_grads_stored"]);
   trace(tracer, s);
@@ -491,7 +498,7 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
         OPTJIT_ASSERT(t.defined(), "state " + declared[k].name + " missing; ensure_state() runs first");
         break;
       }
-      args.slot_tensors[k].push_back(std::move(t));
+      args.slot_tensors[k].push_back(t.real_view()); // complex tensors run as their (re, im) components
     }
   }
   return args;
@@ -515,8 +522,13 @@ double Optimizer::step(const Closure& closure) {
   return run_with_step_hooks([this] { eager_update(); }, closure);
 }
 
-void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                                              ParamState& state) {
+void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Tensor& complex_or_real_param,
+                                              const Tensor& complex_or_real_grad, ParamState& complex_or_real_state) {
+  // A complex param steps on its real view, as torch's optimizers do: every formula acts per component.
+  const Tensor param = complex_or_real_param.real_view(), grad = complex_or_real_grad.real_view();
+  ParamState state;
+  for (const auto& [key, t] : complex_or_real_state)
+    state.emplace_back(key, t.real_view()); // the same memory: updates land in the complex state
   const Dtype compute = compute_dtype(param.dtype());
   if (compute == param.dtype())
     return forloop_step(group, param, grad, state);
@@ -549,11 +561,11 @@ void Optimizer::eager_update() {
       Tensor g = p.grad();
       if (!g.defined())
         continue;
-      const Tensor used = grad_scale_.defined() ? unscaled(g, grad_scale_.item()) : g;
+      const Tensor used = grad_scale_.defined() ? unscaled(g.real_view(), grad_scale_.item()) : g;
       forloop_step_in_compute_dtype(groups_[static_cast<std::size_t>(group_of_flat(i))], p, used,
                                     states_[static_cast<std::size_t>(i)]);
       if (grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled)
-        g.copy_from(used.to(g.dtype()));
+        g.real_view().copy_from(used.to(component_dtype(g.dtype())));
     }
     return;
   }

@@ -273,7 +273,7 @@ private:
   bool create_missing_state(bool only_params_with_grads);
   void eager_update();
   // forloop_step on a param stored in its compute dtype, or on compute-dtype copies of a low-precision param, its
-  // grad and state, rounded back once at the end (see compute_dtype).
+  // grad and state, rounded back once at the end (see compute_dtype). Complex tensors step on their real views.
   void forloop_step_in_compute_dtype(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                                      ParamState& state);
   // load_state_dict's checks and the state it would install, per flat param; throws on the first mismatch.

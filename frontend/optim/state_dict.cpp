@@ -17,8 +17,7 @@ namespace {
 Tensor copy_as(const Tensor& t, Dtype dtype, Device device) {
   if (t.dtype() == dtype)
     return t.device() == device ? t.clone() : t.to(device);
-  const std::vector<double> values = t.to_vector();
-  return Tensor::from_values(t.shape(), values, dtype).to(device);
+  return t.to(dtype).to(device); // a complex state converts only to a complex dtype: an optjit::Error otherwise
 }
 
 std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -93,6 +92,10 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
             throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
                                     scalar ? std::string("a scalar state needs one element")
                                            : "the param has shape " + shape_text(param.shape())));
+          if (!scalar && is_complex(saved.dtype()) != is_complex(param.dtype()))
+            throw Error(fmt::format("state '{}' of param {} is {}, but the param is {}: a complex param keeps complex "
+                                    "state, a real param real state",
+                                    spec.name, id, saved.describe(), param.describe()));
           return scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, new_state_dtype(param, spec))
                               .to(param.device())
                         : copy_as(saved, param.dtype(), param.device());

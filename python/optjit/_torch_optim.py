@@ -57,19 +57,26 @@ def check_supported(opt, cls):
     for g, group in enumerate(opt.param_groups):
         if group.get("differentiable", False):
             raise Error(f"param group {g}: differentiable=True is not supported (optjit steps are not differentiable)")
-        for i, p in enumerate(group["params"]):
-            if torch.is_complex(p):
-                raise Error(f"param group {g}, param {i}: complex params are not supported ({p.dtype})")
         if group.get("fused", False):
+            for p in group["params"]:
+                if torch.is_complex(p):  # torch's fused kernels refuse complex params; so does its fused=True step
+                    raise Error(
+                        "`fused=True` requires all the params to be floating point Tensors of supported devices: "
+                        f"{_fused_devices()} but {p.dtype} and {p.device.type}"
+                    )
             if fused_devices is None:
-                from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-                fused_devices = set(_get_fused_kernels_supported_devices())
+                fused_devices = set(_fused_devices())
             for p in group["params"]:
                 if p.device.type not in fused_devices:
                     raise Error(
                         f"param group {g}: fused=True on {p.device}, where torch has no fused {cls.__name__} kernel"
                     )
+
+
+def _fused_devices():
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    return _get_fused_kernels_supported_devices()
 
 
 def _keyword(value, what):
@@ -109,11 +116,14 @@ def scalar_state_dtype(opt):
 def new_state(param, entries, scalar_dtype):
     """Torch's state for a param on its first step, from optjit's entries (key, is scalar, starting value): tensor
     entries like the param (its dtype, device and memory format), scalar entries 0-d in the scalar dtype on the
-    CPU, as torch makes them for a CPU param. A DTensor param gets DTensor state, as torch's zeros_like gives."""
+    CPU, as torch makes them for a CPU param. A DTensor param gets DTensor state, as torch's zeros_like gives. A
+    complex param's entries start at complex(v, v), as torch's optimizers see them through view_as_real (Adagrad's
+    sum, Rprop's step_size)."""
     state = {}
     for key, scalar, initial in entries:
         if scalar:
             state[key] = torch.tensor(float(initial), dtype=scalar_dtype)
         else:
-            state[key] = torch.full_like(param, initial, memory_format=torch.preserve_format)
+            value = complex(initial, initial) if param.is_complex() else initial
+            state[key] = torch.full_like(param, value, memory_format=torch.preserve_format)
     return state

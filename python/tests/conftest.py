@@ -4,6 +4,7 @@ comparisons at the golden tolerances (../../tests/golden: f32 rtol 1e-5, atol 1e
 import torch
 
 TOLERANCES = {torch.float32: (1e-5, 1e-6), torch.float64: (1e-10, 1e-13)}
+TOLERANCES.update({torch.complex64: TOLERANCES[torch.float32], torch.complex128: TOLERANCES[torch.float64]})
 
 # Several shapes, a 0-d and an empty one included.
 SHAPES = [(4, 3), (), (0,), (7,), (2, 3, 2)]

@@ -50,9 +50,13 @@ def test_a_subclass_that_keeps_step_compiles():
     assert step.metrics()["compiles"] == 1
 
 
-def test_complex_params():
-    with pytest.raises(optjit.Error, match="complex params are not supported"):
-        optjit.compile(torch.optim.Adam([torch.nn.Parameter(torch.zeros(2, dtype=torch.complex64))]))
+def test_complex_params_with_fused_are_refused_as_torch_refuses_them():
+    p = torch.nn.Parameter(torch.zeros(2, dtype=torch.complex64))
+    p.grad = torch.ones_like(p)
+    with pytest.raises(optjit.Error, match=r"`fused=True` requires all the params to be floating point Tensors of supp"):
+        optjit.compile(torch.optim.Adam([p], fused=True))()
+    with pytest.raises(RuntimeError, match=r"`fused=True` requires all the params to be floating point Tensors of supp"):
+        torch.optim.Adam([p], fused=True).step()
 
 
 def test_a_dtype_optjit_does_not_run_yet():

@@ -11,66 +11,31 @@
 using namespace optjit;
 using optjit::test::check_error;
 using optjit::test::check_same_trajectory;
+using optjit::test::every_optimizer;
+using optjit::test::Mode;
+using optjit::test::Run;
 using optjit::test::Snapshot;
 
 namespace {
 
 const std::vector<Shape> kShapes = {{3, 5}, {7}, {}, {0}, {40000}};
 
-// One option set per optimizer, with maximize and weight decay where it has them: the unscaling comes first.
-const std::vector<std::pair<std::string, KeywordOptions>> kOptimizers = {
-    {"adam", {{"lr", {0.01}}, {"amsgrad", {1}}, {"maximize", {1}}, {"weight_decay", {0.1}}}},
-    {"adamw", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
-    {"sgd", {{"lr", {0.1}}, {"momentum", {0.9}}, {"nesterov", {1}}, {"weight_decay", {0.1}}, {"maximize", {1}}}},
-    {"adagrad", {{"lr", {0.1}}, {"lr_decay", {0.01}}, {"initial_accumulator_value", {0.1}}, {"weight_decay", {0.1}}}},
-    {"adadelta", {{"lr", {0.5}}, {"weight_decay", {0.1}}, {"maximize", {1}}}},
-    {"adamax", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
-    {"nadam", {{"lr", {0.01}}, {"weight_decay", {0.1}}, {"decoupled_weight_decay", {1}}}},
-    {"radam", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
-    {"rmsprop", {{"lr", {0.01}}, {"centered", {1}}, {"momentum", {0.5}}, {"weight_decay", {0.1}}}},
-    {"rprop", {{"lr", {0.01}}, {"maximize", {1}}}},
-    {"asgd", {{"lr", {0.01}}, {"t0", {2}}, {"weight_decay", {0.1}}}},
-};
-
-enum class Mode { Forloop, Eager, Compiled };
-
-// An optimizer over its own params, stepped in one mode.
-struct Run {
-  std::vector<Tensor> params;
-  std::unique_ptr<Optimizer> opt;
-  std::optional<CompiledStep> compiled;
-
-  Run(const std::string& name, const KeywordOptions& options, const std::vector<Tensor>& initial, Mode mode)
-      : params(copy_params(initial)) {
-    KeywordOptions o = options;
-    o["foreach"] = {mode == Mode::Forloop ? 0.0 : 1.0};
-    opt = make_optimizer(name, {ParamGroupSpec{params, {}}}, o);
-    if (mode == Mode::Compiled)
-      compiled.emplace(compile(*opt));
-  }
-  void step() {
-    if (compiled)
-      (*compiled)();
-    else
-      opt->step();
-  }
-  // Grads from `seed` times `scale`; param 1 has no grad before step 2.
-  void set_grads(int step, double scale) {
-    for (Tensor& p : params)
-      if (!p.grad().defined())
-        p.set_grad(Tensor::zeros(p.shape(), p.dtype()));
-    randomize_grads(params, 100 + static_cast<uint64_t>(step));
-    for (Tensor& p : params)
-      if (Tensor g = p.grad(); g.defined() && scale != 1) {
-        std::vector<double> v = g.to_vector();
-        for (double& x : v)
-          x *= scale;
-        p.set_grad(Tensor::from_values(g.shape(), v, g.dtype()));
-      }
-    if (step < 2)
-      params[1].reset_grad();
-  }
-};
+// Grads from `seed` times `scale`; param 1 has no grad before step 2.
+void set_grads(std::vector<Tensor>& params, int step, double scale) {
+  for (Tensor& p : params)
+    if (!p.grad().defined())
+      p.set_grad(Tensor::zeros(p.shape(), p.dtype()));
+  randomize_grads(params, 100 + static_cast<uint64_t>(step));
+  for (Tensor& p : params)
+    if (Tensor g = p.grad(); g.defined() && scale != 1) {
+      std::vector<double> v = g.to_vector();
+      for (double& x : v)
+        x *= scale;
+      p.set_grad(Tensor::from_values(g.shape(), v, g.dtype()));
+    }
+  if (step < 2)
+    params[1].reset_grad();
+}
 
 // `name` stepped on grads scaled by a power of two, with that grad_scale, against the same optimizer on the unscaled
 // grads: bit for bit the same. A found_inf step changes nothing, not even the state of a param whose first grad
@@ -90,8 +55,8 @@ void check_follows_unscaled_run(const std::string& name, const KeywordOptions& o
     const double scale = step < 4 ? 1024 : 512;
     grad_scale.fill(scale);
     found_inf.fill(overflowed ? 1 : 0);
-    plain.set_grads(step, 1);
-    scaled.set_grads(step, scale);
+    set_grads(plain.params, step, 1);
+    set_grads(scaled.params, step, scale);
     if (overflowed)
       scaled.params[1].set_grad(Tensor::full(scaled.params[1].shape(), 1e30, dtype));
     std::vector<std::vector<double>> grads_before;
@@ -121,7 +86,7 @@ void check_follows_unscaled_run(const std::string& name, const KeywordOptions& o
 } // namespace
 
 TEST_CASE("grad scaling: every optimizer in every mode follows the unscaled run bit for bit, and found_inf skips") {
-  for (const auto& [name, options] : kOptimizers)
+  for (const auto& [name, options] : every_optimizer())
     for (Mode mode : {Mode::Forloop, Mode::Eager, Mode::Compiled}) {
       for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16})
         check_follows_unscaled_run(name, options, dtype, mode, Optimizer::GradsAfterStep::Scaled);
