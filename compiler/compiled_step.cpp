@@ -167,6 +167,8 @@ struct CompiledStep::Impl {
         reason = "a grad appeared";
       if (!same_param && !reason)
         reason = "a param's data was replaced";
+      if (source.needs_staging(i) != source.is_staged(i) && !reason)
+        reason = "a param's tensors stopped or started sharing one memory layout";
       changes.replaced_grads.push_back(i);
     }
     changes.rebind_reason = reason;
@@ -180,7 +182,7 @@ struct CompiledStep::Impl {
       const Tensor grad = source.flat_param(i).grad();
       const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
       BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
-      bp.code->repoint(bp.grad_slot, entry, grad.real_view()); // kernels see complex grads as (re, im) pairs
+      bp.code->repoint(bp.grad_slot, entry, source.kernel_grad(i)); // a staging copy, or the grad's real view
       program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.impl()->layout_id;
     }
     ++metrics.rebinds;
@@ -189,6 +191,7 @@ struct CompiledStep::Impl {
   void bind(Program& program, const char* reason) {
     OPTJIT_LOG(guards, "{}: rebinding arguments at step #{}: {}", source.name(), metrics.steps, reason);
     source.ensure_state();
+    source.prepare_staging();
     program.entry_of_flat.assign(static_cast<std::size_t>(source.param_count()), {-1, 0});
     for (std::size_t b = 0; b < program.buckets.size(); ++b) {
       BucketProgram& bp = program.buckets[b];
@@ -241,12 +244,14 @@ struct CompiledStep::Impl {
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    source.stage_in();
     for (BucketProgram& bp : program.buckets)
       if (bp.launched) {
         const int64_t captured = bp.code->graph_captures();
         bp.code->launch();
         metrics.graph_captures += bp.code->graph_captures() - captured;
       }
+    source.stage_out(); // staged params are CPU params: their launches have finished
     ++metrics.steps;
   }
 

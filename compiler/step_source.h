@@ -65,6 +65,21 @@ public:
   // Changes whenever state is created or a state buffer is replaced: bindings hold state addresses.
   virtual uint64_t state_version() const = 0;
 
+  // Layouts. Kernels walk a param's tensors flat, which needs its param, grad and tensor state to share one dense
+  // layout; a param whose tensors do not is staged: its kernels run on contiguous copies (frontend/optim/
+  // layout_staging.h).
+  // Whether param `flat` needs staging with the tensors it holds now, and whether the last binding staged it.
+  virtual bool needs_staging(int64_t flat) const = 0;
+  virtual bool is_staged(int64_t flat) const = 0;
+  // Decides which params with a grad are staged and makes their copies; list_arguments then hands those out. The
+  // driver calls it when it binds, after ensure_state().
+  virtual void prepare_staging() = 0;
+  // Around every launch of a step: the staged params' tensors into their copies, and what the step wrote back.
+  virtual void stage_in() const = 0;
+  virtual void stage_out() const = 0;
+  // What a kernel reads as param `flat`'s grad: the grad's real view, or its staging copy.
+  virtual Tensor kernel_grad(int64_t flat) const = 0;
+
   // Runs the closure (when given), then `update`, between the step hooks; returns the closure's loss.
   virtual double run_with_step_hooks(const std::function<void()>& update,
                                      const std::function<double()>& closure = {}) = 0;

@@ -3,6 +3,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/error.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -75,6 +76,16 @@ void check_shape(const Shape& shape, Dtype dtype) {
                   ": more than the largest tensor, 2^48 bytes (kMaxTensorBytes)");
 }
 
+// The (stride, extent) of each dimension that has more than one element, by increasing stride.
+std::vector<std::pair<int64_t, int64_t>> strided_dims(const TensorImpl& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (std::size_t d = 0; d < t.shape.size(); ++d)
+    if (t.shape[d] > 1)
+      dims.emplace_back(t.strides[d], t.shape[d]);
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
 } // namespace
 
 std::string shape_to_string(const Shape& shape) {
@@ -130,6 +141,48 @@ Tensor Tensor::full(const Shape& shape, double value, Dtype dtype, Device device
   Tensor t = empty(shape, dtype, device);
   t.fill(value);
   return t;
+}
+
+Tensor Tensor::empty_like(const Tensor& like, Dtype dtype, Device device) {
+  Tensor t = empty(like.shape(), dtype, device);
+  if (!like.is_contiguous() && like.is_dense()) { // the same number of elements, walked in like's order
+    t.impl_->strides = like.strides();
+    t.impl_->contiguous = false;
+  }
+  return t;
+}
+
+bool Tensor::is_non_overlapping() const {
+  if (numel() == 0)
+    return true;
+  int64_t span = 0; // the largest offset the dimensions of smaller strides reach
+  for (const auto& [stride, extent] : strided_dims(*impl_)) {
+    if (stride <= span)
+      return false;
+    span += stride * (extent - 1);
+  }
+  return true;
+}
+
+bool Tensor::is_dense() const {
+  if (numel() == 0)
+    return true;
+  int64_t expected = 1;
+  for (const auto& [stride, extent] : strided_dims(*impl_)) {
+    if (stride != expected)
+      return false;
+    expected *= extent;
+  }
+  return true;
+}
+
+bool Tensor::same_dense_layout(const Tensor& other) const {
+  if (shape() != other.shape() || !is_dense() || !other.is_dense())
+    return false;
+  for (std::size_t d = 0; d < shape().size(); ++d)
+    if (shape()[d] > 1 && strides()[d] != other.strides()[d])
+      return false;
+  return true;
 }
 
 Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, Dtype dtype) {
@@ -300,12 +353,13 @@ Tensor Tensor::to(Dtype target) const {
     if (!is_complex(dtype()) || !is_complex(target))
       throw Error("cannot convert " + describe() + " to " + std::string(dtype_name(target)) +
                   ": complex tensors convert only to complex dtypes");
-    Tensor copy = empty(shape(), target);
+    Tensor copy = empty_like(*this, target, Device::cpu());
     copy.view_as_real().copy_from(view_as_real().to(component_dtype(target))); // component by component
     return copy;
   }
-  Tensor copy = empty(shape(), target);
-  if (!is_contiguous()) {
+  // A dense tensor keeps its layout (torch's preserve_format) and converts in memory order; others become contiguous.
+  Tensor copy = empty_like(*this, target, Device::cpu());
+  if (!is_dense()) {
     for (int64_t i = 0; i < numel(); ++i)
       copy.set_item(i, item(i));
     return copy;
@@ -324,6 +378,8 @@ Tensor Tensor::to(Dtype target) const {
 void Tensor::copy_from(const Tensor& source) const {
   if (source.shape() != shape() || source.dtype() != dtype())
     throw Error("cannot copy " + source.describe() + " into " + describe() + ": shape and dtype must match");
+  if (source.data() == data() && source.strides() == strides() && source.device() == device())
+    return; // itself
   if (on_cuda(*this) || on_cuda(source)) {
     // Device tensors are always contiguous; a strided host source is made contiguous first.
     if (!source.is_contiguous())
@@ -342,7 +398,7 @@ void Tensor::copy_from(const Tensor& source) const {
       cuda::copy_to_host(source.device().index, data(), device_address(source), nbytes());
     return;
   }
-  if (is_contiguous() && source.is_contiguous()) {
+  if (same_dense_layout(source)) { // contiguous, or the same permutation of a dense block: memory order matches
     std::memcpy(data(), source.data(), nbytes());
     return;
   }

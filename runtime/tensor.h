@@ -56,6 +56,9 @@ public:
   static Tensor empty(const Shape& shape, Dtype dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, Dtype dtype, Device device = Device::cpu());
   static Tensor full(const Shape& shape, double value, Dtype dtype, Device device = Device::cpu());
+  // torch's empty_like(like, dtype, memory_format=preserve_format): `like`'s shape on `device`, with `like`'s strides
+  // when it is dense, row-major otherwise.
+  static Tensor empty_like(const Tensor& like, Dtype dtype, Device device);
   // Values are given as doubles and rounded to `dtype`; values.size() must equal the shape's element count.
   static Tensor from_values(const Shape& shape, std::span<const double> values, Dtype dtype);
   // A view of memory the caller owns, row-major unless `strides` (in elements, one per dimension, >= 0) say
@@ -66,6 +69,15 @@ public:
   const Shape& shape() const { return impl_->shape; }
   const Shape& strides() const { return impl_->strides; }
   bool is_contiguous() const { return impl_->contiguous; }
+  // No two elements share an address, as a step that writes each element once needs (by the usual sufficient rule:
+  // ordered by stride, each stride reaches past the span of the smaller ones). Expanded (stride 0) tensors overlap.
+  bool is_non_overlapping() const;
+  // Non-overlapping and dense: the elements fill exactly numel() consecutive slots from data(), in some order of the
+  // dimensions (a contiguous block, or a permutation of one such as a transpose).
+  bool is_dense() const;
+  // Both dense with the same shape and strides (extents of 1 aside): element k of one's memory is element k of the
+  // other's, so a kernel can walk the two flat, in storage order.
+  bool same_dense_layout(const Tensor& other) const;
   int64_t dim() const { return static_cast<int64_t>(shape().size()); }
   int64_t numel() const { return impl_->numel; }
   Dtype dtype() const { return impl_->dtype; }
@@ -96,8 +108,9 @@ public:
   Tensor clone() const;                  // a contiguous copy on the same device
   // torch's `tensor.to(device)`: this tensor when it is already there, otherwise a contiguous copy on `target`.
   Tensor to(Device target) const;
-  // A contiguous copy in `target` dtype (this tensor itself when it already has it): values converted through
-  // double, so narrowing rounds to nearest even (to bf16 and f16 from f64 through f32, as torch does).
+  // A copy in `target` dtype (this tensor itself when it already has it), in this tensor's layout when it is dense
+  // (torch's preserve_format), contiguous otherwise: values converted through double, so narrowing rounds to nearest
+  // even (to bf16 and f16 from f64 through f32, as torch does).
   Tensor to(Dtype target) const;
   void copy_from(const Tensor& source) const; // same shape and dtype required
   // torch's view_as_real: a complex tensor's memory as its component dtype, with a last dimension of 2 holding

@@ -51,8 +51,12 @@ struct Run {
   std::unique_ptr<Optimizer> opt;
   std::optional<CompiledStep> compiled;
 
+  // Over copies of `initial`.
   Run(const std::string& name, const KeywordOptions& options, const std::vector<Tensor>& initial, Mode mode)
-      : params(copy_params(initial)) {
+      : Run(name, options, mode, copy_params(initial)) {}
+  // Over `params` themselves (their layouts and memory kept).
+  Run(const std::string& name, const KeywordOptions& options, Mode mode, std::vector<Tensor> params_in_place)
+      : params(std::move(params_in_place)) {
     KeywordOptions o = options;
     o["foreach"] = {mode == Mode::Forloop ? 0.0 : 1.0};
     opt = make_optimizer(name, {ParamGroupSpec{params, {}}}, o);

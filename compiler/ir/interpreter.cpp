@@ -184,9 +184,11 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
     for (const Value* v : in)
       if (auto* e = std::get_if<ElementValues>(v))
         shape_source = e;
+    // Element ops walk memory flat: results take their operand's layout, as every tensor of a list entry shares one
+    // (loads of other dtypes convert in place of layout; frontend/optim/layout_staging.h stages the others).
     ElementValues result;
     for (const Tensor& like : *shape_source)
-      result.push_back(Tensor::empty(like.shape(), graph.dtype, like.device()));
+      result.push_back(Tensor::empty_like(like, graph.dtype, like.device()));
     if (items.empty()) {
       std::vector<int64_t> numels;
       for (const Tensor& t : result)

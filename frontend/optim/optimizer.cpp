@@ -2,6 +2,7 @@
 #include "compiler/ir/interpreter.h"
 #include "frontend/optim/validation.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 
 #include <cmath>
 #include <set>
@@ -295,9 +296,11 @@ void Optimizer::check_grad(int64_t flat) const {
   if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
     throw Error("grad of param " + std::to_string(flat) + " is " + g.describe() + " but the param is " + p.describe() +
                 ": a grad must have its param's shape, dtype and device");
-  if (!p.is_contiguous() || !g.is_contiguous())
-    throw Error("param " + std::to_string(flat) + " is " + p.describe() + " with grad " + g.describe() +
-                ": optimizer steps need contiguous params and grads (pass a contiguous copy)");
+  for (const auto& [what, t] : {std::pair<const char*, const Tensor&>{"param", p}, {"grad", g}})
+    if (!t.is_non_overlapping())
+      throw Error(fmt::format("{} of param {} is {}: its elements overlap in memory, and an optimizer step needs each "
+                              "element at an address of its own (pass a copy)",
+                              what, flat, t.describe()));
 }
 
 void Optimizer::check_step() const {
@@ -330,7 +333,9 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
       Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();
       // A complex param's state starts with every component at the value, as torch's optimizers see it through
       // view_as_real (Adagrad's sum is complex(v, v), Rprop's step_size complex(lr, lr)).
-      Tensor t = Tensor::empty(shape, new_state_dtype(p, spec), p.device());
+      // Tensor state takes its param's layout (torch's preserve_format), so kernels walk both flat.
+      Tensor t = spec.kind == StateKind::Scalar ? Tensor::empty(shape, new_state_dtype(p, spec), p.device())
+                                                : Tensor::empty_like(p, new_state_dtype(p, spec), p.device());
       t.real_view().fill(initial_state_value(groups_[g], spec));
       s.emplace_back(spec.name, std::move(t));
       created = true;
@@ -406,8 +411,9 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
             throw Error(fmt::format("state '{}' of param {} is {}, but {}", spec.name, flat, t.describe(),
                                     scalar ? std::string("a scalar state holds one element")
                                            : "the param is " + param.describe()));
-          if (t.device() != param.device() || !t.is_contiguous())
-            throw Error(fmt::format("state '{}' of param {} is {}: it must be contiguous, on the param's device ({})",
+          if (t.device() != param.device() || !t.is_non_overlapping())
+            throw Error(fmt::format("state '{}' of param {} is {}: it must be on the param's device ({}), each element "
+                                    "at an address of its own",
                                     spec.name, flat, t.describe(), param.device().to_string()));
           return t;
         });
@@ -483,18 +489,21 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   }
   for (const Member& m : bucket.members) {
     const Tensor& p = flat_param(m.flat);
+    const bool staged = staging_.is_staged(m.flat); // its kernels run on contiguous copies
     args.group_of.push_back(m.group);
     for (std::size_t k = 0; k < declared.size(); ++k) {
       Tensor t;
       switch (declared[k].role) {
       case SlotRole::Param:
-        t = p;
+        t = staged ? staging_.param_copy(m.flat) : p;
         break;
       case SlotRole::Grad:
-        t = p.grad();
+        t = staged ? staging_.grad_copy(m.flat) : p.grad();
         break;
       case SlotRole::State:
-        t = find_state(flat_state(m.flat), declared[k].name);
+        t = staged ? staging_.state_copy(m.flat, declared[k].name) : Tensor();
+        if (!t.defined()) // not staged, or a scalar entry
+          t = find_state(flat_state(m.flat), declared[k].name);
         OPTJIT_ASSERT(t.defined(), "state " + declared[k].name + " missing; ensure_state() runs first");
         break;
       }
@@ -502,6 +511,35 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
     }
   }
   return args;
+}
+
+bool Optimizer::needs_staging(int64_t flat) const {
+  const Tensor& p = flat_param(flat);
+  return p.impl()->grad && !LayoutStaging::walkable_flat(p, p.grad(), flat_state(flat));
+}
+
+void Optimizer::prepare_staging() {
+  staging_.clear();
+  for (int64_t i = 0; i < param_count(); ++i)
+    if (needs_staging(i)) {
+      OPTJIT_LOG(guards, "{}: param {} ({}, grad {}) shares no dense layout with its grad and state: staged", name_, i,
+                 flat_param(i).describe(), flat_param(i).grad().describe());
+      staging_.stage(i, flat_param(i), flat_state(i));
+    }
+}
+
+void Optimizer::stage_in() const {
+  if (!staging_.empty())
+    staging_.copy_in(flat_params_, states_);
+}
+
+void Optimizer::stage_out() const {
+  if (!staging_.empty())
+    staging_.copy_out(flat_params_, states_, grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled);
+}
+
+Tensor Optimizer::kernel_grad(int64_t flat) const {
+  return (staging_.is_staged(flat) ? staging_.grad_copy(flat) : flat_param(flat).grad()).real_view();
 }
 
 double Optimizer::run_with_step_hooks(const std::function<void()>& update, const Closure& closure) {
@@ -530,16 +568,20 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
   for (const auto& [key, t] : complex_or_real_state)
     state.emplace_back(key, t.real_view()); // the same memory: updates land in the complex state
   const Dtype compute = compute_dtype(param.dtype());
-  if (compute == param.dtype())
+  const bool flat = LayoutStaging::walkable_flat(param, grad, state); // the references index memory flat
+  if (compute == param.dtype() && flat)
     return forloop_step(group, param, grad, state);
   // Low-precision storage: the f32 reference on f32 copies, then one rounding per stored value (torch's opmath).
-  // (Tensor::to keeps a tensor already in f32, such as the scalar state, so the formula updates it in place.)
-  const Tensor param_f = param.to(compute);
+  // Tensors that share no dense layout: the reference on contiguous copies. (Tensor::to keeps a tensor already in
+  // the compute dtype, such as the scalar state, so the formula updates it in place unless it must be copied.)
+  auto working = [&](const Tensor& t) { return flat || t.is_contiguous() ? t.to(compute) : t.to(compute).clone(); };
+  const Tensor param_f = working(param);
   ParamState state_f;
   for (const auto& [key, t] : state)
-    state_f.emplace_back(key, t.to(compute));
-  forloop_step(group, param_f, grad.to(compute), state_f);
-  param.copy_from(param_f.to(param.dtype()));
+    state_f.emplace_back(key, working(t));
+  forloop_step(group, param_f, working(grad), state_f);
+  if (!param_f.same(param))
+    param.copy_from(param_f.to(param.dtype()));
   for (std::size_t k = 0; k < state.size(); ++k)
     if (!state_f[k].second.same(state[k].second))
       state[k].second.copy_from(state_f[k].second.to(state[k].second.dtype()));

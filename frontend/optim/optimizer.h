@@ -9,6 +9,7 @@
 #include "compiler/ir/ir.h"
 #include "compiler/step_source.h"
 #include "frontend/optim/hooks.h"
+#include "frontend/optim/layout_staging.h"
 #include "frontend/trace/foreach.h"
 #include "runtime/tensor.h"
 
@@ -177,6 +178,14 @@ public:
   void adopt_state(int64_t flat, const ParamState& visible, StateOrigin origin);
   uint64_t state_version() const override { return state_version_; }
 
+  // Layouts (compiler/step_source.h): params whose tensors share no dense layout run on staging copies.
+  bool needs_staging(int64_t flat) const override;
+  bool is_staged(int64_t flat) const override { return staging_.is_staged(flat); }
+  void prepare_staging() override;
+  void stage_in() const override;
+  void stage_out() const override;
+  Tensor kernel_grad(int64_t flat) const override;
+
   // Gradient scaling as torch's fused optimizers take it (GradScaler sets `optimizer.grad_scale` and
   // `optimizer.found_inf`). `grad_scale`, when defined, divides every grad inside the step, in the compute dtype,
   // before maximize, weight decay and everything else; the grads themselves are never written. `found_inf`, when
@@ -265,6 +274,7 @@ private:
   std::vector<ParamState> states_;
   std::optional<Dtype> scalar_state_dtype_;
   Tensor grad_scale_, found_inf_;
+  LayoutStaging staging_;
   GradsAfterStep grads_after_step_ = GradsAfterStep::Scaled;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
   uint64_t state_version_ = 0;

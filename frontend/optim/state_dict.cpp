@@ -12,12 +12,15 @@
 namespace optjit {
 namespace {
 
-// A copy of `t` in `dtype` on `device` (values converted as torch's .to(dtype) does), as torch's load_state_dict
-// moves state to its param's device.
-Tensor copy_as(const Tensor& t, Dtype dtype, Device device) {
-  if (t.dtype() == dtype)
-    return t.device() == device ? t.clone() : t.to(device);
-  return t.to(dtype).to(device); // a complex state converts only to a complex dtype: an optjit::Error otherwise
+// A copy of saved state `t` for `param`: in its dtype (converted as torch's .to(dtype) does), on its device (torch's
+// load_state_dict moves state to its param's device), and in its layout, so kernels walk both flat.
+Tensor copy_as(const Tensor& t, const Tensor& param) {
+  const Tensor converted = t.to(param.dtype()); // complex converts only to complex: an optjit::Error otherwise
+  if (param.device().kind != DeviceKind::cpu)   // device tensors are contiguous; never share the saved tensor
+    return (converted.same(t) ? t.clone() : converted).to(param.device());
+  Tensor copy = Tensor::empty_like(param, param.dtype(), Device::cpu());
+  copy.copy_from(converted.to(Device::cpu()));
+  return copy;
 }
 
 std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -98,7 +101,7 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
                                     spec.name, id, saved.describe(), param.describe()));
           return scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, new_state_dtype(param, spec))
                               .to(param.device())
-                        : copy_as(saved, param.dtype(), param.device());
+                        : copy_as(saved, param);
         });
   }
   return states;

@@ -186,13 +186,19 @@ TEST_CASE("errors: a grad whose shape, dtype or device does not match its param 
       "a grad must have its param's shape, dtype and device");
 }
 
-TEST_CASE("errors: a strided (non-contiguous) grad is refused with the reason, before any update") {
+TEST_CASE("errors: an expanded (overlapping) grad or param is refused with the reason, before any update") {
   static std::vector<float> memory(24, 0.5f);
   check_failed_step_changes_nothing(
       [](auto& params, Optimizer&) {
-        params[0].set_grad(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {1, 8}));
+        params[0].set_grad(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {0, 1}));
       },
-      "optimizer steps need contiguous params and grads");
+      "grad of param 0 is f32[4, 3] (strides [0, 1]) on cpu: its elements overlap in memory, and an optimizer step "
+      "needs each element at an address of its own (pass a copy)");
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) {
+        params[0].set_data(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {1, 1}));
+      },
+      "param of param 0 is f32[4, 3] (strides [1, 1]) on cpu: its elements overlap in memory");
 }
 
 TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any update") {

@@ -1,0 +1,56 @@
+// Strided params. Kernels walk a param's tensors flat: element k of the param, of its grad and of each of its tensor
+// state entries lies at offset k of each one's memory. That holds whenever they share one dense layout: contiguous,
+// or the same permutation of a dense block, as a transposed param and the state made like it (torch's
+// preserve_format, Tensor::empty_like) do. Such params run in place at full speed, whatever their strides.
+//
+// A param whose tensors do not share one (a slice with gaps, or a grad in another layout than its param) is staged
+// instead: it runs on contiguous copies of its param, grad and tensor state, copied in before every launch, and the
+// tensors the step writes (param and state, and the grad when the step stores unscaled grads) copied back after it.
+// That costs a pass over each of its tensors; params that share a layout cost nothing here.
+#pragma once
+
+#include "runtime/tensor.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace optjit {
+
+class LayoutStaging {
+public:
+  using Entries = std::vector<std::pair<std::string, Tensor>>; // a param's state entries, as ParamState
+
+  // Whether kernels can walk `param`, `grad` and the tensor entries of `state` flat (entries of other shapes, the
+  // per-tensor scalars, are not walked).
+  static bool walkable_flat(const Tensor& param, const Tensor& grad, const Entries& state);
+
+  // Makes param `flat`'s staging copies (keeping the buffers it already has for the same shapes and dtypes).
+  void stage(int64_t flat, const Tensor& param, const Entries& state);
+  // Forgets every param staged before (their buffers are kept for a param staged again).
+  void clear() { staged_now_.clear(); }
+  bool is_staged(int64_t flat) const { return staged_now_.contains(flat); }
+  bool empty() const { return staged_now_.empty(); }
+
+  // The copies kernels run on for a staged param, in its entries' order; the scalar entries are the originals.
+  const Tensor& param_copy(int64_t flat) const { return buffers_.at(flat).param; }
+  const Tensor& grad_copy(int64_t flat) const { return buffers_.at(flat).grad; }
+  Tensor state_copy(int64_t flat, const std::string& key) const;
+
+  // Before a launch: every staged param's current tensors (grads re-read from `params`) into its copies.
+  void copy_in(const std::vector<Tensor>& params, const std::vector<Entries>& states) const;
+  // After a launch: the copies of what the step wrote back into the tensors (grads too when `grads_written`).
+  void copy_out(const std::vector<Tensor>& params, const std::vector<Entries>& states, bool grads_written) const;
+
+private:
+  struct Buffers {
+    Tensor param, grad;
+    Entries state; // contiguous copies of the tensor entries only
+  };
+  std::map<int64_t, Buffers> buffers_;
+  std::set<int64_t> staged_now_;
+};
+
+} // namespace optjit
