@@ -14,6 +14,7 @@ AdamOptions from_adamw(const AdamWOptions& w) {
   o.weight_decay = w.weight_decay;
   o.amsgrad = w.amsgrad;
   o.maximize = w.maximize;
+  o.master_weights = w.master_weights;
   o.foreach = w.foreach;
   o.decoupled_weight_decay = true;
   return o;

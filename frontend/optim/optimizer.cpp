@@ -249,7 +249,15 @@ Structure Optimizer::traced_structure(const ParamGroup& group) const {
   Structure s = structure(group);
   s.set("grad_scale", grad_scale_.defined());
   s.set("unscaled_grads_stored", grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled);
+  s.set("master_weights", group.get("master_weights") != 0);
   return s;
+}
+
+std::vector<StateSpec> Optimizer::step_state_specs(const Structure& structure) const {
+  std::vector<StateSpec> specs = state_specs(structure);
+  if (structure["master_weights"])
+    specs.push_back({.name = kMasterParam, .copies_param = true});
+  return specs;
 }
 
 void Optimizer::check_hyperparameters() const {
@@ -291,6 +299,7 @@ static Tensor unscaled(const Tensor& grad, double scale) {
 }
 
 void Optimizer::check_grad(int64_t flat) const {
+  check_master_weights(flat);
   const Tensor& p = flat_param(flat);
   const Tensor g = p.grad();
   if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
@@ -301,6 +310,14 @@ void Optimizer::check_grad(int64_t flat) const {
       throw Error(fmt::format("{} of param {} is {}: its elements overlap in memory, and an optimizer step needs each "
                               "element at an address of its own (pass a copy)",
                               what, flat, t.describe()));
+}
+
+void Optimizer::check_master_weights(int64_t flat) const {
+  const Tensor& p = flat_param(flat);
+  if (groups_[static_cast<std::size_t>(group_of_flat(flat))].get("master_weights") != 0 && !is_low_precision(p.dtype()))
+    throw Error(fmt::format("param {} is {}, in a group with master_weights=true: master weights are f32 copies of "
+                            "bf16 and f16 params",
+                            flat, p.describe()));
 }
 
 void Optimizer::check_step() const {
@@ -320,7 +337,7 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
   bool created = false;
   std::vector<std::vector<StateSpec>> specs_of_group;
   for (const ParamGroup& group : groups_)
-    specs_of_group.push_back(state_specs(structure(group)));
+    specs_of_group.push_back(step_state_specs(traced_structure(group)));
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
     if (only_params_with_grads && !p.impl()->grad)
@@ -336,7 +353,10 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
       // Tensor state takes its param's layout (torch's preserve_format), so kernels walk both flat.
       Tensor t = spec.kind == StateKind::Scalar ? Tensor::empty(shape, new_state_dtype(p, spec), p.device())
                                                 : Tensor::empty_like(p, new_state_dtype(p, spec), p.device());
-      t.real_view().fill(initial_state_value(groups_[g], spec));
+      if (spec.copies_param)
+        t.copy_from(p.to(t.dtype())); // master weights start as the param's values
+      else
+        t.real_view().fill(initial_state_value(groups_[g], spec));
       s.emplace_back(spec.name, std::move(t));
       created = true;
     }
@@ -348,7 +368,7 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
 
 std::vector<StateSpec> Optimizer::new_state_specs(int group) const {
   const ParamGroup& g = groups_.at(static_cast<std::size_t>(group));
-  std::vector<StateSpec> specs = state_specs(structure(g));
+  std::vector<StateSpec> specs = step_state_specs(traced_structure(g));
   for (StateSpec& spec : specs)
     spec.initial = initial_state_value(g, spec);
   return specs;
@@ -365,8 +385,8 @@ static std::vector<Dtype> state_dtypes_of(const Optimizer& o, int64_t flat, cons
 }
 
 uint64_t Optimizer::state_dtype_fact(int64_t flat) const {
-  const std::vector<StateSpec> specs =
-      state_specs(structure(groups_[static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(flat)])]));
+  const std::vector<StateSpec> specs = step_state_specs(
+      traced_structure(groups_[static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(flat)])]));
   uint64_t fact = 0;
   for (Dtype dtype : state_dtypes_of(*this, flat, specs)) // 8 bits per entry: the fact changes with any of them
     fact = fact * 257 + static_cast<uint64_t>(dtype) + 1;
@@ -428,7 +448,7 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
   for (const ParamGroup& group : groups_) {
     const Structure s = traced_structure(group);
     keys.push_back(s.key());
-    specs.push_back(state_specs(s));
+    specs.push_back(step_state_specs(s));
   }
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
@@ -455,7 +475,7 @@ std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket
   const Dtype stored = component_dtype(bucket.dtype);
   std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, stored},
                              {"grad", SlotRole::Grad, SlotKind::Tensor, stored}};
-  const std::vector<StateSpec> specs = state_specs(structure);
+  const std::vector<StateSpec> specs = step_state_specs(structure);
   OPTJIT_ASSERT(bucket.state_dtypes.size() == specs.size(), "the bucket's state dtypes do not match its state specs");
   for (std::size_t k = 0; k < specs.size(); ++k)
     slots.push_back({specs[k].name, SlotRole::State,
@@ -473,6 +493,8 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   Tracer tracer(graph_name, compute_dtype(bucket.dtype), slots(s, bucket));
   if (s["grad_scale"])
     tracer.divide_grads_by("grad_scale", s["unscaled_grads_stored"]);
+  if (s["master_weights"])
+    tracer.update_through_master(kMasterParam);
   trace(tracer, s);
   return tracer.finish();
 }
@@ -482,7 +504,7 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   args.hyper_names = step_hyper_names();
   args.hyper = hyper_values();
   const std::vector<Slot> declared =
-      slots(structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]), bucket);
+      slots(traced_structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]), bucket);
   for (const Slot& slot : declared) {
     args.slot_names.push_back(slot.name);
     args.slot_tensors.emplace_back();
@@ -575,10 +597,12 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
   // Tensors that share no dense layout: the reference on contiguous copies. (Tensor::to keeps a tensor already in
   // the compute dtype, such as the scalar state, so the formula updates it in place unless it must be copied.)
   auto working = [&](const Tensor& t) { return flat || t.is_contiguous() ? t.to(compute) : t.to(compute).clone(); };
-  const Tensor param_f = working(param);
   ParamState state_f;
   for (const auto& [key, t] : state)
     state_f.emplace_back(key, working(t));
+  // With master weights the reference updates the f32 master, and the param is rounded from it.
+  const Tensor master = find_state(state_f, kMasterParam);
+  const Tensor param_f = master.defined() ? master : working(param);
   forloop_step(group, param_f, working(grad), state_f);
   if (!param_f.same(param))
     param.copy_from(param_f.to(param.dtype()));

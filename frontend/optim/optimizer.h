@@ -67,9 +67,10 @@ enum class StateKind { Tensor, Scalar };
 struct StateSpec {
   std::string name;
   StateKind kind = StateKind::Tensor;
-  double initial = 0;  // every element starts at this value
-  bool visible = true; // false: internal bookkeeping, not part of torch's state keys (named "_...")
-  double loaded = 0;   // hidden entries: the value a param's state loaded by load_state_dict implies
+  double initial = 0;        // every element starts at this value
+  bool visible = true;       // false: internal bookkeeping, not part of torch's state keys (named "_...")
+  double loaded = 0;         // hidden entries: the value a param's state loaded by load_state_dict implies
+  bool copies_param = false; // starts as a copy of its param, stored in the compute dtype (master weights)
 };
 
 // A param's state entries in torch's key order. Scalar entries are 1-element tensors of the param's dtype.
@@ -162,7 +163,9 @@ public:
   // step over torch's state sets that here.
   void set_scalar_state_dtype(std::optional<Dtype> dtype) { scalar_state_dtype_ = dtype; }
   Dtype new_state_dtype(const Tensor& param, const StateSpec& spec) const {
-    return spec.kind == StateKind::Scalar ? number_dtype(param.dtype()) : param.dtype();
+    if (spec.kind == StateKind::Scalar)
+      return number_dtype(param.dtype());
+    return spec.copies_param ? compute_dtype(param.dtype()) : param.dtype();
   }
   // The dtype of the 0-d tensors torch makes from Python numbers (torch.as_tensor: its default dtype) for params of
   // `param_dtype`: the scalar state dtype when set, otherwise the dtype the param computes in (f32 for bf16).
@@ -218,13 +221,17 @@ public:
   std::vector<double> hyper_values() const override;
   // hyper_names(), and "grad_scale" while gradient scaling is on (the same value in every group).
   std::vector<std::string> step_hyper_names() const;
-  // The flags a group's step is traced with: the subclass's structure(), and whether grads are unscaled.
+  // The flags a group's step is traced with: the subclass's structure(), whether grads are unscaled and whether
+  // the group keeps master weights.
   Structure traced_structure(const ParamGroup& group) const;
+  // The state a param of a group with these flags keeps: the subclass's state_specs(), then `master_param` (an f32
+  // copy of a bf16 or f16 param the step updates, rounding the param from it) when master_weights is on.
+  std::vector<StateSpec> step_state_specs(const Structure& structure) const;
   // Step-time checks, run before anything is mutated. Hyperparameters must be finite (a grad scale positive too); a
   // grad must have its param's shape, dtype and device, and both must be contiguous.
   void check_hyperparameters() const override;
-  void check_grad(int64_t flat) const override;
-  void check_step() const; // every hyperparameter and every present grad
+  void check_grad(int64_t flat) const override; // and that a param with master weights is bf16 or f16
+  void check_step() const;                      // every hyperparameter and every present grad
   // Creates the missing state of every param that has a grad; returns whether any was created.
   bool ensure_state() override;
   // The storage dtypes of a param's state entries (the dtypes they would be created in, for entries not made yet).
@@ -237,6 +244,7 @@ public:
   int64_t param_count() const override { return static_cast<int64_t>(flat_params_.size()); }
   const Tensor& flat_param(int64_t i) const override { return flat_params_[static_cast<std::size_t>(i)]; }
   const ParamState& flat_state(int64_t i) const { return states_[static_cast<std::size_t>(i)]; }
+  void check_master_weights(int64_t flat) const;
   int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
 
   virtual Structure structure(const ParamGroup& group) const = 0;
@@ -321,5 +329,7 @@ std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params);
 
 // Looks up an entry of a param's state; undefined Tensor when absent.
 Tensor find_state(const ParamState& state, const std::string& key);
+// The state entry of master weights (group option master_weights).
+inline const std::string kMasterParam = "master_param";
 
 } // namespace optjit

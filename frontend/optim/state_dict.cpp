@@ -12,13 +12,13 @@
 namespace optjit {
 namespace {
 
-// A copy of saved state `t` for `param`: in its dtype (converted as torch's .to(dtype) does), on its device (torch's
-// load_state_dict moves state to its param's device), and in its layout, so kernels walk both flat.
-Tensor copy_as(const Tensor& t, const Tensor& param) {
-  const Tensor converted = t.to(param.dtype()); // complex converts only to complex: an optjit::Error otherwise
-  if (param.device().kind != DeviceKind::cpu)   // device tensors are contiguous; never share the saved tensor
+// A copy of saved state `t` for `param`: in the state's `dtype` (converted as torch's .to(dtype) does), on the param's
+// device (torch's load_state_dict moves state to its param's device), and in its layout, so kernels walk both flat.
+Tensor copy_as(const Tensor& t, const Tensor& param, Dtype dtype) {
+  const Tensor converted = t.to(dtype);       // complex converts only to complex: an optjit::Error otherwise
+  if (param.device().kind != DeviceKind::cpu) // device tensors are contiguous; never share the saved tensor
     return (converted.same(t) ? t.clone() : converted).to(param.device());
-  Tensor copy = Tensor::empty_like(param, param.dtype(), Device::cpu());
+  Tensor copy = Tensor::empty_like(param, dtype, Device::cpu());
   copy.copy_from(converted.to(Device::cpu()));
   return copy;
 }
@@ -67,15 +67,12 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
       throw Error(fmt::format("loaded state dict contains a parameter group that doesn't match the size of "
                               "optimizer's group (group {}: {} params saved, {} here)",
                               g, saved.params.size(), groups_[g].params.size()));
-    for (const auto& [key, value] : defaults_)
-      if (!saved.options.count(key))
-        throw Error(fmt::format("loaded param group {} lacks option '{}'", g, key));
     for (const auto& [key, value] : saved.options)
       if (!defaults_.count(key) && !ParamGroup::is_scheduler_key(key))
         throw Error(fmt::format("loaded param group {} has option '{}', which {} does not have", g, key, name_));
     validate_options(saved.options);
     ParamGroup as_loaded{{}, saved.options, {}};
-    structures.push_back(structure(as_loaded));
+    structures.push_back(traced_structure(as_loaded));
     for (int64_t id : saved.params)
       flat_of_id[id] = flat++;
   }
@@ -88,7 +85,7 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
     const Tensor& param = flat_param(i);
     const auto g = static_cast<std::size_t>(group_of_flat(i));
     states[static_cast<std::size_t>(i)] = state_from_entries(
-        param, state_specs(structures[g]), saved_state, id, /*loaded=*/true,
+        param, step_state_specs(structures[g]), saved_state, id, /*loaded=*/true,
         [&](const StateSpec& spec, const Tensor& saved) {
           const bool scalar = spec.kind == StateKind::Scalar;
           if (scalar ? saved.numel() != 1 : saved.shape() != param.shape())
@@ -101,7 +98,7 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
                                     spec.name, id, saved.describe(), param.describe()));
           return scalar ? Tensor::from_values({}, std::vector<double>{saved.item()}, new_state_dtype(param, spec))
                               .to(param.device())
-                        : copy_as(saved, param);
+                        : copy_as(saved, param, new_state_dtype(param, spec));
         });
   }
   return states;
@@ -109,6 +106,11 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
 
 void Optimizer::load_state_dict(StateDict loaded) {
   load_state_dict_pre_hooks_.run(*this, loaded);
+  // A state dict from before an option existed (torch's test_can_load_older_state_dict, or one saved without
+  // master_weights) takes the optimizer's default for it, as torch's __setstate__ does.
+  for (StateDict::Group& group : loaded.param_groups)
+    for (const auto& [key, value] : defaults_)
+      group.options.try_emplace(key, value);
   std::vector<ParamState> states = checked_loaded_state(loaded);
   // Nothing below throws: the optimizer changes all at once.
   for (std::size_t g = 0; g < groups_.size(); ++g) {

@@ -9,7 +9,19 @@ Sym lift(Sym like, double value) { return like.tracer().constant(value); }
 
 } // namespace
 
+bool Tracer::is_param_through_master(const std::string& slot) const {
+  return !master_slot_.empty() && builder_.slot(slot).role == SlotRole::Param;
+}
+
+void Tracer::store(const std::string& slot, Sym value) {
+  if (is_param_through_master(slot))
+    builder_.store(master_slot_, value.id());
+  builder_.store(slot, value.id());
+}
+
 Sym Tracer::tensors(const std::string& slot) {
+  if (is_param_through_master(slot))
+    return wrap(builder_.tensor(master_slot_));
   Sym stored = wrap(builder_.tensor(slot));
   if (grad_divisor_.empty() || builder_.slot(slot).role != SlotRole::Grad)
     return stored;

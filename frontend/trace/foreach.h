@@ -45,10 +45,14 @@ public:
     grad_divisor_ = std::move(hyper_name);
     store_unscaled_grads_ = store_unscaled;
   }
+  // Master weights: every read of the param slot reads `master_slot` (a copy in the compute dtype), and every store
+  // to the param slot stores to the master and, rounded to the param's storage dtype, to the param: the one pass
+  // that updates the master writes the low-precision param, so an optimizer's trace keeps master weights unaware.
+  void update_through_master(std::string master_slot) { master_slot_ = std::move(master_slot); }
   Sym scalar_state(const std::string& slot) { return wrap(builder_.scalar_state(slot)); }
   Sym hyper(const std::string& name) { return wrap(builder_.hyper(name)); }
   Sym constant(double value) { return wrap(builder_.constant(value)); }
-  void store(const std::string& slot, Sym value) { builder_.store(slot, value.id()); }
+  void store(const std::string& slot, Sym value);
   // Stores a per-tensor state scalar and returns the value as stored: rounded to the slot's storage dtype, as
   // torch reads back a 0-d state tensor it has just updated in place.
   Sym store_scalar(const std::string& slot, Sym value) {
@@ -67,10 +71,12 @@ public:
   Graph finish();
 
 private:
+  bool is_param_through_master(const std::string& slot) const;
   GraphBuilder builder_;
   std::string grad_divisor_; // empty: grads are read as stored
   bool store_unscaled_grads_ = false;
   std::vector<std::string> grad_slots_; // the slots of role grad
+  std::string master_slot_;             // empty: the param is read and written as stored
 };
 
 Sym operator+(Sym a, Sym b);

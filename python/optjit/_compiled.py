@@ -70,7 +70,8 @@ class CompiledStep:
         cxx = self._compiled(opt)
         metrics = cxx.metrics()
         for old in self._retired:
-            for key in ("steps", "skipped_steps", "compiles", "recompiles", "rebinds", "kernels_generated", "cache_hits"):
+            counts = ("steps", "skipped_steps", "compiles", "recompiles", "rebinds", "kernels_generated", "cache_hits")
+            for key in counts:
                 metrics[key] += old[key]
             metrics["compile_ms"] += old["compile_ms"]
             metrics["dispatch_ms"] += old["dispatch_ms"]

@@ -114,14 +114,17 @@ def scalar_state_dtype(opt):
 
 
 def new_state(param, entries, scalar_dtype):
-    """Torch's state for a param on its first step, from optjit's entries (key, is scalar, starting value): tensor
-    entries like the param (its dtype, device and memory format), scalar entries 0-d in the scalar dtype on the
-    CPU, as torch makes them for a CPU param. A DTensor param gets DTensor state, as torch's zeros_like gives. A
-    complex param's entries start at complex(v, v), as torch's optimizers see them through view_as_real (Adagrad's
-    sum, Rprop's step_size)."""
+    """Torch's state for a param on its first step, from optjit's entries (key, is scalar, starting value, copies
+    the param): tensor entries like the param (its dtype, device and memory format), scalar entries 0-d in the scalar
+    dtype on the CPU, as torch makes them for a CPU param. A DTensor param gets DTensor state, as torch's zeros_like
+    gives. A complex param's entries start at complex(v, v), as torch's optimizers see them through view_as_real
+    (Adagrad's sum, Rprop's step_size). Master weights (`master_param`) start as an f32 copy of the param, in its
+    layout."""
     state = {}
-    for key, scalar, initial in entries:
-        if scalar:
+    for key, scalar, initial, copies_param in entries:
+        if copies_param:
+            state[key] = param.detach().to(torch.float32, memory_format=torch.preserve_format, copy=True)
+        elif scalar:
             state[key] = torch.tensor(float(initial), dtype=scalar_dtype)
         else:
             value = complex(initial, initial) if param.is_complex() else initial

@@ -148,7 +148,7 @@ nb::list TorchStep::new_state(int64_t flat) const {
   nb::list entries;
   for (const StateSpec& spec : optimizer_->new_state_specs(optimizer_->group_of_flat(flat)))
     if (spec.visible)
-      entries.append(nb::make_tuple(spec.name, spec.kind == StateKind::Scalar, spec.initial));
+      entries.append(nb::make_tuple(spec.name, spec.kind == StateKind::Scalar, spec.initial, spec.copies_param));
   return entries;
 }
 

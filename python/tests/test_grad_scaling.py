@@ -55,7 +55,9 @@ def _train(cls, options, patched, steps=8):
     return params, opt, scales, grads_after, compiled
 
 
-@pytest.mark.parametrize("cls,options", [c for c in ALL if c[0] in FUSED_ON_CPU], ids=lambda c: getattr(c, "__name__", ""))
+@pytest.mark.parametrize(
+    "cls,options", [c for c in ALL if c[0] in FUSED_ON_CPU], ids=lambda c: getattr(c, "__name__", "")
+)
 def test_grad_scaler_matches_torch_fused(cls, options):
     """The same contract as torch's fused kernels: the scale goes in, the grads stay scaled, an inf step is skipped."""
     params, opt, scales, grads, compiled = _train(cls, options, patched=True)

@@ -98,25 +98,34 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
   }
   const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_test_kernel.ptx";
   int assembled = 0;
+  auto check_assembles = [&](Optimizer& opt, const std::string& what) {
+    CompiledStep step = compile(opt);
+    for (int sm : {80, 90}) {
+      INFO(what << " sm_" << sm);
+      const std::string ptx = step.dump(Stage::PTX, sm);
+      CHECK(ptx.find(".target sm_" + std::to_string(sm)) != std::string::npos);
+      std::ofstream(file) << ptx;
+      auto [status, out] =
+          run(std::string(kPtxas) + " -v --gpu-name sm_" + std::to_string(sm) + " " + file.string() + " -o /dev/null");
+      CHECK_MESSAGE(status == 0, out);
+      CHECK_MESSAGE(out.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos, out);
+      CHECK_MESSAGE(out.find(" 0 bytes stack frame") != std::string::npos, out);
+      ++assembled;
+    }
+  };
   for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
     for (const CountConfig& c : torch_optim_configs()) {
       auto opt = make_single_group(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
-      CompiledStep step = compile(*opt);
-      for (int sm : {80, 90}) {
-        INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype) << " sm_" << sm);
-        const std::string ptx = step.dump(Stage::PTX, sm);
-        CHECK(ptx.find(".target sm_" + std::to_string(sm)) != std::string::npos);
-        std::ofstream(file) << ptx;
-        auto [status, out] = run(std::string(kPtxas) + " -v --gpu-name sm_" + std::to_string(sm) + " " + file.string() +
-                                 " -o /dev/null");
-        CHECK_MESSAGE(status == 0, out);
-        CHECK_MESSAGE(out.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos, out);
-        CHECK_MESSAGE(out.find(" 0 bytes stack frame") != std::string::npos, out);
-        ++assembled;
-      }
+      check_assembles(*opt, c.optimizer + " " + config_name(c.options) + " " + std::string(dtype_name(dtype)));
     }
+  for (const auto& [name, options] : optjit::test::every_optimizer()) { // master weights: an f32 slot more
+    KeywordOptions with_master = options;
+    with_master["master_weights"] = {1};
+    auto opt = make_single_group(name, random_params({{8}, {3}}, Dtype::bf16, 1), with_master, true);
+    check_assembles(*opt, name + " bf16 master_weights");
+  }
   std::filesystem::remove(file);
-  CHECK(assembled >= 480);
+  CHECK(assembled >= 480 + 22);
 }
 
 TEST_CASE("cuda ptx: the GPU's exp, log and pow agree with libm to a few ulp, special values included") {

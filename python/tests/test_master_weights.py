@@ -1,0 +1,54 @@
+"""Master weights from Python: a param group with "master_weights": True (optjit's group option, beside torch's) keeps
+an f32 copy of each bf16/f16 param in torch's state (`master_param`). The step updates the master in f32 and rounds
+the param from it, so a bf16 model follows torch's f32 optimizer on f32 params whose state (not params) is rounded to
+bf16 after each step. A group of f32 params with the option is refused."""
+
+import pytest
+import torch
+
+import optjit
+from conftest import make_params, set_grads
+
+SHAPES = [(5, 3), (6,), (2, 3, 2), (), (0,)]
+SCALAR_STATE = ("step", "mu_product", "eta", "mu")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize(
+    "cls,options",
+    [(torch.optim.AdamW, dict(lr=0.05, weight_decay=0.1)), (torch.optim.SGD, dict(lr=0.1, momentum=0.9))],
+    ids=["AdamW", "SGD"],
+)
+def test_master_weights_follow_torch_f32_with_rounded_state(cls, options, dtype):
+    params = make_params(dtype, seed=2, shapes=SHAPES)
+    reference = [torch.nn.Parameter(p.detach().float()) for p in params]
+    opt = cls([{"params": params, "master_weights": True}], **options)
+    opt_ref = cls(reference, foreach=False, **options)
+    step = optjit.compile(opt)
+    for t in range(6):
+        set_grads(t, params)
+        for p, q in zip(params, reference):
+            q.grad = None if p.grad is None else p.grad.float()
+        step()
+        opt_ref.step()
+        with torch.no_grad():
+            for q in reference:
+                for key, value in opt_ref.state[q].items():
+                    if key not in SCALAR_STATE:
+                        value.copy_(value.to(dtype))
+        for i, (p, q) in enumerate(zip(params, reference)):
+            if p not in opt.state:
+                continue
+            master = opt.state[p]["master_param"]
+            assert master.dtype == torch.float32
+            torch.testing.assert_close(master, q.detach(), rtol=1e-5, atol=1e-6, msg=lambda m: f"param {i}: {m}")
+            assert torch.equal(p.detach(), master.to(dtype)), f"param {i} is rounded from its master"
+    assert step.metrics()["compiles"] == 1 and step.kernel_count == 1
+
+
+def test_master_weights_on_f32_params_are_refused():
+    p = torch.nn.Parameter(torch.randn(4))
+    p.grad = torch.randn(4)
+    opt = torch.optim.Adam([{"params": [p], "master_weights": True}])
+    with pytest.raises(optjit.Error, match=r"param 0 is f32\[4\] on cpu, in a group with master_weights=true"):
+        optjit.compile(opt)()
