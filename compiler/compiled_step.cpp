@@ -66,11 +66,9 @@ struct CompiledStep::Impl {
 
   void read_facts() {
     facts.params.resize(static_cast<std::size_t>(source.param_count()));
-    facts.state_dtypes.resize(facts.params.size());
-    for (int64_t i = 0; i < source.param_count(); ++i) {
+    for (int64_t i = 0; i < source.param_count(); ++i)
       facts.params[static_cast<std::size_t>(i)] = param_fact(*source.flat_param(i).impl());
-      facts.state_dtypes[static_cast<std::size_t>(i)] = source.state_dtype_fact(i);
-    }
+    facts.state_dtypes = source.state_dtype_facts();
     facts.groups.resize(static_cast<std::size_t>(source.group_count()));
     for (int g = 0; g < source.group_count(); ++g)
       facts.groups[static_cast<std::size_t>(g)] = source.group_structure_key(g);

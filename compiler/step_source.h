@@ -42,9 +42,9 @@ public:
   // Per param group: the key of the structure its graph is traced for; a change recompiles.
   virtual int group_count() const = 0;
   virtual std::string group_structure_key(int group) const = 0;
-  // Per param: the storage dtypes of its state entries, packed (a change recompiles). Read again whenever the state
-  // version changes.
-  virtual uint64_t state_dtype_fact(int64_t flat) const = 0;
+  // Per param, in flat order: the storage dtypes of its state entries, packed (a change recompiles). Read again
+  // whenever the state version changes.
+  virtual std::vector<uint64_t> state_dtype_facts() const = 0;
 
   // Every param in buckets (with a grad or not: which grads are present only changes the binding).
   virtual std::vector<ParamBucket> compile_buckets() const = 0;

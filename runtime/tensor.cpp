@@ -153,7 +153,7 @@ Tensor Tensor::empty_like(const Tensor& like, Dtype dtype, Device device) {
 }
 
 bool Tensor::is_non_overlapping() const {
-  if (numel() == 0)
+  if (is_contiguous() || numel() == 0)
     return true;
   int64_t span = 0; // the largest offset the dimensions of smaller strides reach
   for (const auto& [stride, extent] : strided_dims(*impl_)) {
@@ -165,7 +165,7 @@ bool Tensor::is_non_overlapping() const {
 }
 
 bool Tensor::is_dense() const {
-  if (numel() == 0)
+  if (is_contiguous() || numel() == 0)
     return true;
   int64_t expected = 1;
   for (const auto& [stride, extent] : strided_dims(*impl_)) {

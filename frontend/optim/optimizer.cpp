@@ -271,6 +271,7 @@ void Optimizer::check_hyperparameters() const {
     if (const double scale = grad_scale_.item(); !(std::isfinite(scale) && scale > 0))
       throw Error("grad_scale is " + python_float(scale) +
                   ": a gradient scale must be a positive finite number (grads are divided by it)");
+  check_master_weights();
 }
 
 void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads) {
@@ -299,7 +300,6 @@ static Tensor unscaled(const Tensor& grad, double scale) {
 }
 
 void Optimizer::check_grad(int64_t flat) const {
-  check_master_weights(flat);
   const Tensor& p = flat_param(flat);
   const Tensor g = p.grad();
   if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
@@ -312,12 +312,18 @@ void Optimizer::check_grad(int64_t flat) const {
                               what, flat, t.describe()));
 }
 
-void Optimizer::check_master_weights(int64_t flat) const {
-  const Tensor& p = flat_param(flat);
-  if (groups_[static_cast<std::size_t>(group_of_flat(flat))].get("master_weights") != 0 && !is_low_precision(p.dtype()))
-    throw Error(fmt::format("param {} is {}, in a group with master_weights=true: master weights are f32 copies of "
-                            "bf16 and f16 params",
-                            flat, p.describe()));
+// Every step, O(groups) unless a group keeps master weights: then each of its params must be bf16 or f16.
+void Optimizer::check_master_weights() const {
+  int64_t flat = 0;
+  for (const ParamGroup& group : groups_) {
+    if (group.get("master_weights") != 0)
+      for (std::size_t k = 0; k < group.params.size(); ++k)
+        if (const Tensor& p = flat_param(flat + static_cast<int64_t>(k)); !is_low_precision(p.dtype()))
+          throw Error(fmt::format("param {} is {}, in a group with master_weights=true: master weights are f32 copies "
+                                  "of bf16 and f16 params",
+                                  flat + static_cast<int64_t>(k), p.describe()));
+    flat += static_cast<int64_t>(group.params.size());
+  }
 }
 
 void Optimizer::check_step() const {
@@ -384,13 +390,19 @@ static std::vector<Dtype> state_dtypes_of(const Optimizer& o, int64_t flat, cons
   return dtypes;
 }
 
-uint64_t Optimizer::state_dtype_fact(int64_t flat) const {
-  const std::vector<StateSpec> specs = step_state_specs(
-      traced_structure(groups_[static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(flat)])]));
-  uint64_t fact = 0;
-  for (Dtype dtype : state_dtypes_of(*this, flat, specs)) // 8 bits per entry: the fact changes with any of them
-    fact = fact * 257 + static_cast<uint64_t>(dtype) + 1;
-  return fact;
+std::vector<uint64_t> Optimizer::state_dtype_facts() const {
+  std::vector<std::vector<StateSpec>> specs_of_group; // once per group: the per-param loop stays cheap
+  for (const ParamGroup& group : groups_)
+    specs_of_group.push_back(step_state_specs(traced_structure(group)));
+  std::vector<uint64_t> facts;
+  facts.reserve(static_cast<std::size_t>(param_count()));
+  for (int64_t i = 0; i < param_count(); ++i) {
+    uint64_t fact = 0;
+    for (Dtype dtype : state_dtypes_of(*this, i, specs_of_group[static_cast<std::size_t>(group_of_flat(i))]))
+      fact = fact * 257 + static_cast<uint64_t>(dtype) + 1; // 8 bits per entry: the fact changes with any of them
+    facts.push_back(fact);
+  }
+  return facts;
 }
 
 ParamState

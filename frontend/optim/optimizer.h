@@ -227,15 +227,16 @@ public:
   // The state a param of a group with these flags keeps: the subclass's state_specs(), then `master_param` (an f32
   // copy of a bf16 or f16 param the step updates, rounding the param from it) when master_weights is on.
   std::vector<StateSpec> step_state_specs(const Structure& structure) const;
-  // Step-time checks, run before anything is mutated. Hyperparameters must be finite (a grad scale positive too); a
-  // grad must have its param's shape, dtype and device, and both must be contiguous.
+  // Step-time checks, run before anything is mutated. Hyperparameters must be finite (a grad scale positive too, and
+  // the params of a group with master weights bf16 or f16); a grad must have its param's shape, dtype and device,
+  // and neither may overlap itself in memory.
   void check_hyperparameters() const override;
-  void check_grad(int64_t flat) const override; // and that a param with master weights is bf16 or f16
-  void check_step() const;                      // every hyperparameter and every present grad
+  void check_grad(int64_t flat) const override;
+  void check_step() const; // every hyperparameter and every present grad
   // Creates the missing state of every param that has a grad; returns whether any was created.
   bool ensure_state() override;
   // The storage dtypes of a param's state entries (the dtypes they would be created in, for entries not made yet).
-  uint64_t state_dtype_fact(int64_t flat) const override;
+  std::vector<uint64_t> state_dtype_facts() const override;
   int group_count() const override { return static_cast<int>(groups_.size()); }
   std::string group_structure_key(int group) const override {
     return traced_structure(groups_[static_cast<std::size_t>(group)]).key();
@@ -244,7 +245,7 @@ public:
   int64_t param_count() const override { return static_cast<int64_t>(flat_params_.size()); }
   const Tensor& flat_param(int64_t i) const override { return flat_params_[static_cast<std::size_t>(i)]; }
   const ParamState& flat_state(int64_t i) const { return states_[static_cast<std::size_t>(i)]; }
-  void check_master_weights(int64_t flat) const;
+  void check_master_weights() const;
   int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
 
   virtual Structure structure(const ParamGroup& group) const = 0;
