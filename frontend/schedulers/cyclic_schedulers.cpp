@@ -103,6 +103,19 @@ void CyclicLR::save_fields(SchedulerState& s) const {
   }
 }
 
+void CyclicLR::check_fields(const SchedulerState& s) const {
+  for (const char* key : {"max_lrs", "base_momentums", "max_momentums"})
+    if (s.count(key))
+      for (double v : s.at(key))
+        if (!std::isfinite(v))
+          throw Error(fmt::format("{} state dict has {} {}: it must be finite", name(), key, v));
+  if (!(loaded_finite(s, "total_size") > 0))
+    throw Error(
+        fmt::format("{} state dict has total_size = {}: a cycle has a positive length", name(), s.at("total_size")[0]));
+  loaded_finite(s, "step_ratio");
+  loaded_finite(s, "gamma");
+}
+
 void CyclicLR::load_fields(const SchedulerState& s) {
   max_lrs_ = s.at("max_lrs");
   total_size_ = s.at("total_size")[0];
@@ -124,6 +137,9 @@ int64_t one_cycle_total_steps(const OneCycleLROptions& o) {
   if (o.epochs && o.steps_per_epoch) {
     require_positive_count(*o.epochs, "epochs");
     require_positive_count(*o.steps_per_epoch, "steps_per_epoch");
+    if (*o.epochs > kMaxScheduleCount / *o.steps_per_epoch)
+      throw Error(fmt::format("epochs {} x steps_per_epoch {} is more steps than 2^53 (kMaxScheduleCount)", *o.epochs,
+                              *o.steps_per_epoch));
     return *o.epochs * *o.steps_per_epoch;
   }
   throw Error("You must define either total_steps OR (epochs AND steps_per_epoch)");
@@ -202,6 +218,7 @@ std::vector<double> OneCycleLR::get_lr() {
 }
 
 void OneCycleLR::save_fields(SchedulerState& s) const { s["total_steps"] = {static_cast<double>(total_steps_)}; }
+void OneCycleLR::check_fields(const SchedulerState& s) const { loaded_count(s, "total_steps", 1); }
 void OneCycleLR::load_fields(const SchedulerState& s) { total_steps_ = static_cast<int64_t>(s.at("total_steps")[0]); }
 
 CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t T_0, int64_t T_mult,
@@ -227,7 +244,9 @@ void CosineAnnealingWarmRestarts::step() {
   T_cur_ += 1;
   if (T_cur_ >= static_cast<double>(T_i_)) {
     T_cur_ = std::fmod(T_cur_, static_cast<double>(T_i_));
-    T_i_ *= T_mult_;
+    // A period past 2^53 steps never ends in practice: it saturates there instead of overflowing.
+    if (__builtin_mul_overflow(T_i_, T_mult_, &T_i_) || T_i_ > kMaxScheduleCount)
+      T_i_ = kMaxScheduleCount;
   }
   ++last_epoch_;
   write_lrs(get_lr());
@@ -261,6 +280,14 @@ void CosineAnnealingWarmRestarts::save_fields(SchedulerState& s) const {
   s["T_mult"] = {static_cast<double>(T_mult_)};
   s["eta_min"] = {eta_min_};
   s["T_cur"] = {T_cur_};
+}
+
+void CosineAnnealingWarmRestarts::check_fields(const SchedulerState& s) const {
+  for (const char* key : {"T_0", "T_i", "T_mult"})
+    loaded_count(s, key, 1);
+  loaded_finite(s, "eta_min");
+  if (!(loaded_finite(s, "T_cur") >= 0))
+    throw Error(fmt::format("{} state dict has T_cur = {}: it must be >= 0", name(), s.at("T_cur")[0]));
 }
 
 void CosineAnnealingWarmRestarts::load_fields(const SchedulerState& s) {

@@ -29,6 +29,7 @@ public:
 protected:
   std::vector<double> get_lr() override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   double scale(double x) const;
 
@@ -60,6 +61,7 @@ public:
 protected:
   std::vector<double> get_lr() override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
 
   struct Phase {
@@ -84,6 +86,7 @@ public:
 protected:
   std::vector<double> get_lr() override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   int64_t T_0_, T_i_, T_mult_;
   double eta_min_, T_cur_;

@@ -89,7 +89,7 @@ SchedulerState LRScheduler::state_dict() const {
   return state;
 }
 
-void LRScheduler::load_state_dict(const SchedulerState& state) {
+void LRScheduler::check_state_dict(const SchedulerState& state) const {
   for (const auto& [key, mine] : state_dict()) {
     auto it = state.find(key);
     if (it == state.end())
@@ -98,6 +98,33 @@ void LRScheduler::load_state_dict(const SchedulerState& state) {
       throw Error(fmt::format("{} state dict has {} values for '{}', this scheduler keeps {}", name(),
                               it->second.size(), key, mine.size()));
   }
+  loaded_count(state, "last_epoch", -1);
+  loaded_count(state, "_step_count", 0);
+  for (const char* key : {"base_lrs", "_last_lr"})
+    for (double lr : state.at(key))
+      if (!std::isfinite(lr))
+        throw Error(fmt::format("{} state dict has {} {}: learning rates must be finite", name(), key, lr));
+  check_fields(state);
+}
+
+int64_t LRScheduler::loaded_count(const SchedulerState& state, const std::string& key, int64_t min) const {
+  const double v = state.at(key).at(0);
+  if (!(v >= static_cast<double>(min) && v <= static_cast<double>(kMaxScheduleCount) && v == std::floor(v)))
+    throw Error(fmt::format("{} state dict has {} = {}: it must be a whole number from {} to 2^53 "
+                            "(kMaxScheduleCount)",
+                            name(), key, v, min));
+  return static_cast<int64_t>(v);
+}
+
+double LRScheduler::loaded_finite(const SchedulerState& state, const std::string& key) const {
+  const double v = state.at(key).at(0);
+  if (!std::isfinite(v))
+    throw Error(fmt::format("{} state dict has {} = {}: it must be finite", name(), key, v));
+  return v;
+}
+
+void LRScheduler::load_state_dict(const SchedulerState& state) {
+  check_state_dict(state); // nothing below throws
   last_epoch_ = static_cast<int64_t>(state.at("last_epoch")[0]);
   step_count_ = static_cast<int64_t>(state.at("_step_count")[0]);
   base_lrs_ = state.at("base_lrs");
@@ -158,6 +185,8 @@ std::vector<double> scaled(std::vector<double> lrs, double factor) {
 void require_positive_count(int64_t value, const std::string& what) {
   if (value <= 0)
     throw Error(fmt::format("Expected positive integer {}, but got {}", what, value));
+  if (value > kMaxScheduleCount)
+    throw Error(fmt::format("{} is {}: a schedule count is at most 2^53 (kMaxScheduleCount)", what, value));
 }
 
 void require_increasing(const std::vector<int64_t>& milestones) {
@@ -187,6 +216,10 @@ void StepLR::save_fields(SchedulerState& s) const {
   s["step_size"] = {static_cast<double>(step_size_)};
   s["gamma"] = {gamma_};
 }
+void StepLR::check_fields(const SchedulerState& s) const {
+  loaded_count(s, "step_size", 1);
+  loaded_finite(s, "gamma");
+}
 void StepLR::load_fields(const SchedulerState& s) {
   step_size_ = static_cast<int64_t>(s.at("step_size")[0]);
   gamma_ = s.at("gamma")[0];
@@ -213,15 +246,37 @@ void MultiStepLR::save_fields(SchedulerState& s) const {
   s["milestones"] = std::vector<double>(milestones_.begin(), milestones_.end());
   s["gamma"] = {gamma_};
 }
+void MultiStepLR::check_fields(const SchedulerState& s) const {
+  std::vector<int64_t> milestones;
+  for (std::size_t i = 0; i < s.at("milestones").size(); ++i)
+    milestones.push_back(loaded_count({{"milestones", {s.at("milestones")[i]}}}, "milestones", 0));
+  require_increasing(milestones);
+  loaded_finite(s, "gamma");
+}
 void MultiStepLR::load_fields(const SchedulerState& s) {
   milestones_.assign(s.at("milestones").begin(), s.at("milestones").end());
   gamma_ = s.at("gamma")[0];
 }
 
+namespace {
+
+void require_constant_factor(double factor) {
+  if (!(factor <= 1.0 && factor >= 0))
+    throw Error("Constant multiplicative factor expected to be between 0 and 1.");
+}
+
+void require_linear_factors(double start_factor, double end_factor) {
+  if (!(start_factor <= 1.0 && start_factor > 0))
+    throw Error("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.");
+  if (!(end_factor <= 1.0 && end_factor >= 0))
+    throw Error("Ending multiplicative factor expected to be between 0 and 1.");
+}
+
+} // namespace
+
 ConstantLR::ConstantLR(Optimizer& optimizer, double factor, int64_t total_iters, int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), factor_(factor), total_iters_(total_iters) {
-  if (factor > 1.0 || factor < 0)
-    throw Error("Constant multiplicative factor expected to be between 0 and 1.");
+  require_constant_factor(factor);
   initial_step();
 }
 
@@ -242,6 +297,10 @@ void ConstantLR::save_fields(SchedulerState& s) const {
   s["factor"] = {factor_};
   s["total_iters"] = {static_cast<double>(total_iters_)};
 }
+void ConstantLR::check_fields(const SchedulerState& s) const {
+  require_constant_factor(s.at("factor")[0]);
+  loaded_count(s, "total_iters", 0);
+}
 void ConstantLR::load_fields(const SchedulerState& s) {
   factor_ = s.at("factor")[0];
   total_iters_ = static_cast<int64_t>(s.at("total_iters")[0]);
@@ -251,10 +310,7 @@ LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
                    int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch), start_factor_(start_factor), end_factor_(end_factor),
       total_iters_(total_iters) {
-  if (start_factor > 1.0 || start_factor <= 0)
-    throw Error("Starting multiplicative factor expected to be greater than 0 and less or equal to 1.");
-  if (end_factor > 1.0 || end_factor < 0)
-    throw Error("Ending multiplicative factor expected to be between 0 and 1.");
+  require_linear_factors(start_factor, end_factor);
   initial_step();
 }
 
@@ -280,6 +336,10 @@ void LinearLR::save_fields(SchedulerState& s) const {
   s["end_factor"] = {end_factor_};
   s["total_iters"] = {static_cast<double>(total_iters_)};
 }
+void LinearLR::check_fields(const SchedulerState& s) const {
+  require_linear_factors(s.at("start_factor")[0], s.at("end_factor")[0]);
+  loaded_count(s, "total_iters", 0);
+}
 void LinearLR::load_fields(const SchedulerState& s) {
   start_factor_ = s.at("start_factor")[0];
   end_factor_ = s.at("end_factor")[0];
@@ -302,6 +362,7 @@ std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
 }
 
 void ExponentialLR::save_fields(SchedulerState& s) const { s["gamma"] = {gamma_}; }
+void ExponentialLR::check_fields(const SchedulerState& s) const { loaded_finite(s, "gamma"); }
 void ExponentialLR::load_fields(const SchedulerState& s) { gamma_ = s.at("gamma")[0]; }
 
 PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power, int64_t last_epoch)
@@ -326,6 +387,10 @@ std::optional<std::vector<double>> PolynomialLR::closed_form_lr() const {
 void PolynomialLR::save_fields(SchedulerState& s) const {
   s["total_iters"] = {static_cast<double>(total_iters_)};
   s["power"] = {power_};
+}
+void PolynomialLR::check_fields(const SchedulerState& s) const {
+  loaded_count(s, "total_iters", 1);
+  loaded_finite(s, "power");
 }
 void PolynomialLR::load_fields(const SchedulerState& s) {
   total_iters_ = static_cast<int64_t>(s.at("total_iters")[0]);
@@ -366,6 +431,10 @@ std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
 void CosineAnnealingLR::save_fields(SchedulerState& s) const {
   s["T_max"] = {static_cast<double>(T_max_)};
   s["eta_min"] = {eta_min_};
+}
+void CosineAnnealingLR::check_fields(const SchedulerState& s) const {
+  loaded_count(s, "T_max", 1);
+  loaded_finite(s, "eta_min");
 }
 void CosineAnnealingLR::load_fields(const SchedulerState& s) {
   T_max_ = static_cast<int64_t>(s.at("T_max")[0]);

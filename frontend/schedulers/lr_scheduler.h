@@ -18,6 +18,10 @@ namespace optjit {
 // schedulers (SequentialLR, ChainedScheduler) keep theirs under "_schedulers.<index>.".
 using SchedulerState = std::map<std::string, std::vector<double>>;
 
+// The largest count a scheduler takes (epochs, step sizes, periods, milestones), in constructors and loaded state
+// alike: 2^53, so every count is exact as a double and the schedules' integer arithmetic cannot overflow int64.
+constexpr int64_t kMaxScheduleCount = int64_t{1} << 53;
+
 class LRScheduler {
 public:
   virtual ~LRScheduler() = default;
@@ -34,9 +38,11 @@ public:
   virtual std::string name() const = 0;
 
   SchedulerState state_dict() const;
-  // Checks that `state` has every field this scheduler saves, each of the same length, then loads it; a
-  // mismatch is an optjit::Error that changes nothing.
+  // Checks that `state` has every field this scheduler saves, each of the same length, each value valid as the
+  // constructor would require (counts whole numbers within kMaxScheduleCount, factors finite and in range), then
+  // loads it; anything else is an optjit::Error that changes nothing.
   void load_state_dict(const SchedulerState& state);
+  void check_state_dict(const SchedulerState& state) const; // the checks alone
 
 protected:
   // last_epoch -1 starts a schedule (each group's initial_lr is its lr); otherwise it resumes one, and every group
@@ -50,7 +56,13 @@ protected:
   virtual std::optional<std::vector<double>> closed_form_lr() const { return std::nullopt; }
   // Fields beyond the base's (last_epoch, _step_count, base_lrs, _last_lr).
   virtual void save_fields(SchedulerState&) const {}
+  // check_fields throws for any field load_fields would not take; load_fields then cannot fail.
+  virtual void check_fields(const SchedulerState&) const {}
   virtual void load_fields(const SchedulerState&) {}
+  // A loaded field's first value as a whole number from `min` to kMaxScheduleCount, or as a finite number; an
+  // optjit::Error naming the field otherwise.
+  int64_t loaded_count(const SchedulerState& state, const std::string& key, int64_t min) const;
+  double loaded_finite(const SchedulerState& state, const std::string& key) const;
   void write_lrs(const std::vector<double>& lrs);
   // f(base_lr) for every group: the closed forms.
   std::vector<double> from_base_lrs(const std::function<double(double)>& f) const;
@@ -113,6 +125,7 @@ protected:
   std::vector<double> get_lr() override;
   std::optional<std::vector<double>> closed_form_lr() const override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   int64_t step_size_;
   double gamma_;
@@ -128,6 +141,7 @@ protected:
   std::vector<double> get_lr() override;
   std::optional<std::vector<double>> closed_form_lr() const override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   std::vector<int64_t> milestones_;
   double gamma_;
@@ -142,6 +156,7 @@ protected:
   std::vector<double> get_lr() override;
   std::optional<std::vector<double>> closed_form_lr() const override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   double factor_;
   int64_t total_iters_;
@@ -157,6 +172,7 @@ protected:
   std::vector<double> get_lr() override;
   std::optional<std::vector<double>> closed_form_lr() const override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   double start_factor_, end_factor_;
   int64_t total_iters_;
@@ -171,6 +187,7 @@ protected:
   std::vector<double> get_lr() override;
   std::optional<std::vector<double>> closed_form_lr() const override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   double gamma_;
 };
@@ -184,6 +201,7 @@ protected:
   std::vector<double> get_lr() override;
   std::optional<std::vector<double>> closed_form_lr() const override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   int64_t total_iters_;
   double power_;
@@ -198,6 +216,7 @@ protected:
   std::vector<double> get_lr() override;
   std::optional<std::vector<double>> closed_form_lr() const override;
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   int64_t T_max_;
   double eta_min_;

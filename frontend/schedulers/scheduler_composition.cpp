@@ -30,15 +30,24 @@ void save_parts(SchedulerState& s, const std::vector<std::shared_ptr<LRScheduler
       s[fmt::format("_schedulers.{}.{}", i, key)] = value;
 }
 
+SchedulerState part_state(const SchedulerState& s, std::size_t i) {
+  const std::string prefix = fmt::format("_schedulers.{}.", i);
+  SchedulerState part;
+  for (const auto& [key, value] : s)
+    if (key.rfind(prefix, 0) == 0)
+      part[key.substr(prefix.size())] = value;
+  return part;
+}
+
+// Every part's state checked before any part loads: a bad last part leaves the first unchanged too.
+void check_parts_state(const SchedulerState& s, const std::vector<std::shared_ptr<LRScheduler>>& parts) {
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    parts[i]->check_state_dict(part_state(s, i));
+}
+
 void load_parts(const SchedulerState& s, const std::vector<std::shared_ptr<LRScheduler>>& parts) {
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const std::string prefix = fmt::format("_schedulers.{}.", i);
-    SchedulerState part;
-    for (const auto& [key, value] : s)
-      if (key.rfind(prefix, 0) == 0)
-        part[key.substr(prefix.size())] = value;
-    parts[i]->load_state_dict(part);
-  }
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    parts[i]->load_state_dict(part_state(s, i));
 }
 
 } // namespace
@@ -80,6 +89,14 @@ void SequentialLR::save_fields(SchedulerState& s) const {
   save_parts(s, schedulers_);
 }
 
+void SequentialLR::check_fields(const SchedulerState& s) const {
+  std::vector<int64_t> milestones;
+  for (double m : s.at("_milestones"))
+    milestones.push_back(loaded_count({{"_milestones", {m}}}, "_milestones", 0));
+  require_increasing(milestones);
+  check_parts_state(s, schedulers_);
+}
+
 void SequentialLR::load_fields(const SchedulerState& s) {
   milestones_.assign(s.at("_milestones").begin(), s.at("_milestones").end());
   load_parts(s, schedulers_);
@@ -109,6 +126,7 @@ void ChainedScheduler::step() {
 }
 
 void ChainedScheduler::save_fields(SchedulerState& s) const { save_parts(s, schedulers_); }
+void ChainedScheduler::check_fields(const SchedulerState& s) const { check_parts_state(s, schedulers_); }
 void ChainedScheduler::load_fields(const SchedulerState& s) { load_parts(s, schedulers_); }
 
 } // namespace optjit

@@ -19,6 +19,7 @@ public:
 protected:
   std::vector<double> get_lr() override { return group_values("lr"); }
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
@@ -33,6 +34,7 @@ public:
 protected:
   std::vector<double> get_lr() override { return group_values("lr"); }
   void save_fields(SchedulerState&) const override;
+  void check_fields(const SchedulerState&) const override;
   void load_fields(const SchedulerState&) override;
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
 };

@@ -366,3 +366,65 @@ TEST_CASE("schedulers: a tensor lr drives eager and compiled steps alike, filled
   check_error([&] { tensor_lr.param_groups()[0].set("lr", Tensor::full({2}, 0.1, Dtype::f64)); },
               "Tensor lr must be 1-element");
 }
+
+TEST_CASE("schedulers: a loaded state dict is checked as the constructor checks, and a refused one changes nothing "
+          "(issue 16, 6)") {
+  auto p = random_params({{3}, {2}}, Dtype::f64, 9);
+  auto opt = two_group_sgd(p);
+  // Each scheduler, one field made invalid: it is refused naming the field, the scheduler and its optimizer's lrs
+  // are unchanged, and stepping goes on (no division by zero, no overflow).
+  auto check_refused = [&](LRScheduler& s, const std::string& key, double value, const std::string& message) {
+    INFO(s.name() << " " << key << " = " << value);
+    SchedulerState bad = s.state_dict();
+    bad.at(key).at(0) = value;
+    const SchedulerState before = s.state_dict();
+    const std::vector<double> lrs = {opt->param_groups()[0].get("lr"), opt->param_groups()[1].get("lr")};
+    check_error([&] { s.load_state_dict(bad); }, message);
+    CHECK(s.state_dict() == before);
+    CHECK(opt->param_groups()[0].get("lr") == lrs[0]);
+    s.step();
+  };
+  StepLR step(*opt, 3, 0.5);
+  check_refused(step, "step_size", 0,
+                "StepLR state dict has step_size = 0: it must be a whole number from 1 to 2^53 (kMaxScheduleCount)");
+  check_refused(
+      step, "last_epoch", std::nan(""),
+      "StepLR state dict has last_epoch = nan: it must be a whole number from -1 to 2^53 (kMaxScheduleCount)");
+  check_refused(step, "gamma", INFINITY, "StepLR state dict has gamma = inf: it must be finite");
+  CosineAnnealingLR cosine(*opt, 10);
+  check_refused(cosine, "T_max", 0,
+                "CosineAnnealingLR state dict has T_max = 0: it must be a whole number from 1 to 2^53 "
+                "(kMaxScheduleCount)");
+  check_refused(cosine, "T_max", 9.2e18,
+                "CosineAnnealingLR state dict has T_max = 9.2e+18: it must be a whole number from 1 to 2^53 "
+                "(kMaxScheduleCount)");
+  check_refused(cosine, "_step_count", 2.5,
+                "CosineAnnealingLR state dict has _step_count = 2.5: it must be a whole number from 0 to 2^53 "
+                "(kMaxScheduleCount)");
+  ConstantLR constant(*opt, 0.5, int64_t{4});
+  check_refused(constant, "factor", 2, "Constant multiplicative factor expected to be between 0 and 1.");
+  CosineAnnealingWarmRestarts warm(*opt, 4, 2);
+  check_refused(warm, "T_mult", 0,
+                "CosineAnnealingWarmRestarts state dict has T_mult = 0: it must be a whole number from 1 to 2^53 "
+                "(kMaxScheduleCount)");
+
+  // A composition checks every part before any part loads.
+  std::vector<std::shared_ptr<LRScheduler>> parts = {std::make_shared<ConstantLR>(*opt, 0.5, int64_t{3}),
+                                                     std::make_shared<StepLR>(*opt, 2, 0.9)};
+  SequentialLR sequence(*opt, parts, {5});
+  for (int i = 0; i < 3; ++i)
+    sequence.step();
+  SchedulerState bad = sequence.state_dict();
+  bad.at("_schedulers.0.last_epoch").at(0) = 0; // a valid change to the first part
+  bad.at("_schedulers.1.step_size").at(0) = 0;  // an invalid one to the second
+  const SchedulerState first_before = parts[0]->state_dict();
+  check_error([&] { sequence.load_state_dict(bad); },
+              "StepLR state dict has step_size = 0: it must be a whole number from 1 to 2^53 (kMaxScheduleCount)");
+  CHECK(parts[0]->state_dict() == first_before);
+
+  // Constructors refuse counts past the limit, and products that would overflow.
+  check_error([&] { CosineAnnealingLR(*opt, INT64_MAX); },
+              "T_max is 9223372036854775807: a schedule count is at most 2^53 (kMaxScheduleCount)");
+  check_error([&] { OneCycleLR(*opt, {.max_lr = {0.1}, .epochs = int64_t{1} << 40, .steps_per_epoch = 1 << 20}); },
+              "epochs 1099511627776 x steps_per_epoch 1048576 is more steps than 2^53 (kMaxScheduleCount)");
+}
