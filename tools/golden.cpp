@@ -1,5 +1,6 @@
 #include "tools/golden.h"
 #include "compiler/compiled_step.h"
+#include "frontend/optim/json_text.h"
 #include "frontend/optim/registry.h"
 #include "runtime/error.h"
 #include "tools/golden_scheduler.h"
@@ -31,7 +32,7 @@ KeywordOptions keyword_options(const json& object) {
     else if (value.is_array())
       options[key] = value.get<std::vector<double>>();
     else
-      throw Error("option '" + key + "' has a value optjit cannot read: " + value.dump());
+      throw Error("option '" + key + "' has a value optjit cannot read: " + json_value_text(value));
   }
   return options;
 }

@@ -1,4 +1,5 @@
 #include "frontend/optim/state_file.h"
+#include "frontend/optim/json_text.h"
 #include "runtime/error.h"
 
 #include <nlohmann/json.hpp>
@@ -37,7 +38,7 @@ double option_value(const json& v, const std::string& name) {
     if (text == "inf" || text == "-inf")
       return text == "inf" ? HUGE_VAL : -HUGE_VAL;
   }
-  throw Error(fmt::format("option '{}' is {}, not a number", name, v.dump()));
+  throw Error(fmt::format("option '{}' is {}, not a number", name, json_value_text(v)));
 }
 
 Dtype dtype_of_code(const std::string& code, const std::string& tensor) {

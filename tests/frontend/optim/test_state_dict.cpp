@@ -8,6 +8,7 @@
 #include "tools/model.h"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <filesystem>
@@ -287,4 +288,19 @@ TEST_CASE(
 
   const std::filesystem::path directory = std::filesystem::temp_directory_path();
   check_error_contains([&] { load_state_dict_file(directory); }, "it is not a regular file");
+}
+
+TEST_CASE(
+    "state_dict: files: an option nested 100000 levels deep is a clear error, not a stack overflow (issue 16, 3)") {
+  const std::string deep = std::string(100000, '[') + "0.1" + std::string(100000, ']');
+  const std::string groups = "[{\"params\": [0], \"options\": {\"lr\": " + deep + "}}]";
+  const std::string header = R"({"__metadata__": {"format": "optjit-optimizer-state", "version": "1", )"
+                             R"("optimizer": "SGD", "param_groups": )" +
+                             nlohmann::json(groups).dump() + "}}"; // param_groups is a JSON text in a string
+  uint64_t header_size = header.size();
+  std::string bytes(8, '\0');
+  std::memcpy(bytes.data(), &header_size, 8);
+  TempFile file("optjit_state_deep.safetensors");
+  std::ofstream(file.path, std::ios::binary) << bytes << header;
+  check_error_contains([&] { load_state_dict_file(file.path); }, "option 'lr' is an array of 1 value, not a number");
 }
