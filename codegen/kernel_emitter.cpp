@@ -1,6 +1,7 @@
 #include "codegen/kernel_emitter.h"
 #include "codegen/device_math.h"
 #include "runtime/kernel_abi.h"
+#include "runtime/stochastic_rounding.h"
 
 #include <algorithm>
 #include <functional>
@@ -233,7 +234,8 @@ private:
         return from_storage(b, b.CreateExtractElement(v, static_cast<uint64_t>(lane)), tensor_slot_dtype(slot),
                             element_type());
       };
-      std::vector<Value*> values = evaluate_elements(b, per_tensor, load, element_type());
+      std::vector<Value*> values =
+          evaluate_elements(b, per_tensor, load, element_type(), b.CreateAdd(j, b.getInt64(lane)));
       for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
         const Store& s = graph_.stores[k];
         if (s.kind != StoreKind::Tensor)
@@ -407,7 +409,14 @@ private:
                                      plan_.abi.tensor_slots[slot]);
       return from_storage(b, v, storage, type);
     };
-    std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type);
+    Value* index = j; // of each lane's element: stochastic rounding draws its bits by element index
+    if (lanes > 1) {
+      std::vector<llvm::Constant*> offsets;
+      for (int lane = 0; lane < lanes; ++lane)
+        offsets.push_back(b.getInt64(static_cast<uint64_t>(lane)));
+      index = b.CreateAdd(b.CreateVectorSplat(static_cast<unsigned>(lanes), j), llvm::ConstantVector::get(offsets));
+    }
+    std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type, index);
     for (const Store& s : graph_.stores) {
       if (s.kind != StoreKind::Tensor)
         continue;
@@ -419,9 +428,10 @@ private:
     }
   }
 
-  // The element nodes over operands of `type`, given the per-tensor values and how to load a tensor slot.
+  // The element nodes over operands of `type`, given the per-tensor values, how to load a tensor slot and the
+  // elements' indexes in their tensor (i64, with as many lanes as `type`).
   std::vector<Value*> evaluate_elements(IRBuilder<>& b, const std::vector<Value*>& per_tensor,
-                                        const std::function<Value*(int slot)>& load, llvm::Type* type) {
+                                        const std::function<Value*(int slot)>& load, llvm::Type* type, Value* index) {
     std::vector<Value*> values = per_tensor;
     for (ValueId id = plan_.prologue_size; id < graph_.size(); ++id) {
       const Node& n = graph_.node(id);
@@ -432,7 +442,7 @@ private:
         std::vector<Value*> operands;
         for (ValueId in : n.inputs)
           operands.push_back(values[static_cast<std::size_t>(in)]);
-        v = emit_op(b, n, operands, type);
+        v = n.op == Op::sround ? emit_stochastic_round(b, operands, index) : emit_op(b, n, operands, type);
       }
       values[static_cast<std::size_t>(id)] = v;
     }
@@ -562,6 +572,7 @@ private:
       return as_type(b.CreateFCmpOEQ(in[0], in[1]));
     case Op::select:
       return b.CreateSelect(b.CreateFCmpUNE(in[0], zero), in[1], in[2]);
+    case Op::sround: // needs the element index: emit_stochastic_round
     case Op::constant:
     case Op::hyper:
     case Op::scalar_state:
@@ -570,6 +581,36 @@ private:
       break;
     }
     OPTJIT_ASSERT(false, "emit_op called on input op " + std::string(op_name(n.op)));
+  }
+
+  // runtime/stochastic_rounding.h's rounding_mix, lane by lane.
+  Value* rounding_mix(IRBuilder<>& b, Value* x) {
+    auto constant = [&](uint64_t v) { return llvm::ConstantInt::get(x->getType(), v); };
+    x = b.CreateXor(x, b.CreateLShr(x, constant(30)));
+    x = b.CreateMul(x, constant(0xbf58476d1ce4e5b9ull));
+    x = b.CreateXor(x, b.CreateLShr(x, constant(27)));
+    x = b.CreateMul(x, constant(0x94d049bb133111ebull));
+    return b.CreateXor(x, b.CreateLShr(x, constant(31)));
+  }
+
+  // sround: in[0] (f32 lanes) rounded to bf16 with runtime/stochastic_rounding.h's bits for counter in[1] and stream
+  // in[2] (f64 lanes holding whole numbers) at element `index`; the same operations as stochastic_round_bf16.
+  Value* emit_stochastic_round(IRBuilder<>& b, const std::vector<Value*>& in, Value* index) {
+    llvm::Type* i64 = with_lanes(b.getInt64Ty(), in[0]->getType());
+    llvm::Type* i32 = with_lanes(b.getInt32Ty(), in[0]->getType());
+    auto constant = [&](llvm::Type* type, uint64_t v) { return llvm::ConstantInt::get(type, v); };
+    Value* counter = b.CreateFPToUI(in[1], i64);
+    Value* stream = b.CreateFPToUI(in[2], i64);
+    Value* key = rounding_mix(b, b.CreateXor(counter, rounding_mix(b, stream)));
+    Value* draw = rounding_mix(b, b.CreateAdd(key, b.CreateMul(index, constant(i64, kRoundingGolden))));
+    Value* bits = b.CreateTrunc(b.CreateLShr(draw, constant(i64, 48)), i32);
+    Value* u = b.CreateBitCast(in[0], i32);
+    Value* magnitude = b.CreateAnd(u, constant(i32, 0x7fffffff));
+    Value* rounded = b.CreateAnd(b.CreateAdd(u, bits), constant(i32, 0xffff0000));
+    Value* quiet_nan = b.CreateAnd(b.CreateOr(u, constant(i32, 0x00400000)), constant(i32, 0xffff0000));
+    Value* result = b.CreateSelect(b.CreateICmpUGT(magnitude, constant(i32, 0x7f800000)), quiet_nan,
+                                   b.CreateSelect(b.CreateICmpEQ(magnitude, constant(i32, 0x7f800000)), u, rounded));
+    return b.CreateBitCast(result, in[0]->getType());
   }
 
   // A device math function (double precision) on scalar operands of `type`.

@@ -250,6 +250,7 @@ struct CompiledStep::Impl {
         metrics.graph_captures += bp.code->graph_captures() - captured;
       }
     source.stage_out(); // staged params are CPU params: their launches have finished
+    source.after_step();
     ++metrics.steps;
   }
 

@@ -79,6 +79,8 @@ public:
   virtual void stage_out() const = 0;
   // What a kernel reads as param `flat`'s grad: the grad's real view, or its staging copy.
   virtual Tensor kernel_grad(int64_t flat) const = 0;
+  // After the launches of a step that was not skipped.
+  virtual void after_step() = 0;
 
   // Runs the closure (when given), then `update`, between the step hooks; returns the closure's loss.
   virtual double run_with_step_hooks(const std::function<void()>& update,

@@ -54,6 +54,20 @@ void check_and_type(const Graph& graph, Node& node) {
       throw Error(what + " needs a carried value's name");
     node.level = Level::PerTensor;
     return;
+  case Op::sround: {
+    const Node& value = graph.node(node.inputs[0]);
+    if (value.level != Level::Element || graph.dtype != Dtype::f32)
+      throw Error(what + " rounds " + describe(graph, node.inputs[0]) +
+                  ": it rounds element values of an f32 graph to bf16");
+    for (int k = 1; k <= 2; ++k)
+      if (const Node& key = graph.node(node.inputs[static_cast<std::size_t>(k)]);
+          key.level != Level::PerTensor || key.dtype != Dtype::f64)
+        throw Error(what + " takes its counter and stream as per-tensor f64 values, not " +
+                    describe(graph, node.inputs[static_cast<std::size_t>(k)]));
+    node.level = Level::Element;
+    node.dtype = graph.dtype;
+    return;
+  }
   case Op::cast:
     node.level = graph.node(node.inputs[0]).level;
     if (node.level == Level::Element && node.dtype != graph.dtype)

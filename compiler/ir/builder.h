@@ -35,6 +35,7 @@ public:
   void add_store(Store store);
 
   const Node& node(ValueId id) const { return graph_.node(id); }
+  const std::vector<Slot>& graph_slots() const { return graph_.slots; }
   Dtype dtype() const { return graph_.dtype; }
   int size() const { return graph_.size(); }
   Graph finish();

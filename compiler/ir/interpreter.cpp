@@ -1,6 +1,7 @@
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/op_semantics.h"
 #include "runtime/error.h"
+#include "runtime/stochastic_rounding.h"
 #include "runtime/thread_pool.h"
 #include "runtime/work_items.h"
 
@@ -96,6 +97,14 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
       ops[k].data = std::get<ElementValues>(*in[k])[static_cast<std::size_t>(t)].template data_as<T>();
   }
   T* dst = out.data_as<T>();
+  if (n.op == Op::sround) { // the counter and stream are whole numbers: read them in f64, not as T
+    const auto counter = static_cast<uint64_t>(std::get<PerTensorValues>(*in[1])[static_cast<std::size_t>(t)]);
+    const auto stream = static_cast<uint64_t>(std::get<PerTensorValues>(*in[2])[static_cast<std::size_t>(t)]);
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = static_cast<T>(stochastic_round_bf16(static_cast<float>(ops[0].at(i)),
+                                                    rounding_bits(counter, stream, static_cast<uint64_t>(i))));
+    return;
+  }
   if (n.op == Op::select) {
     for (int64_t i = begin; i < end; ++i)
       dst[i] = ops[0].at(i) != T(0) ? ops[1].at(i) : ops[2].at(i);

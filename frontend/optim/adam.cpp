@@ -15,6 +15,7 @@ AdamOptions from_adamw(const AdamWOptions& w) {
   o.amsgrad = w.amsgrad;
   o.maximize = w.maximize;
   o.master_weights = w.master_weights;
+  o.stochastic_rounding = w.stochastic_rounding;
   o.foreach = w.foreach;
   o.decoupled_weight_decay = true;
   return o;

@@ -3,6 +3,7 @@
 #include "frontend/optim/validation.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/stochastic_rounding.h"
 
 #include <cmath>
 #include <set>
@@ -227,13 +228,17 @@ void Optimizer::zero_grad(bool set_to_none) {
 std::vector<double> Optimizer::hyper_values() const {
   const std::vector<std::string> names = hyper_names();
   const double scale = grad_scale_.defined() ? grad_scale_.item() : 0.0; // read once: a device scale costs a copy
+  const bool rounding = any_stochastic_rounding();
+  const auto counter = static_cast<double>(rounding_counter(rounding_seed_, rounding_steps_)); // exact: < 2^53
   std::vector<double> values;
-  values.reserve(groups_.size() * (names.size() + 1));
+  values.reserve(groups_.size() * (names.size() + 2));
   for (const ParamGroup& group : groups_) {
     for (const std::string& name : names)
       values.push_back(group.get(name));
     if (grad_scale_.defined())
       values.push_back(scale);
+    if (rounding)
+      values.push_back(counter);
   }
   return values;
 }
@@ -242,14 +247,26 @@ std::vector<std::string> Optimizer::step_hyper_names() const {
   std::vector<std::string> names = hyper_names();
   if (grad_scale_.defined())
     names.emplace_back("grad_scale");
+  if (any_stochastic_rounding())
+    names.emplace_back(kRoundingCounter);
   return names;
 }
+
+bool Optimizer::any_stochastic_rounding() const {
+  for (const ParamGroup& group : groups_)
+    if (group.get("stochastic_rounding") != 0)
+      return true;
+  return false;
+}
+
+void Optimizer::after_step() { ++rounding_steps_; }
 
 Structure Optimizer::traced_structure(const ParamGroup& group) const {
   Structure s = structure(group);
   s.set("grad_scale", grad_scale_.defined());
   s.set("unscaled_grads_stored", grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled);
   s.set("master_weights", group.get("master_weights") != 0);
+  s.set("stochastic_rounding", group.get("stochastic_rounding") != 0);
   return s;
 }
 
@@ -257,6 +274,8 @@ std::vector<StateSpec> Optimizer::step_state_specs(const Structure& structure) c
   std::vector<StateSpec> specs = state_specs(structure);
   if (structure["master_weights"])
     specs.push_back({.name = kMasterParam, .copies_param = true});
+  if (structure["stochastic_rounding"])
+    specs.push_back({.name = kRoundingStream, .kind = StateKind::Scalar, .visible = false, .holds_param_index = true});
   return specs;
 }
 
@@ -271,7 +290,7 @@ void Optimizer::check_hyperparameters() const {
     if (const double scale = grad_scale_.item(); !(std::isfinite(scale) && scale > 0))
       throw Error("grad_scale is " + python_float(scale) +
                   ": a gradient scale must be a positive finite number (grads are divided by it)");
-  check_master_weights();
+  check_precision_options();
 }
 
 void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads) {
@@ -312,16 +331,23 @@ void Optimizer::check_grad(int64_t flat) const {
                               what, flat, t.describe()));
 }
 
-// Every step, O(groups) unless a group keeps master weights: then each of its params must be bf16 or f16.
-void Optimizer::check_master_weights() const {
+// Every step, O(groups) unless a group keeps master weights or rounds stochastically: then each of its params must
+// be bf16 or f16, or bf16.
+void Optimizer::check_precision_options() const {
   int64_t flat = 0;
   for (const ParamGroup& group : groups_) {
-    if (group.get("master_weights") != 0)
-      for (std::size_t k = 0; k < group.params.size(); ++k)
-        if (const Tensor& p = flat_param(flat + static_cast<int64_t>(k)); !is_low_precision(p.dtype()))
-          throw Error(fmt::format("param {} is {}, in a group with master_weights=true: master weights are f32 copies "
-                                  "of bf16 and f16 params",
-                                  flat + static_cast<int64_t>(k), p.describe()));
+    const bool master = group.get("master_weights") != 0, stochastic = group.get("stochastic_rounding") != 0;
+    for (std::size_t k = 0; (master || stochastic) && k < group.params.size(); ++k) {
+      const Tensor& p = flat_param(flat + static_cast<int64_t>(k));
+      if (master && !is_low_precision(p.dtype()))
+        throw Error(fmt::format("param {} is {}, in a group with master_weights=true: master weights are f32 copies "
+                                "of bf16 and f16 params",
+                                flat + static_cast<int64_t>(k), p.describe()));
+      if (stochastic && p.dtype() != Dtype::bf16)
+        throw Error(fmt::format("param {} is {}, in a group with stochastic_rounding=true: stochastic rounding "
+                                "stores bf16 params and state",
+                                flat + static_cast<int64_t>(k), p.describe()));
+    }
     flat += static_cast<int64_t>(group.params.size());
   }
 }
@@ -361,6 +387,8 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
                                                 : Tensor::empty_like(p, new_state_dtype(p, spec), p.device());
       if (spec.copies_param)
         t.copy_from(p.to(t.dtype())); // master weights start as the param's values
+      else if (spec.holds_param_index)
+        t.fill(static_cast<double>(i));
       else
         t.real_view().fill(initial_state_value(groups_[g], spec));
       s.emplace_back(spec.name, std::move(t));
@@ -407,7 +435,7 @@ std::vector<uint64_t> Optimizer::state_dtype_facts() const {
 
 ParamState
 Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>& specs, const ParamState& given,
-                              int64_t id, bool loaded,
+                              int64_t id, int64_t flat, bool loaded,
                               const std::function<Tensor(const StateSpec&, const Tensor&)>& visible_entry) const {
   std::set<std::string> given_keys, kept_keys;
   for (const auto& entry : given)
@@ -415,7 +443,7 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
   ParamState state;
   for (const StateSpec& spec : specs) {
     if (!spec.visible) {
-      const double value = loaded ? spec.loaded : spec.initial;
+      const double value = spec.holds_param_index ? static_cast<double>(flat) : loaded ? spec.loaded : spec.initial;
       state.emplace_back(spec.name, Tensor::full({}, value, new_state_dtype(param, spec), param.device()));
       continue;
     }
@@ -436,7 +464,7 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
   ParamState adopted;
   if (!visible.empty())
     adopted = state_from_entries(
-        param, new_state_specs(group_of_flat(flat)), visible, flat, origin == StateOrigin::Loaded,
+        param, new_state_specs(group_of_flat(flat)), visible, flat, flat, origin == StateOrigin::Loaded,
         [&](const StateSpec& spec, const Tensor& t) {
           const bool scalar = spec.kind == StateKind::Scalar;
           if (scalar ? t.numel() != 1 : t.shape() != param.shape())
@@ -507,6 +535,8 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
     tracer.divide_grads_by("grad_scale", s["unscaled_grads_stored"]);
   if (s["master_weights"])
     tracer.update_through_master(kMasterParam);
+  if (s["stochastic_rounding"])
+    tracer.round_stochastically(kRoundingCounter, kRoundingStream);
   trace(tracer, s);
   return tracer.finish();
 }
@@ -594,6 +624,20 @@ double Optimizer::step(const Closure& closure) {
   return run_with_step_hooks([this] { eager_update(); }, closure);
 }
 
+// f32 `from` (a reference's result) into bf16 `to`, rounded stochastically: element k of `from`'s memory draws the
+// bits of index k, as the kernels walk it (`from` shares `to`'s dense layout, or is contiguous while `to` is staged).
+static void store_stochastically(const Tensor& to, const Tensor& from, uint64_t counter, uint64_t stream) {
+  const float* values = from.data_as<float>();
+  const bool flat = to.same_dense_layout(from);
+  for (int64_t k = 0; k < from.numel(); ++k) {
+    const float rounded = stochastic_round_bf16(values[k], rounding_bits(counter, stream, static_cast<uint64_t>(k)));
+    if (flat)
+      to.data_as<bfloat16>()[k] = bfloat16(rounded); // exact: `rounded` is a bf16 value
+    else
+      to.set_item(k, rounded);
+  }
+}
+
 void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Tensor& complex_or_real_param,
                                               const Tensor& complex_or_real_grad, ParamState& complex_or_real_state) {
   // A complex param steps on its real view, as torch's optimizers do: every formula acts per component.
@@ -616,11 +660,28 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
   const Tensor master = find_state(state_f, kMasterParam);
   const Tensor param_f = master.defined() ? master : working(param);
   forloop_step(group, param_f, working(grad), state_f);
+  // Each result rounded once into its storage: to nearest, or stochastically with the kernels' stream (the slot's
+  // position among the graph's slots: param, grad, then the state entries in spec order).
+  const bool stochastic = group.get("stochastic_rounding") != 0;
+  const std::vector<StateSpec> specs =
+      stochastic ? step_state_specs(traced_structure(group)) : std::vector<StateSpec>{};
+  const uint64_t counter = rounding_counter(rounding_seed_, rounding_steps_);
+  auto store = [&](const Tensor& to, const Tensor& from, const std::string& slot) {
+    if (!stochastic || to.dtype() != Dtype::bf16)
+      return to.copy_from(from.to(to.dtype()));
+    int64_t position = 0; // "param"
+    for (std::size_t k = 0; k < specs.size(); ++k)
+      if (specs[k].name == slot)
+        position = 2 + static_cast<int64_t>(k);
+    const auto stream = static_cast<uint64_t>(find_state(state, kRoundingStream).item()) * Tracer::kSlotsPerStream +
+                        static_cast<uint64_t>(position);
+    store_stochastically(to, from, counter, stream);
+  };
   if (!param_f.same(param))
-    param.copy_from(param_f.to(param.dtype()));
+    store(param, param_f, "param");
   for (std::size_t k = 0; k < state.size(); ++k)
     if (!state_f[k].second.same(state[k].second))
-      state[k].second.copy_from(state_f[k].second.to(state[k].second.dtype()));
+      store(state[k].second, state_f[k].second, state[k].first);
 }
 
 void Optimizer::eager_update() {
@@ -645,6 +706,7 @@ void Optimizer::eager_update() {
       if (grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled)
         g.real_view().copy_from(used.to(component_dtype(g.dtype())));
     }
+    after_step();
     return;
   }
   if (!eager_step_) {

@@ -67,10 +67,11 @@ enum class StateKind { Tensor, Scalar };
 struct StateSpec {
   std::string name;
   StateKind kind = StateKind::Tensor;
-  double initial = 0;        // every element starts at this value
-  bool visible = true;       // false: internal bookkeeping, not part of torch's state keys (named "_...")
-  double loaded = 0;         // hidden entries: the value a param's state loaded by load_state_dict implies
-  bool copies_param = false; // starts as a copy of its param, stored in the compute dtype (master weights)
+  double initial = 0;             // every element starts at this value
+  bool visible = true;            // false: internal bookkeeping, not part of torch's state keys (named "_...")
+  double loaded = 0;              // hidden entries: the value a param's state loaded by load_state_dict implies
+  bool copies_param = false;      // starts as a copy of its param, stored in the compute dtype (master weights)
+  bool holds_param_index = false; // holds its param's flat index (the stochastic rounding stream)
 };
 
 // A param's state entries in torch's key order. Scalar entries are 1-element tensors of the param's dtype.
@@ -188,6 +189,7 @@ public:
   void stage_in() const override;
   void stage_out() const override;
   Tensor kernel_grad(int64_t flat) const override;
+  void after_step() override;
 
   // Gradient scaling as torch's fused optimizers take it (GradScaler sets `optimizer.grad_scale` and
   // `optimizer.found_inf`). `grad_scale`, when defined, divides every grad inside the step, in the compute dtype,
@@ -201,6 +203,16 @@ public:
   enum class GradsAfterStep { Scaled, Unscaled };
   void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled);
   const Tensor& grad_scale() const { return grad_scale_; }
+
+  // Stochastic rounding (group option stochastic_rounding, bf16 params): the bits of element e of param p's slot s at
+  // this optimizer's n-th step are rounding_bits(rounding_counter(seed, n), p x 16 + s, e), the same in every mode
+  // and on every device. `n` counts the steps taken (skipped ones excluded) and is not part of state_dict: a resumed
+  // run sets it back with the seed to continue the same stream.
+  void set_stochastic_rounding(uint64_t seed, uint64_t steps_taken = 0) {
+    rounding_seed_ = seed;
+    rounding_steps_ = steps_taken;
+  }
+  uint64_t stochastic_rounding_steps() const { return rounding_steps_; }
   const Tensor& found_inf() const { return found_inf_; }
   bool step_skipped() const override; // found_inf is set and non-zero now
 
@@ -225,7 +237,8 @@ public:
   // the group keeps master weights.
   Structure traced_structure(const ParamGroup& group) const;
   // The state a param of a group with these flags keeps: the subclass's state_specs(), then `master_param` (an f32
-  // copy of a bf16 or f16 param the step updates, rounding the param from it) when master_weights is on.
+  // copy of a bf16 or f16 param the step updates, rounding the param from it) when master_weights is on, and the
+  // hidden `_rounding_stream` (the param's index) when stochastic_rounding is on.
   std::vector<StateSpec> step_state_specs(const Structure& structure) const;
   // Step-time checks, run before anything is mutated. Hyperparameters must be finite (a grad scale positive too, and
   // the params of a group with master weights bf16 or f16); a grad must have its param's shape, dtype and device,
@@ -245,7 +258,8 @@ public:
   int64_t param_count() const override { return static_cast<int64_t>(flat_params_.size()); }
   const Tensor& flat_param(int64_t i) const override { return flat_params_[static_cast<std::size_t>(i)]; }
   const ParamState& flat_state(int64_t i) const { return states_[static_cast<std::size_t>(i)]; }
-  void check_master_weights() const;
+  void check_precision_options() const;
+  bool any_stochastic_rounding() const;
   int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
 
   virtual Structure structure(const ParamGroup& group) const = 0;
@@ -283,6 +297,7 @@ private:
   std::vector<ParamState> states_;
   std::optional<Dtype> scalar_state_dtype_;
   Tensor grad_scale_, found_inf_;
+  uint64_t rounding_seed_ = 0, rounding_steps_ = 0;
   LayoutStaging staging_;
   GradsAfterStep grads_after_step_ = GradsAfterStep::Scaled;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
@@ -300,9 +315,9 @@ private:
   // The whole state param `param` keeps under `specs`, from `given` (its visible entries by torch's keys, any
   // order), for load_state_dict and adopt_state: each visible entry is `visible_entry(spec, given tensor)` (which
   // checks and converts it), hidden entries start at their `loaded` value (`loaded`) or their initial one, and the
-  // keys given must be exactly the visible keys kept. `id` names the param in messages.
+  // keys given must be exactly the visible keys kept. `id` names the param in messages; `flat` is its index.
   ParamState state_from_entries(const Tensor& param, const std::vector<StateSpec>& specs, const ParamState& given,
-                                int64_t id, bool loaded,
+                                int64_t id, int64_t flat, bool loaded,
                                 const std::function<Tensor(const StateSpec&, const Tensor&)>& visible_entry) const;
   std::unique_ptr<CompiledStep> eager_step_; // the foreach path: the driver with the interpreter backend
 };
@@ -332,5 +347,8 @@ std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params);
 Tensor find_state(const ParamState& state, const std::string& key);
 // The state entry of master weights (group option master_weights).
 inline const std::string kMasterParam = "master_param";
+// The hidden state entry holding a param's stochastic rounding stream (its flat index), and the step's counter.
+inline const std::string kRoundingStream = "_rounding_stream";
+inline const std::string kRoundingCounter = "rounding_counter";
 
 } // namespace optjit

@@ -47,7 +47,8 @@ template <class Options> OptionMap option_map(const Options& options) {
 #define OPTJIT_OPTION_FIELD(type, name, ...) visit(#name, &Self::name);
 
 // The options struct `Struct` of the options in `LIST`, plus the group options every optimizer has beyond torch's
-// (master_weights: f32 master copies of bf16 and f16 params, in the state as `master_param`) and `foreach`
+// (master_weights: f32 master copies of bf16 and f16 params, in the state as `master_param`; stochastic_rounding:
+// bf16 values stored with counter-based stochastic rounding, runtime/stochastic_rounding.h) and `foreach`
 // (default: false on the CPU, as torch), and for_each_option(visit): visit(torch's name, member pointer) for each,
 // `foreach` last.
 #define OPTJIT_DEFINE_OPTIONS(Struct, LIST)                                                                            \
@@ -55,10 +56,12 @@ template <class Options> OptionMap option_map(const Options& options) {
     using Self = Struct;                                                                                               \
     LIST(OPTJIT_OPTION_MEMBER)                                                                                         \
     bool master_weights = false;                                                                                       \
+    bool stochastic_rounding = false;                                                                                  \
     std::optional<bool> foreach;                                                                                       \
     template <class Visit> static void for_each_option(Visit&& visit) {                                                \
       LIST(OPTJIT_OPTION_FIELD)                                                                                        \
       visit("master_weights", &Self::master_weights);                                                                  \
+      visit("stochastic_rounding", &Self::stochastic_rounding);                                                        \
       visit("foreach", &Self::foreach);                                                                                \
     }                                                                                                                  \
   };

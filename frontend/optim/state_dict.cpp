@@ -85,7 +85,7 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
     const Tensor& param = flat_param(i);
     const auto g = static_cast<std::size_t>(group_of_flat(i));
     states[static_cast<std::size_t>(i)] = state_from_entries(
-        param, step_state_specs(structures[g]), saved_state, id, /*loaded=*/true,
+        param, step_state_specs(structures[g]), saved_state, id, i, /*loaded=*/true,
         [&](const StateSpec& spec, const Tensor& saved) {
           const bool scalar = spec.kind == StateKind::Scalar;
           if (scalar ? saved.numel() != 1 : saved.shape() != param.shape())

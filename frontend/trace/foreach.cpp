@@ -1,5 +1,7 @@
 #include "frontend/trace/foreach.h"
 
+#include <algorithm>
+
 namespace optjit {
 namespace {
 
@@ -16,7 +18,22 @@ bool Tracer::is_param_through_master(const std::string& slot) const {
 void Tracer::store(const std::string& slot, Sym value) {
   if (is_param_through_master(slot))
     builder_.store(master_slot_, value.id());
-  builder_.store(slot, value.id());
+  builder_.store(slot, rounded_for(slot, value).id());
+}
+
+Sym Tracer::rounded_for(const std::string& slot, Sym value) {
+  if (rounding_counter_.empty() || builder_.node(value.id()).level != Level::Element ||
+      builder_.slot(slot).dtype != Dtype::bf16)
+    return value; // rounded to nearest by the store (a per-tensor value stored to every element too)
+  const auto& slots = builder_.graph_slots();
+  const auto position = std::find_if(slots.begin(), slots.end(), [&](const Slot& s) { return s.name == slot; });
+  OPTJIT_ASSERT(position - slots.begin() < kSlotsPerStream, "more slots than a rounding stream has room for");
+  const Sym stream = scalar_state(rounding_stream_) * static_cast<double>(kSlotsPerStream) +
+                     static_cast<double>(position - slots.begin());
+  Node n;
+  n.op = Op::sround;
+  n.inputs = {value.id(), hyper(rounding_counter_).id(), stream.id()};
+  return wrap(builder_.add(n));
 }
 
 Sym Tracer::tensors(const std::string& slot) {

@@ -49,6 +49,15 @@ public:
   // to the param slot stores to the master and, rounded to the param's storage dtype, to the param: the one pass
   // that updates the master writes the low-precision param, so an optimizer's trace keeps master weights unaware.
   void update_through_master(std::string master_slot) { master_slot_ = std::move(master_slot); }
+  // Stochastic rounding: every element value stored to a bf16 tensor slot is rounded stochastically (op sround)
+  // with the step's counter (hyperparameter `counter_hyper`) and a stream per param and slot (per-tensor scalar state
+  // `stream_state` x 16 + the slot's position), instead of to nearest when stored.
+  void round_stochastically(std::string counter_hyper, std::string stream_state) {
+    rounding_counter_ = std::move(counter_hyper);
+    rounding_stream_ = std::move(stream_state);
+  }
+  // How many slots a stream's param has room for: stream = param stream x kSlotsPerStream + slot position.
+  static constexpr int kSlotsPerStream = 16;
   Sym scalar_state(const std::string& slot) { return wrap(builder_.scalar_state(slot)); }
   Sym hyper(const std::string& name) { return wrap(builder_.hyper(name)); }
   Sym constant(double value) { return wrap(builder_.constant(value)); }
@@ -72,11 +81,13 @@ public:
 
 private:
   bool is_param_through_master(const std::string& slot) const;
+  Sym rounded_for(const std::string& slot, Sym value); // what a store to `slot` writes
   GraphBuilder builder_;
   std::string grad_divisor_; // empty: grads are read as stored
   bool store_unscaled_grads_ = false;
-  std::vector<std::string> grad_slots_; // the slots of role grad
-  std::string master_slot_;             // empty: the param is read and written as stored
+  std::vector<std::string> grad_slots_;            // the slots of role grad
+  std::string master_slot_;                        // empty: the param is read and written as stored
+  std::string rounding_counter_, rounding_stream_; // empty: stores round to nearest
 };
 
 Sym operator+(Sym a, Sym b);

@@ -118,14 +118,16 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
       auto opt = make_single_group(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
       check_assembles(*opt, c.optimizer + " " + config_name(c.options) + " " + std::string(dtype_name(dtype)));
     }
-  for (const auto& [name, options] : optjit::test::every_optimizer()) { // master weights: an f32 slot more
-    KeywordOptions with_master = options;
-    with_master["master_weights"] = {1};
-    auto opt = make_single_group(name, random_params({{8}, {3}}, Dtype::bf16, 1), with_master, true);
-    check_assembles(*opt, name + " bf16 master_weights");
-  }
+  for (const auto& [name, options] :
+       optjit::test::every_optimizer()) // master weights (an f32 slot more), stochastic rounding
+    for (const char* option : {"master_weights", "stochastic_rounding"}) {
+      KeywordOptions with = options;
+      with[option] = {1};
+      auto opt = make_single_group(name, random_params({{8}, {3}}, Dtype::bf16, 1), with, true);
+      check_assembles(*opt, name + " bf16 " + option);
+    }
   std::filesystem::remove(file);
-  CHECK(assembled >= 480 + 22);
+  CHECK(assembled >= 480 + 44);
 }
 
 TEST_CASE("cuda ptx: the GPU's exp, log and pow agree with libm to a few ulp, special values included") {
@@ -297,4 +299,23 @@ TEST_CASE("cuda: CUDA graphs replay the step, with this step's hyperparameters, 
   // A graph per staging slot (4) as the slots come round: steps 0-5 capture 4, step 6 (None grad, rebound) 1,
   // steps 7-11 (the grad back, rebound) 4.
   CHECK(m.graph_captures == 9);
+}
+
+TEST_CASE("cuda: stochastic rounding draws the same bits on the GPU as on the CPU") {
+  if (skip_without_gpu())
+    return;
+  // SGD with lr 1 from 1.0 by 0.325 of a bf16 ulp: exact in f32 on both targets, so every rounding is the draw's.
+  constexpr double kD = 1.0 / 512 + 1.0 / 2048;
+  std::vector<Tensor> results;
+  for (Device device : {Device::cpu(), Device::cuda(0)}) {
+    std::vector<Tensor> params = {Tensor::full({70001}, 1.0, Dtype::bf16, device)};
+    params[0].set_grad(Tensor::full({70001}, -kD, Dtype::bf16, device));
+    auto opt = make_optimizer("sgd", {ParamGroupSpec{params, {}}},
+                              {{"lr", {1}}, {"stochastic_rounding", {1}}, {"foreach", {1}}});
+    opt->set_stochastic_rounding(11);
+    CompiledStep step = compile(*opt);
+    step();
+    results.push_back(params[0].to(Device::cpu()));
+  }
+  CHECK(results[0].to_vector() == results[1].to_vector());
 }
