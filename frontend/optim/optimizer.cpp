@@ -286,6 +286,13 @@ void Optimizer::check_hyperparameters() const {
       if (double v = groups_[g].get(name); !std::isfinite(v))
         throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
                     ": hyperparameters must be finite");
+  for (const Tensor* t : {&grad_scale_, &found_inf_}) // on the CPU, or where params are (read there each step)
+    if (t->defined() && t->device().kind != DeviceKind::cpu &&
+        std::none_of(flat_params_.begin(), flat_params_.end(),
+                     [&](const Tensor& p) { return p.device() == t->device(); }))
+      throw Error(fmt::format("{} is {}, a device none of the params is on: a gradient scaler's tensors are on the "
+                              "CPU or on the params' device",
+                              t == &grad_scale_ ? "grad_scale" : "found_inf", t->describe()));
   if (grad_scale_.defined())
     if (const double scale = grad_scale_.item(); !(std::isfinite(scale) && scale > 0))
       throw Error("grad_scale is " + python_float(scale) +
@@ -296,8 +303,8 @@ void Optimizer::check_hyperparameters() const {
 void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads) {
   for (const auto& [name, t] :
        {std::pair<const char*, const Tensor&>{"grad_scale", grad_scale}, {"found_inf", found_inf}})
-    if (t.defined() && t.numel() != 1)
-      throw Error(fmt::format("{} is {}: a gradient scaler's {} holds one element", name, t.describe(), name));
+    if (t.defined() && (t.numel() != 1 || t.dtype() != Dtype::f32))
+      throw Error(fmt::format("{} is {}: a gradient scaler's {} holds one f32 element", name, t.describe(), name));
   grad_scale_ = std::move(grad_scale);
   found_inf_ = std::move(found_inf);
   grads_after_step_ = grads;

@@ -128,6 +128,9 @@ def test_bad_grad_scaling_objects_are_errors():
     opt.grad_scale = torch.tensor([1.0, 2.0])
     with pytest.raises(optjit.Error, match=r"grad_scale is f32\[2\] on cpu: a gradient scaler's grad_scale holds one"):
         step()
+    opt.grad_scale = torch.tensor([2.0], dtype=torch.float64)
+    with pytest.raises(optjit.Error, match=r"grad_scale is f64\[1\] on cpu: a gradient scaler's grad_scale holds one f32"):
+        step()
     opt.grad_scale = torch.tensor(0.0)
     with pytest.raises(optjit.Error, match="grad_scale is 0.0: a gradient scale must be a positive finite number"):
         step()

@@ -122,10 +122,12 @@ TEST_CASE("grad scaling: switching it on recompiles once and says why, and bad s
   CHECK(step.metrics().guard_cache_hits == 1);
 
   check_error([&] { opt->set_grad_scaling(Tensor::full({2}, 1, Dtype::f32), Tensor()); },
-              "grad_scale is f32[2] on cpu: a gradient scaler's grad_scale holds one element");
+              "grad_scale is f32[2] on cpu: a gradient scaler's grad_scale holds one f32 element");
+  check_error([&] { opt->set_grad_scaling(Tensor::full({1}, 1, Dtype::f64), Tensor()); },
+              "grad_scale is f64[1] on cpu: a gradient scaler's grad_scale holds one f32 element");
   check_error(
       [&] {
         opt->set_grad_scaling(Tensor(), Tensor::zeros({1, 2}, Dtype::f32));
       },
-      "found_inf is f32[1, 2] on cpu: a gradient scaler's found_inf holds one element");
+      "found_inf is f32[1, 2] on cpu: a gradient scaler's found_inf holds one f32 element");
 }
