@@ -6,6 +6,21 @@ import torch
 TOLERANCES = {torch.float32: (1e-5, 1e-6), torch.float64: (1e-10, 1e-13)}
 TOLERANCES.update({torch.complex64: TOLERANCES[torch.float32], torch.complex128: TOLERANCES[torch.float64]})
 
+# One configuration per torch.optim optimizer, with the options that change its math (maximize, weight decay, ...).
+EVERY_OPTIMIZER = [
+    (torch.optim.Adam, dict(lr=0.05, amsgrad=True, weight_decay=0.1)),
+    (torch.optim.AdamW, dict(lr=0.05, maximize=True)),
+    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    (torch.optim.NAdam, dict(lr=0.05, decoupled_weight_decay=True, weight_decay=0.1)),
+    (torch.optim.RAdam, dict(lr=0.05, weight_decay=0.1)),
+    (torch.optim.Adamax, dict(lr=0.05, maximize=True)),
+    (torch.optim.Adagrad, dict(lr=0.1, initial_accumulator_value=0.1, lr_decay=0.01)),
+    (torch.optim.Adadelta, dict(lr=1.0, weight_decay=0.1)),
+    (torch.optim.RMSprop, dict(lr=0.01, centered=True, momentum=0.5)),
+    (torch.optim.Rprop, dict(lr=0.01)),
+    (torch.optim.ASGD, dict(lr=0.05, t0=2)),
+]
+
 # Several shapes, a 0-d and an empty one included.
 SHAPES = [(4, 3), (), (0,), (7,), (2, 3, 2)]
 

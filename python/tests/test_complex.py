@@ -9,22 +9,9 @@ import pytest
 import torch
 
 import optjit
-from conftest import assert_same_state, clone_params, set_grads
+from conftest import EVERY_OPTIMIZER, assert_same_state, clone_params, set_grads
 
 SHAPES = [(4, 3), (), (0,), (7,), (2, 3, 2)]
-CONFIGS = [
-    (torch.optim.Adam, dict(lr=0.05, amsgrad=True, weight_decay=0.1)),
-    (torch.optim.AdamW, dict(lr=0.05, maximize=True)),
-    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
-    (torch.optim.NAdam, dict(lr=0.05, decoupled_weight_decay=True, weight_decay=0.1)),
-    (torch.optim.RAdam, dict(lr=0.05, weight_decay=0.1)),
-    (torch.optim.Adamax, dict(lr=0.05, maximize=True)),
-    (torch.optim.Adagrad, dict(lr=0.1, initial_accumulator_value=0.1, lr_decay=0.01)),
-    (torch.optim.Adadelta, dict(lr=1.0, weight_decay=0.1)),
-    (torch.optim.RMSprop, dict(lr=0.01, centered=True, momentum=0.5)),
-    (torch.optim.Rprop, dict(lr=0.01)),
-    (torch.optim.ASGD, dict(lr=0.05, t0=2)),
-]
 REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
@@ -36,7 +23,7 @@ def _params(dtype, seed):
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=["c64", "c128"])
-@pytest.mark.parametrize("cls,options", CONFIGS, ids=lambda c: getattr(c, "__name__", ""))
+@pytest.mark.parametrize("cls,options", EVERY_OPTIMIZER, ids=lambda c: getattr(c, "__name__", ""))
 def test_complex_params_step_as_torch_does(cls, options, dtype):
     params = _params(dtype, seed=3)
     reference = clone_params(params)

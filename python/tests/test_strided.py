@@ -7,21 +7,8 @@ import pytest
 import torch
 
 import optjit
-from conftest import assert_same_state
+from conftest import EVERY_OPTIMIZER, assert_same_state
 
-CONFIGS = [
-    (torch.optim.Adam, dict(lr=0.05, amsgrad=True, weight_decay=0.1)),
-    (torch.optim.AdamW, dict(lr=0.05, maximize=True)),
-    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
-    (torch.optim.NAdam, dict(lr=0.05, decoupled_weight_decay=True, weight_decay=0.1)),
-    (torch.optim.RAdam, dict(lr=0.05, weight_decay=0.1)),
-    (torch.optim.Adamax, dict(lr=0.05)),
-    (torch.optim.Adagrad, dict(lr=0.1, initial_accumulator_value=0.1)),
-    (torch.optim.Adadelta, dict(lr=1.0)),
-    (torch.optim.RMSprop, dict(lr=0.01, centered=True, momentum=0.5)),
-    (torch.optim.Rprop, dict(lr=0.01)),
-    (torch.optim.ASGD, dict(lr=0.05, t0=2)),
-]
 
 
 def _strided_params(seed, rows=24, cols=8):
@@ -42,7 +29,7 @@ def _grads(step, params, like_param):
 
 
 @pytest.mark.parametrize("like_param", [True, False], ids=["grads_like_params", "contiguous_grads"])
-@pytest.mark.parametrize("cls,options", CONFIGS, ids=lambda c: getattr(c, "__name__", ""))
+@pytest.mark.parametrize("cls,options", EVERY_OPTIMIZER, ids=lambda c: getattr(c, "__name__", ""))
 def test_strided_params_step_as_torch_steps_them(cls, options, like_param):
     params, gappy = _strided_params(seed=1)
     reference, reference_gappy = _strided_params(seed=1)
