@@ -18,17 +18,18 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <tuple>
 
 namespace optjit {
 namespace {
 
 using json = nlohmann::json;
 
-std::vector<Tensor> constant_params(int64_t count, int64_t numel) {
+std::vector<Tensor> constant_params(int64_t count, int64_t numel, Dtype dtype = Dtype::f32) {
   std::vector<Tensor> params;
   for (int64_t i = 0; i < count; ++i) {
-    Tensor p = Tensor::full({numel}, 1.0, Dtype::f32);
-    p.set_grad(Tensor::full({numel}, 1e-3, Dtype::f32));
+    Tensor p = Tensor::full({numel}, 1.0, dtype);
+    p.set_grad(Tensor::full({numel}, 1e-3, dtype));
     params.push_back(p);
   }
   return params;
@@ -38,9 +39,46 @@ struct ShapeCase {
   std::string optimizer; // torch's class name, any case
   KeywordOptions options;
   int64_t count, numel;
-  int threads; // 0: every thread of the pool
-  double goal; // 0: none
+  int threads;              // 0: every thread of the pool
+  double goal;              // 0: none
+  Dtype dtype = Dtype::f32; // of the params and grads
+  bool f32_state = false;   // tensor state (and master weights) in f32 whatever the params' dtype
 };
+
+// Replaces every param's state with f32 tensors (master weights start as the param's values).
+void adopt_f32_state(Optimizer& opt) {
+  opt.ensure_state();
+  for (int64_t i = 0; i < opt.param_count(); ++i) {
+    const Tensor& p = opt.flat_param(i);
+    ParamState state;
+    for (const StateSpec& spec : opt.new_state_specs(opt.group_of_flat(i))) {
+      if (!spec.visible)
+        continue;
+      const Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();
+      state.emplace_back(spec.name,
+                         spec.copies_param ? p.to(Dtype::f32) : Tensor::full(shape, spec.initial, Dtype::f32));
+    }
+    opt.adopt_state(i, state, Optimizer::StateOrigin::Fresh);
+  }
+}
+
+// Every tensor slot a compiled step touches per element, at its storage width.
+std::vector<TrafficProbe::Array> arrays_of(const Optimizer& opt) {
+  std::vector<TrafficProbe::Array> arrays;
+  const Graph graph = opt.trace_bucket(opt.make_buckets().front());
+  for (const Slot& slot : graph.slots) {
+    if (slot.kind != SlotKind::Tensor)
+      continue;
+    TrafficProbe::Array a{static_cast<int>(dtype_size(slot.dtype)), false, false};
+    for (const Node& n : graph.nodes)
+      a.read |= n.op == Op::tensor && n.name == slot.name;
+    for (const Store& s : graph.stores)
+      a.written |= s.kind == StoreKind::Tensor && s.name == slot.name;
+    if (a.read || a.written)
+      arrays.push_back(a);
+  }
+  return arrays;
+}
 
 // The arrays a compiled step reads and writes per element: distinct tensor slots loaded, tensor slots stored.
 std::pair<int, int> traffic_of(const Optimizer& opt) {
@@ -61,13 +99,17 @@ json bench_shape(const ShapeCase& c) {
   ThreadPool& pool = ThreadPool::global();
   const int threads = c.threads > 0 ? c.threads : pool.size();
   pool.set_active_threads(threads);
-  std::vector<Tensor> params = constant_params(c.count, c.numel);
+  std::vector<Tensor> params = constant_params(c.count, c.numel, c.dtype);
   KeywordOptions options = c.options;
   options["foreach"] = {1};
   auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{params, {}}}, options);
+  if (c.f32_state)
+    adopt_f32_state(*opt);
   CompiledStep step = compile(*opt);
+  const std::vector<int64_t> numels(static_cast<std::size_t>(c.count), c.numel);
+  const bool mixed = c.dtype != Dtype::f32 || c.f32_state;
   const auto [reads, writes] = traffic_of(*opt);
-  TrafficProbe probe(std::vector<int64_t>(static_cast<std::size_t>(c.count), c.numel), reads, writes);
+  TrafficProbe probe = mixed ? TrafficProbe(numels, arrays_of(*opt)) : TrafficProbe(numels, reads, writes);
   for (int i = 0; i < 3; ++i) { // compile, create state, fault every page in
     step();
     probe.run();
@@ -83,8 +125,11 @@ json bench_shape(const ShapeCase& c) {
   }
   pool.set_active_threads(pool.size());
   const int64_t elements = c.count * c.numel;
+  std::string described = c.options.empty() ? "default" : config_name(c.options);
+  if (mixed)
+    described += std::string(" ") + std::string(dtype_name(c.dtype)) + (c.f32_state ? "+f32 state" : "");
   return {{"optimizer", opt->name()},
-          {"options", c.options.empty() ? "default" : config_name(c.options)},
+          {"options", described},
           {"shape", std::to_string(c.count) + "x" + std::to_string(c.numel)},
           {"threads", threads},
           {"bytes_per_element", probe.bytes_per_pass() / elements},
@@ -97,7 +142,7 @@ json bench_shape(const ShapeCase& c) {
 
 void print_row(const json& row) {
   const double goal = row["goal"].get<double>();
-  std::printf("%-9s %-22s %-13s %7d %5lld %9.3f %9.3f %7.1f %7.2f %6s\n", row["optimizer"].get<std::string>().c_str(),
+  std::printf("%-9s %-30s %-13s %7d %5lld %9.3f %9.3f %7.1f %7.2f %6s\n", row["optimizer"].get<std::string>().c_str(),
               row["options"].get<std::string>().c_str(), row["shape"].get<std::string>().c_str(),
               row["threads"].get<int>(), static_cast<long long>(row["bytes_per_element"].get<int64_t>()),
               row["ms"].get<double>(), row["probe_ms"].get<double>(), row["gb_per_s"].get<double>(),
@@ -169,10 +214,17 @@ int run_bench(const BenchOptions& options) {
       {"asgd", {}}};
   for (const auto& [name, o] : optimizers)
     cases.push_back({name, o, 1000, 10'000, 0, 0});
+  // Low precision against probes of their own bytes: bf16 params and state; bf16 params with f32 state and master
+  // weights (reads g16 m32 v32 master32, writes p16 m32 v32 master32: the param itself is never read).
+  for (const auto& [count, numel, threads, goal] :
+       {std::tuple<int64_t, int64_t, int, double>{1, 50'000'000, 1, 1.10}, {1000, 10'000, 0, 1.20}}) {
+    cases.push_back({"adam", {}, count, numel, threads, goal, Dtype::bf16, false});
+    cases.push_back({"adam", {{"master_weights", {1}}}, count, numel, threads, goal, Dtype::bf16, true});
+  }
   json rows = json::array();
   if (!options.json)
     std::printf("optjit bench: compiled steps (f32, foreach) vs a traffic probe of the same bytes per element "
-                "(medians), %s\n\n%-9s %-22s %-13s %7s %5s %9s %9s %7s %7s %6s\n",
+                "(medians), %s\n\n%-9s %-30s %-13s %7s %5s %9s %9s %7s %7s %6s\n",
                 host_cpu_description().c_str(), "optimizer", "options", "shape", "threads", "B/el", "ms", "probe ms",
                 "GB/s", "ratio", "goal");
   for (const ShapeCase& c : cases) {

@@ -44,7 +44,66 @@ TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels, int reads, int wr
   grain_ = items_per_task(items_, LaunchShape{});
 }
 
+TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels, const std::vector<Array>& arrays) : mixed_(arrays) {
+  for (const Array& a : arrays)
+    if ((a.bytes != 2 && a.bytes != 4 && a.bytes != 8) || !(a.read || a.written))
+      throw Error("the mixed traffic probe takes arrays of 2, 4 or 8 bytes that are read or written");
+  for (int64_t n : numels) {
+    std::vector<Tensor> buffers;
+    for (const Array& a : arrays) {
+      buffers.push_back(Tensor::zeros({n}, a.bytes == 2 ? Dtype::bf16 : a.bytes == 4 ? Dtype::f32 : Dtype::f64));
+      bytes_ += a.bytes * ((a.read ? 1 : 0) + (a.written ? 1 : 0)) * n;
+    }
+    tensors_.push_back(std::move(buffers));
+  }
+  items_ = make_work_items(numels, LaunchShape{});
+  grain_ = items_per_task(items_, LaunchShape{});
+}
+
+namespace {
+
+// One array over [begin, end): summed (read), incremented (read and written) or filled (written).
+template <class Word> uint64_t stream(Word* data, int64_t begin, int64_t end, bool read, bool written) {
+  Word sum = 0;
+  if (read && written)
+    for (int64_t i = begin; i < end; ++i)
+      data[i] = static_cast<Word>(data[i] + 1);
+  else if (read)
+    for (int64_t i = begin; i < end; ++i)
+      sum = static_cast<Word>(sum + data[i]);
+  else
+    for (int64_t i = begin; i < end; ++i)
+      data[i] = static_cast<Word>(i);
+  return static_cast<uint64_t>(sum);
+}
+
+} // namespace
+
+void TrafficProbe::run_mixed(const std::vector<Tensor>& arrays, int64_t begin, int64_t end) const {
+  uint64_t sink = 0;
+  for (std::size_t a = 0; a < mixed_.size(); ++a) {
+    const Array& array = mixed_[a];
+    if (array.bytes == 2)
+      sink += stream(arrays[a].data_as<uint16_t>(), begin, end, array.read, array.written);
+    else if (array.bytes == 4)
+      sink += stream(arrays[a].data_as<uint32_t>(), begin, end, array.read, array.written);
+    else
+      sink += stream(arrays[a].data_as<uint64_t>(), begin, end, array.read, array.written);
+  }
+  volatile uint64_t keep = sink; // the sums are used, so the reads stay
+  (void)keep;
+}
+
 void TrafficProbe::run() {
+  if (!mixed_.empty()) {
+    ThreadPool::global().parallel_for(static_cast<int64_t>(items_.size()), grain_, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const WorkItem& item = items_[static_cast<std::size_t>(k)];
+        run_mixed(tensors_[static_cast<std::size_t>(item.tensor)], item.begin, item.end);
+      }
+    });
+    return;
+  }
   ThreadPool::global().parallel_for(static_cast<int64_t>(items_.size()), grain_, [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       const WorkItem& item = items_[static_cast<std::size_t>(k)];

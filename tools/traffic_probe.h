@@ -1,6 +1,8 @@
 // The memory-traffic probe step kernels are measured against: for each element, read `reads` f32 arrays and write
 // back the first `writes` of them, with no arithmetic worth the name (Adam: p, g, m, v in and p, m, v out, 28 B per
-// element), over the same tensor sizes, work items and thread pool as the kernel it is compared with.
+// element), over the same tensor sizes, work items and thread pool as the kernel it is compared with. Steps over
+// arrays of several widths (bf16 params with f32 state or master weights) take the mixed probe: each array of the
+// step, at its own width, read, read and written back, or only written, streamed over each work item's range.
 #pragma once
 
 #include "runtime/kernel_abi.h"
@@ -16,6 +18,12 @@ public:
   // param, grad and S state arrays and writes the param and the state back: reads = S + 2, writes = S + 1, with
   // S from 0 to 3. Throws optjit::Error for other shapes of traffic.
   TrafficProbe(const std::vector<int64_t>& numels, int reads = 4, int writes = 3);
+  // One array a step touches per element: its width in bytes (2, 4 or 8), and whether it is read and written.
+  struct Array {
+    int bytes;
+    bool read, written;
+  };
+  TrafficProbe(const std::vector<int64_t>& numels, const std::vector<Array>& arrays);
   void run(); // one pass over every buffer
   int64_t bytes_per_pass() const { return bytes_; }
 
@@ -25,6 +33,8 @@ private:
   int64_t grain_ = 1;
   int64_t bytes_ = 0;
   int state_arrays_ = 0;
+  std::vector<Array> mixed_; // empty: the f32 model above
+  void run_mixed(const std::vector<Tensor>& arrays, int64_t begin, int64_t end) const;
 };
 
 } // namespace optjit
