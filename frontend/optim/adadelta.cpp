@@ -34,7 +34,7 @@ void adadelta_forloop(const ParamGroup& group, const Tensor& param, const Tensor
 } // namespace
 
 Adadelta::Adadelta(std::vector<ParamGroupSpec> groups, const AdadeltaOptions& o)
-    : Optimizer("Adadelta", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("Adadelta", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

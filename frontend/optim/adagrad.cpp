@@ -32,7 +32,7 @@ void adagrad_forloop(const ParamGroup& group, const Tensor& param, const Tensor&
 } // namespace
 
 Adagrad::Adagrad(std::vector<ParamGroupSpec> groups, const AdagradOptions& o)
-    : Optimizer("Adagrad", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("Adagrad", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
   create_state_for_every_param();

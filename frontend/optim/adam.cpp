@@ -62,7 +62,7 @@ void adam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& gr
 } // namespace
 
 Adam::Adam(std::string name, std::vector<ParamGroupSpec> groups, const AdamOptions& options)
-    : Optimizer(std::move(name), option_map(options), options.foreach.value_or(false)) {
+    : Optimizer(std::move(name), option_map(options), options.foreach.value_or(false), flag_names(options)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

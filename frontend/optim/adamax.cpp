@@ -35,7 +35,7 @@ void adamax_forloop(const ParamGroup& group, const Tensor& param, const Tensor& 
 } // namespace
 
 Adamax::Adamax(std::vector<ParamGroupSpec> groups, const AdamaxOptions& o)
-    : Optimizer("Adamax", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("Adamax", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

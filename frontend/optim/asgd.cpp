@@ -35,7 +35,7 @@ void asgd_forloop(const ParamGroup& group, const Tensor& param, const Tensor& gr
 } // namespace
 
 ASGD::ASGD(std::vector<ParamGroupSpec> groups, const ASGDOptions& o)
-    : Optimizer("ASGD", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("ASGD", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

@@ -53,7 +53,7 @@ void nadam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
 } // namespace
 
 NAdam::NAdam(std::vector<ParamGroupSpec> groups, const NAdamOptions& o)
-    : Optimizer("NAdam", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("NAdam", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

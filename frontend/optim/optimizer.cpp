@@ -93,8 +93,17 @@ Tensor find_state(const ParamState& state, const std::string& key) {
 
 Optimizer::~Optimizer() = default;
 
-Optimizer::Optimizer(std::string name, OptionMap defaults, bool foreach)
-    : name_(std::move(name)), defaults_(std::move(defaults)), foreach_(foreach) {}
+Optimizer::Optimizer(std::string name, OptionMap defaults, bool foreach, std::set<std::string> flags)
+    : name_(std::move(name)), defaults_(std::move(defaults)), foreach_(foreach), flags_(std::move(flags)) {
+  check_flags(defaults_, "the defaults");
+}
+
+void Optimizer::check_flags(const OptionMap& options, const std::string& where) const {
+  for (const std::string& flag : flags_)
+    if (const auto it = options.find(flag); it != options.end() && it->second != 0 && it->second != 1)
+      throw Error(fmt::format("{} of {} has {} = {}: a flag is 0 or 1 (false or true)", where, name_, flag,
+                              python_float(it->second)));
+}
 
 namespace {
 
@@ -139,6 +148,7 @@ void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
         throw Error(name_ + " has no option '" + key + "' (param group " + std::to_string(g) + ")");
       group.options[key] = value;
     }
+    check_flags(group.options, "param group " + std::to_string(g));
     validate_options(group.options);
     std::set<uint64_t> seen_here;
     bool warned = false;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -275,7 +276,10 @@ public:
   virtual void validate_options(const OptionMap& options) const = 0;
 
 protected:
-  Optimizer(std::string name, OptionMap defaults, bool foreach);
+  // `flags`: the options that are flags (0 or 1 in every group, loaded ones included).
+  Optimizer(std::string name, OptionMap defaults, bool foreach, std::set<std::string> flags);
+  // Throws unless every flag option of `options` is 0 or 1; `where` names the group in the message.
+  void check_flags(const OptionMap& options, const std::string& where) const;
   // Validates each group's options (the subclass's rules) and adds the groups. Call from the subclass
   // constructor, where the subclass's validate_options is callable.
   void add_param_groups(std::vector<ParamGroupSpec> groups);
@@ -301,6 +305,7 @@ private:
   LayoutStaging staging_;
   GradsAfterStep grads_after_step_ = GradsAfterStep::Scaled;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
+  std::set<std::string> flags_;
   uint64_t state_version_ = 0;
   HookList<StepHook> step_pre_hooks_, step_post_hooks_, state_dict_pre_hooks_, load_state_dict_post_hooks_;
   HookList<StateDictHook> state_dict_post_hooks_, load_state_dict_pre_hooks_;

@@ -13,6 +13,7 @@
 #include "frontend/optim/optimizer.h"
 
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -39,6 +40,16 @@ template <class Options> OptionMap option_map(const Options& options) {
       put_option(map, name, options.*member);
   });
   return map;
+}
+
+// The options of an options struct that are flags (bool), which group option maps hold as 0 or 1.
+template <class Options> std::set<std::string> flag_names(const Options&) {
+  std::set<std::string> names;
+  Options::for_each_option([&](const char* name, auto member) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(std::declval<Options>().*member)>, bool>)
+      names.insert(name);
+  });
+  return names;
 }
 
 } // namespace optjit

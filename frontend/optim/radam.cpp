@@ -51,7 +51,7 @@ void radam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
 } // namespace
 
 RAdam::RAdam(std::vector<ParamGroupSpec> groups, const RAdamOptions& o)
-    : Optimizer("RAdam", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("RAdam", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

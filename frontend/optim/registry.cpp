@@ -39,13 +39,18 @@ void assign(double& member, const std::string& cls, const std::string& key, cons
   require_count(cls, key, v, 1);
   member = v[0];
 }
-void assign(bool& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+// A flag is 0 or 1 (false or true): 0.5, 2 or NaN is refused, never coerced.
+bool flag_value(const std::string& cls, const std::string& key, const std::vector<double>& v) {
   require_count(cls, key, v, 1);
-  member = v[0] != 0;
+  if (v[0] != 0 && v[0] != 1)
+    throw Error(fmt::format("{} option '{}' is {}: a flag is 0 or 1 (false or true)", cls, key, v[0]));
+  return v[0] != 0;
+}
+void assign(bool& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+  member = flag_value(cls, key, v);
 }
 void assign(std::optional<bool>& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
-  require_count(cls, key, v, 1);
-  member = v[0] != 0;
+  member = flag_value(cls, key, v);
 }
 void assign(std::pair<double, double>& member, const std::string& cls, const std::string& key,
             const std::vector<double>& v) {

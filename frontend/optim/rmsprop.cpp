@@ -44,7 +44,7 @@ void rmsprop_forloop(const ParamGroup& group, const Tensor& param, const Tensor&
 } // namespace
 
 RMSprop::RMSprop(std::vector<ParamGroupSpec> groups, const RMSpropOptions& o)
-    : Optimizer("RMSprop", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("RMSprop", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

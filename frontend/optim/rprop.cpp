@@ -36,7 +36,7 @@ void rprop_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
 } // namespace
 
 Rprop::Rprop(std::vector<ParamGroupSpec> groups, const RpropOptions& o)
-    : Optimizer("Rprop", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("Rprop", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

@@ -40,7 +40,7 @@ void sgd_forloop(const ParamGroup& group, const Tensor& param, const Tensor& gra
 } // namespace
 
 SGD::SGD(std::vector<ParamGroupSpec> groups, const SGDOptions& o)
-    : Optimizer("SGD", option_map(o), o.foreach.value_or(false)) {
+    : Optimizer("SGD", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
 }

@@ -70,6 +70,7 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
     for (const auto& [key, value] : saved.options)
       if (!defaults_.count(key) && !ParamGroup::is_scheduler_key(key))
         throw Error(fmt::format("loaded param group {} has option '{}', which {} does not have", g, key, name_));
+    check_flags(saved.options, fmt::format("loaded param group {}", g));
     validate_options(saved.options);
     ParamGroup as_loaded{{}, saved.options, {}};
     structures.push_back(traced_structure(as_loaded));

@@ -194,6 +194,39 @@ TEST_CASE("state_dict: a mismatched state is refused with the reason and changes
   StateDict stray_state = adam_dict();
   stray_state.state[9] = stray_state.state.at(0);
   check_load_refused(stray_state, "loaded state dict has state for param 9, which no parameter group lists");
+
+  // Flags are 0 or 1, never coerced: a 0.5, a 2 or a NaN amsgrad is refused (issue 16, item 10).
+  for (double flag : {0.5, 2.0, std::nan("")}) {
+    StateDict bad_flag = adam_dict();
+    bad_flag.param_groups[1].options["amsgrad"] = flag;
+    check_load_refused(bad_flag, "loaded param group 1 of Adam has amsgrad = " +
+                                     std::string(std::isnan(flag) ? "nan"
+                                                 : flag == 2      ? "2.0"
+                                                                  : "0.5") +
+                                     ": a flag is 0 or 1 (false or true)");
+  }
+  // An older state dict without an option takes the optimizer's default (torch's test_can_load_older_state_dict).
+  StateDict older = adam_dict();
+  for (StateDict::Group& group : older.param_groups)
+    group.options.erase("maximize");
+  auto params = random_params({{2, 2}, {3}}, Dtype::f32, 5);
+  Adam opt({ParamGroupSpec{{params[0]}, {}}, ParamGroupSpec{{params[1]}, {}}}, {.lr = 0.5, .amsgrad = true});
+  opt.load_state_dict(older);
+  CHECK(opt.param_groups()[0].get("maximize") == 0);
+}
+
+TEST_CASE("errors: a group's flag option other than 0 or 1 is refused at construction (issue 16, item 10)") {
+  auto params = random_params({{3}}, Dtype::f32, 1);
+  check_error(
+      [&] {
+        make_optimizer("adam", {ParamGroupSpec{params, {{"amsgrad", 2}}}}, {});
+      },
+      "param group 0 of Adam has amsgrad = 2.0: a flag is 0 or 1 (false or true)");
+  check_error(
+      [&] {
+        make_optimizer("sgd", {ParamGroupSpec{params, {}}}, {{"lr", {0.1}}, {"nesterov", {0.5}}});
+      },
+      "SGD option 'nesterov' is 0.5: a flag is 0 or 1 (false or true)");
 }
 
 TEST_CASE("state_dict: files: round trip of every field, and clear errors for missing or corrupt files") {
