@@ -14,16 +14,16 @@ Tensor buffer_like(const Tensor& t, const Tensor& kept) {
   return Tensor::empty(t.shape(), t.dtype(), t.device());
 }
 
-const Tensor& entry(const LayoutStaging::Entries& entries, const std::string& key) {
-  for (const auto& [name, t] : entries)
-    if (name == key)
-      return t;
-  OPTJIT_ASSERT(false, "staged state entry " + key + " missing");
+// Param `flat`'s state entry `key`, which it had when it was staged (a new entry rebinds and stages again).
+Tensor staged_entry(const std::vector<ParamState>& states, int64_t flat, const std::string& key) {
+  Tensor t = find_state(states[static_cast<std::size_t>(flat)], key);
+  OPTJIT_ASSERT(t.defined(), "staged state entry " + key + " missing");
+  return t;
 }
 
 } // namespace
 
-bool LayoutStaging::walkable_flat(const Tensor& param, const Tensor& grad, const Entries& state) {
+bool LayoutStaging::walkable_flat(const Tensor& param, const Tensor& grad, const ParamState& state) {
   if (param.is_contiguous() && (!grad.defined() || grad.is_contiguous())) {
     bool all_contiguous = true; // the common case, decided without looking at strides
     for (const auto& [key, t] : state)
@@ -41,31 +41,23 @@ bool LayoutStaging::walkable_flat(const Tensor& param, const Tensor& grad, const
   return true;
 }
 
-void LayoutStaging::stage(int64_t flat, const Tensor& param, const Entries& state) {
+void LayoutStaging::stage(int64_t flat, const Tensor& param, const ParamState& state) {
   Buffers& b = buffers_[flat];
   b.param = buffer_like(param, b.param);
   b.grad = buffer_like(param, b.grad); // the grad has its param's shape, dtype and device (checked)
-  Entries copies;
+  ParamState copies;
   for (const auto& [key, t] : state)
-    if (walked(param, t)) {
-      Tensor kept;
-      for (const auto& [old_key, old] : b.state)
-        if (old_key == key)
-          kept = old;
-      copies.emplace_back(key, buffer_like(t, kept));
-    }
+    if (walked(param, t))
+      copies.emplace_back(key, buffer_like(t, find_state(b.state, key)));
   b.state = std::move(copies);
   staged_now_.insert(flat);
 }
 
 Tensor LayoutStaging::state_copy(int64_t flat, const std::string& key) const {
-  for (const auto& [name, t] : buffers_.at(flat).state)
-    if (name == key)
-      return t;
-  return Tensor(); // a scalar entry: not staged
+  return find_state(buffers_.at(flat).state, key); // undefined for a scalar entry: not staged
 }
 
-void LayoutStaging::copy_in(const std::vector<Tensor>& params, const std::vector<Entries>& states) const {
+void LayoutStaging::copy_in(const std::vector<Tensor>& params, const std::vector<ParamState>& states) const {
   for (int64_t flat : staged_now_) {
     const Tensor& p = params[static_cast<std::size_t>(flat)];
     const Tensor grad = p.grad();
@@ -75,11 +67,11 @@ void LayoutStaging::copy_in(const std::vector<Tensor>& params, const std::vector
     b.param.copy_from(p);
     b.grad.copy_from(grad);
     for (const auto& [key, copy] : b.state)
-      copy.copy_from(entry(states[static_cast<std::size_t>(flat)], key));
+      copy.copy_from(staged_entry(states, flat, key));
   }
 }
 
-void LayoutStaging::copy_out(const std::vector<Tensor>& params, const std::vector<Entries>& states,
+void LayoutStaging::copy_out(const std::vector<Tensor>& params, const std::vector<ParamState>& states,
                              bool grads_written) const {
   for (int64_t flat : staged_now_) {
     const Tensor& p = params[static_cast<std::size_t>(flat)];
@@ -91,7 +83,7 @@ void LayoutStaging::copy_out(const std::vector<Tensor>& params, const std::vecto
     if (grads_written)
       grad.copy_from(b.grad);
     for (const auto& [key, copy] : b.state)
-      entry(states[static_cast<std::size_t>(flat)], key).copy_from(copy);
+      staged_entry(states, flat, key).copy_from(copy);
   }
 }
 

@@ -9,6 +9,7 @@
 // That costs a pass over each of its tensors; params that share a layout cost nothing here.
 #pragma once
 
+#include "frontend/optim/param_state.h"
 #include "runtime/tensor.h"
 
 #include <map>
@@ -21,14 +22,12 @@ namespace optjit {
 
 class LayoutStaging {
 public:
-  using Entries = std::vector<std::pair<std::string, Tensor>>; // a param's state entries, as ParamState
-
   // Whether kernels can walk `param`, `grad` and the tensor entries of `state` flat (entries of other shapes, the
   // per-tensor scalars, are not walked).
-  static bool walkable_flat(const Tensor& param, const Tensor& grad, const Entries& state);
+  static bool walkable_flat(const Tensor& param, const Tensor& grad, const ParamState& state);
 
   // Makes param `flat`'s staging copies (keeping the buffers it already has for the same shapes and dtypes).
-  void stage(int64_t flat, const Tensor& param, const Entries& state);
+  void stage(int64_t flat, const Tensor& param, const ParamState& state);
   // Forgets every param staged before (their buffers are kept for a param staged again).
   void clear() { staged_now_.clear(); }
   bool is_staged(int64_t flat) const { return staged_now_.contains(flat); }
@@ -40,14 +39,14 @@ public:
   Tensor state_copy(int64_t flat, const std::string& key) const;
 
   // Before a launch: every staged param's current tensors (grads re-read from `params`) into its copies.
-  void copy_in(const std::vector<Tensor>& params, const std::vector<Entries>& states) const;
+  void copy_in(const std::vector<Tensor>& params, const std::vector<ParamState>& states) const;
   // After a launch: the copies of what the step wrote back into the tensors (grads too when `grads_written`).
-  void copy_out(const std::vector<Tensor>& params, const std::vector<Entries>& states, bool grads_written) const;
+  void copy_out(const std::vector<Tensor>& params, const std::vector<ParamState>& states, bool grads_written) const;
 
 private:
   struct Buffers {
     Tensor param, grad;
-    Entries state; // contiguous copies of the tensor entries only
+    ParamState state; // contiguous copies of the tensor entries only
   };
   std::map<int64_t, Buffers> buffers_;
   std::set<int64_t> staged_now_;

@@ -84,13 +84,6 @@ std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params) {
   return {ParamGroupSpec{std::move(params), {}}};
 }
 
-Tensor find_state(const ParamState& state, const std::string& key) {
-  for (const auto& [name, tensor] : state)
-    if (name == key)
-      return tensor;
-  return Tensor();
-}
-
 Optimizer::~Optimizer() = default;
 
 Optimizer::Optimizer(std::string name, OptionMap defaults, bool foreach, std::set<std::string> flags)

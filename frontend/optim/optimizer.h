@@ -10,6 +10,7 @@
 #include "compiler/step_source.h"
 #include "frontend/optim/hooks.h"
 #include "frontend/optim/layout_staging.h"
+#include "frontend/optim/param_state.h"
 #include "frontend/trace/foreach.h"
 #include "runtime/tensor.h"
 
@@ -74,9 +75,6 @@ struct StateSpec {
   bool copies_param = false;      // starts as a copy of its param, stored in the compute dtype (master weights)
   bool holds_param_index = false; // holds its param's flat index (the stochastic rounding stream)
 };
-
-// A param's state entries in torch's key order. Scalar entries are 1-element tensors of the param's dtype.
-using ParamState = std::vector<std::pair<std::string, Tensor>>;
 
 // torch.optim's state_dict(): each group's options with its params as indices (groups in order, params in group
 // order, counting from 0), and the state of every param that has any, by index, in torch's key order. The
@@ -348,8 +346,6 @@ Structure maximize_and_weight_decay(const ParamGroup& group);
 // A constructor's plain list of params as one param group; an empty list is torch's error.
 std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params);
 
-// Looks up an entry of a param's state; undefined Tensor when absent.
-Tensor find_state(const ParamState& state, const std::string& key);
 // The state entry of master weights (group option master_weights).
 inline const std::string kMasterParam = "master_param";
 // The hidden state entry holding a param's stochastic rounding stream (its flat index), and the step's counter.
