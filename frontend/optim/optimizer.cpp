@@ -232,7 +232,8 @@ std::vector<double> Optimizer::hyper_values() const {
   const std::vector<std::string> names = hyper_names();
   const double scale = grad_scale_.defined() ? grad_scale_.item() : 0.0; // read once: a device scale costs a copy
   const bool rounding = any_stochastic_rounding();
-  const auto counter = static_cast<double>(rounding_counter(rounding_seed_, rounding_steps_)); // exact: < 2^53
+  const double counter = // exact: < 2^53
+      rounding ? static_cast<double>(rounding_counter(rounding_seed_, rounding_steps_)) : 0.0;
   std::vector<double> values;
   values.reserve(groups_.size() * (names.size() + 2));
   for (const ParamGroup& group : groups_) {
@@ -267,7 +268,7 @@ void Optimizer::after_step() { ++rounding_steps_; }
 Structure Optimizer::traced_structure(const ParamGroup& group) const {
   Structure s = structure(group);
   s.set("grad_scale", grad_scale_.defined());
-  s.set("unscaled_grads_stored", grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled);
+  s.set("unscaled_grads_stored", stores_unscaled_grads());
   s.set("master_weights", group.get("master_weights") != 0);
   s.set("stochastic_rounding", group.get("stochastic_rounding") != 0);
   return s;
@@ -609,7 +610,7 @@ void Optimizer::stage_in() const {
 
 void Optimizer::stage_out() const {
   if (!staging_.empty())
-    staging_.copy_out(flat_params_, states_, grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled);
+    staging_.copy_out(flat_params_, states_, stores_unscaled_grads());
 }
 
 Tensor Optimizer::kernel_grad(int64_t flat) const {
@@ -713,7 +714,7 @@ void Optimizer::eager_update() {
       const Tensor used = grad_scale_.defined() ? unscaled(g.real_view(), grad_scale_.item()) : g;
       forloop_step_in_compute_dtype(groups_[static_cast<std::size_t>(group_of_flat(i))], p, used,
                                     states_[static_cast<std::size_t>(i)]);
-      if (grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled)
+      if (stores_unscaled_grads())
         g.real_view().copy_from(used.to(component_dtype(g.dtype())));
     }
     after_step();

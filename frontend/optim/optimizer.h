@@ -300,6 +300,8 @@ private:
   std::optional<Dtype> scalar_state_dtype_;
   Tensor grad_scale_, found_inf_;
   uint64_t rounding_seed_ = 0, rounding_steps_ = 0;
+  // Whether a step writes the unscaled grads back (gradient scaling with GradsAfterStep::Unscaled).
+  bool stores_unscaled_grads() const { return grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled; }
   LayoutStaging staging_;
   GradsAfterStep grads_after_step_ = GradsAfterStep::Scaled;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
