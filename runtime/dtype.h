@@ -59,8 +59,6 @@ constexpr Dtype component_dtype(Dtype dtype) {
 }
 
 constexpr bool is_complex(Dtype dtype) { return component_dtype(dtype) != dtype; }
-// Components per element: 2 for complex dtypes, 1 otherwise.
-constexpr int dtype_components(Dtype dtype) { return is_complex(dtype) ? 2 : 1; }
 
 // The dtype element math runs in for tensors stored in `dtype`: f32 for the 16-bit storage types (torch's opmath:
 // load, compute in f32, round once when storing), the component dtype for complex ones (stepped on their real view),
@@ -133,12 +131,8 @@ template <class Body> decltype(auto) visit_real_dtype(Dtype dtype, std::string_v
 
 // `value` rounded to the precision of `dtype`'s components (and back to double).
 inline double round_to_dtype(Dtype dtype, double value) {
-  return visit_dtype(component_dtype(dtype), [&]<class T>() -> double {
-    if constexpr (is_complex_storage_v<T>)
-      __builtin_unreachable();
-    else
-      return static_cast<double>(static_cast<T>(value));
-  });
+  return visit_real_dtype(component_dtype(dtype), "round_to_dtype",
+                          [&]<class T>() { return static_cast<double>(static_cast<T>(value)); });
 }
 
 // Accepts optjit's and torch's names ("f32", "float32", ...); throws optjit::Error otherwise.

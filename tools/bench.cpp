@@ -16,7 +16,6 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <cstdio>
-#include <set>
 #include <string>
 #include <tuple>
 
@@ -80,19 +79,14 @@ std::vector<TrafficProbe::Array> arrays_of(const Optimizer& opt) {
   return arrays;
 }
 
-// The arrays a compiled step reads and writes per element: distinct tensor slots loaded, tensor slots stored.
-std::pair<int, int> traffic_of(const Optimizer& opt) {
-  std::set<std::string> read;
-  int written = 0;
-  for (const Optimizer::Bucket& bucket : opt.make_buckets()) {
-    const Graph graph = opt.trace_bucket(bucket);
-    for (const Node& n : graph.nodes)
-      if (n.op == Op::tensor)
-        read.insert(n.name);
-    for (const Store& s : graph.stores)
-      written += s.kind == StoreKind::Tensor ? 1 : 0;
+// The f32 probe's model of the same arrays: how many are read and how many written.
+std::pair<int, int> traffic_of(const std::vector<TrafficProbe::Array>& arrays) {
+  int reads = 0, writes = 0;
+  for (const TrafficProbe::Array& a : arrays) {
+    reads += a.read ? 1 : 0;
+    writes += a.written ? 1 : 0;
   }
-  return {static_cast<int>(read.size()), written};
+  return {reads, writes};
 }
 
 json bench_shape(const ShapeCase& c) {
@@ -108,8 +102,9 @@ json bench_shape(const ShapeCase& c) {
   CompiledStep step = compile(*opt);
   const std::vector<int64_t> numels(static_cast<std::size_t>(c.count), c.numel);
   const bool mixed = c.dtype != Dtype::f32 || c.f32_state;
-  const auto [reads, writes] = traffic_of(*opt);
-  TrafficProbe probe = mixed ? TrafficProbe(numels, arrays_of(*opt)) : TrafficProbe(numels, reads, writes);
+  const std::vector<TrafficProbe::Array> arrays = arrays_of(*opt); // the step's single bucket
+  const auto [reads, writes] = traffic_of(arrays);
+  TrafficProbe probe = mixed ? TrafficProbe(numels, arrays) : TrafficProbe(numels, reads, writes);
   for (int i = 0; i < 3; ++i) { // compile, create state, fault every page in
     step();
     probe.run();
