@@ -56,7 +56,8 @@ uint64_t device_address(const Tensor& t, int64_t element = 0) {
 bool on_cuda(const Tensor& t) { return t.device().kind == DeviceKind::cuda; }
 
 // Extents >= 0, at most kMaxTensorRank of them, and at most kMaxTensorBytes of `dtype` in all, counted without
-// overflow.
+// overflow. A shape with a zero extent has no elements, but its other extents still make its strides: they too must
+// fit (a [0, 2^62, 2^62] tensor's strides would overflow).
 void check_shape(const Shape& shape, Dtype dtype) {
   if (shape.size() > kMaxTensorRank)
     throw Error("invalid shape with " + std::to_string(shape.size()) + " dimensions: a tensor has at most " +
@@ -64,16 +65,13 @@ void check_shape(const Shape& shape, Dtype dtype) {
   for (int64_t extent : shape)
     if (extent < 0)
       throw Error("invalid shape " + shape_to_string(shape) + ": extents must be >= 0");
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
   int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
-  bool zero = false;
   for (int64_t extent : shape)
-    zero |= extent == 0;
-  if (zero)
-    return;
-  for (int64_t extent : shape)
-    if (__builtin_mul_overflow(bytes, extent, &bytes) || bytes > kMaxTensorBytes)
+    if (__builtin_mul_overflow(bytes, std::max<int64_t>(extent, 1), &bytes) || bytes > kMaxTensorBytes)
       throw Error("invalid shape " + shape_to_string(shape) + " of " + std::string(dtype_name(dtype)) +
-                  ": more than the largest tensor, 2^48 bytes (kMaxTensorBytes)");
+                  (empty ? ": its extents other than 0 span more than the largest tensor, 2^48 bytes (kMaxTensorBytes)"
+                         : ": more than the largest tensor, 2^48 bytes (kMaxTensorBytes)"));
 }
 
 // The (stride, extent) of each dimension that has more than one element, by increasing stride.
@@ -186,10 +184,11 @@ bool Tensor::same_dense_layout(const Tensor& other) const {
 }
 
 Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, Dtype dtype) {
+  check_shape(shape, dtype); // before the count: a shape that does not fit has no element count
+  if (static_cast<int64_t>(values.size()) != shape_numel(shape)) // before allocating the size a shape claims
+    throw Error("tensor of shape " + shape_to_string(shape) + " needs " + std::to_string(shape_numel(shape)) +
+                " values, got " + std::to_string(values.size()));
   Tensor t = empty(shape, dtype);
-  if (static_cast<int64_t>(values.size()) != t.numel())
-    throw Error("tensor of shape " + shape_to_string(shape) + " needs " + std::to_string(t.numel()) + " values, got " +
-                std::to_string(values.size()));
   for (int64_t i = 0; i < t.numel(); ++i)
     t.set_item(i, values[static_cast<std::size_t>(i)]);
   return t;

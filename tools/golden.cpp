@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -127,27 +128,47 @@ static Tensor case_tensor(const Shape& shape, const std::vector<double>& data, D
 }
 
 ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mode, Device device) {
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(file, error);
+  std::string failure;
+  if (error)
+    failure = fmt::format("cannot read {}: {}", file.string(), error.message());
+  else if (size > kMaxGoldenCaseBytes)
+    failure = fmt::format("{} has {} bytes, more than the largest golden case, {} bytes (kMaxGoldenCaseBytes)",
+                          file.string(), size, kMaxGoldenCaseBytes);
+  std::ifstream in(file, std::ios::binary);
+  if (failure.empty() && !in)
+    failure = "cannot read " + file.string();
+  if (!failure.empty())
+    return ReplayResult{file.stem().string(), false, failure, {}};
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return replay_golden_text(text, file.stem().string(), mode, device);
+}
+
+ReplayResult replay_golden_text(std::string_view text, const std::string& name, ReplayMode mode, Device device) {
   ReplayResult result;
-  result.name = file.stem().string();
+  result.name = name;
   try {
-    std::ifstream in(file);
-    if (!in)
-      throw Error("cannot read " + file.string());
-    json c = json::parse(in);
+    json c = json::parse(text);
     result.name = c.at("name").get<std::string>();
     const Dtype dtype = parse_dtype(c.at("dtype").get<std::string>());
     std::vector<Tensor> params;
     for (const json& p : c.at("params"))
       params.push_back(
-          case_tensor(p.at("shape").get<Shape>(), p.at("data").get<std::vector<double>>(), dtype).to(device));
+          case_tensor(json_shape(p.at("shape"), "a param's shape"), p.at("data").get<std::vector<double>>(), dtype)
+              .to(device));
 
     std::vector<ParamGroupSpec> groups;
     std::vector<KeywordOptions> group_options;
     if (c.contains("param_groups") && !c["param_groups"].is_null()) {
       for (const json& g : c["param_groups"]) {
         ParamGroupSpec spec;
-        for (int index : g.at("params").get<std::vector<int>>())
-          spec.params.push_back(params.at(static_cast<std::size_t>(index)));
+        const json& indices = g.at("params");
+        if (!indices.is_array())
+          throw Error("a param group's params is " + json_value_text(indices) + ", not an array of param indices");
+        for (const json& index : indices)
+          spec.params.push_back(params[static_cast<std::size_t>(
+              json_integer(index, "a param group's param index", 0, static_cast<int64_t>(params.size()) - 1))]);
         groups.push_back(std::move(spec));
         group_options.push_back(keyword_options(g.value("options", json::object())));
       }

@@ -1,40 +1,9 @@
 #include "tools/model.h"
 #include "runtime/error.h"
 
-#include <charconv>
 #include <random>
 
 namespace optjit {
-
-std::vector<Shape> parse_shape_list(const std::string& text) {
-  std::vector<Shape> shapes;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    Shape shape;
-    if (item != "scalar" && !item.empty()) {
-      std::size_t pos = 0;
-      while (pos <= item.size()) {
-        std::size_t x = item.find('x', pos);
-        std::string extent = item.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-        int64_t value = -1;
-        auto [end, ec] = std::from_chars(extent.data(), extent.data() + extent.size(), value);
-        if (ec != std::errc() || end != extent.data() + extent.size() || value < 0)
-          throw Error("bad shape '" + item + "' in '" + text + "': write extents as NxM, e.g. 10x10");
-        shape.push_back(value);
-        if (x == std::string::npos)
-          break;
-        pos = x + 1;
-      }
-    }
-    shapes.push_back(shape);
-    if (comma == std::string::npos)
-      break;
-    start = comma + 1;
-  }
-  return shapes;
-}
 
 std::vector<Tensor> random_params(const std::vector<Shape>& shapes, Dtype dtype, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -1,4 +1,4 @@
-// Parameters for the CLI's demos and benchmarks: shape lists ("10x10,10"), random params with random grads.
+// Parameters for the CLI's demos and benchmarks: random params with random grads, and the models they use.
 #pragma once
 
 #include "runtime/tensor.h"
@@ -9,8 +9,6 @@
 
 namespace optjit {
 
-// "10x10,10,10x10,10" -> {{10, 10}, {10}, {10, 10}, {10}}; "" or "scalar" is a 0-d shape. Throws on bad text.
-std::vector<Shape> parse_shape_list(const std::string& text);
 // Standard-normal params, each with a standard-normal grad, from `seed`.
 std::vector<Tensor> random_params(const std::vector<Shape>& shapes, Dtype dtype, uint64_t seed);
 // Fills every grad with fresh standard-normal values (None grads stay None).

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 namespace optjit {
 namespace {
@@ -56,6 +57,11 @@ std::pair<int64_t, std::string> split_tensor_name(const std::string& name) {
   const std::string id = name.substr(prefix.size(), dot - prefix.size());
   if (id.find_first_not_of("0123456789") != std::string::npos)
     throw Error(fmt::format("tensor '{}' is not named state.<param id>.<key>", name));
+  // One spelling per id: "state.00.step" beside "state.0.step" would name one entry twice.
+  if (id.size() > 1 && id[0] == '0')
+    throw Error(fmt::format(
+        "tensor '{}' writes param id {} with a leading zero; ids are written as {}", name, id,
+        id.substr(id.find_first_not_of('0') == std::string::npos ? id.size() - 1 : id.find_first_not_of('0'))));
   int64_t index = 0;
   const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), index);
   if (ec != std::errc() || end != id.data() + id.size())
@@ -63,26 +69,39 @@ std::pair<int64_t, std::string> split_tensor_name(const std::string& name) {
   return {index, name.substr(dot + 1)};
 }
 
-StateDict parse(const std::string& bytes) {
+StateDict parse(std::string_view bytes) {
   if (bytes.size() < 8)
     throw Error("shorter than the 8-byte header length");
   uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), 8);
+  if (header_size > kMaxStateFileHeaderBytes)
+    throw Error(fmt::format("header length {} is more than the largest header, {} bytes (kMaxStateFileHeaderBytes)",
+                            header_size, kMaxStateFileHeaderBytes));
   if (header_size > bytes.size() - 8)
     throw Error(fmt::format("header length {} runs past the end of the file ({} bytes)", header_size, bytes.size()));
   const json header = json::parse(bytes.substr(8, header_size)); // throws json::parse_error
-  const std::string_view data = std::string_view(bytes).substr(8 + header_size);
+  if (!header.is_object())
+    throw Error(fmt::format("the header is {}, not a JSON object", json_value_text(header)));
+  const std::string_view data = bytes.substr(8 + header_size);
   const json& meta = header.at("__metadata__");
   if (meta.value("format", "") != kFormat || meta.value("version", "") != kVersion)
     throw Error(fmt::format("metadata says format '{}' version '{}', expected '{}' version '{}'",
                             meta.value("format", ""), meta.value("version", ""), kFormat, kVersion));
   StateDict dict;
   dict.optimizer = meta.at("optimizer").get<std::string>();
-  for (const json& g : json::parse(meta.at("param_groups").get<std::string>())) {
+  const json groups = json::parse(meta.at("param_groups").get<std::string>());
+  if (!groups.is_array())
+    throw Error(fmt::format("param_groups is {}, not an array of groups", json_value_text(groups)));
+  for (std::size_t g = 0; g < groups.size(); ++g) {
     StateDict::Group group;
-    for (const auto& [name, value] : g.at("options").items())
+    for (const auto& [name, value] : groups[g].at("options").items())
       group.options[name] = option_value(value, name);
-    group.params = g.at("params").get<std::vector<int64_t>>();
+    const json& ids = groups[g].at("params");
+    if (!ids.is_array())
+      throw Error(fmt::format("param_groups[{}].params is {}, not an array of param ids", g, json_value_text(ids)));
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      group.params.push_back(json_integer(ids[i], fmt::format("param_groups[{}].params[{}]", g, i), 0,
+                                          std::numeric_limits<int64_t>::max()));
     dict.param_groups.push_back(std::move(group));
   }
   for (const auto& [name, info] : header.items()) {
@@ -90,8 +109,14 @@ StateDict parse(const std::string& bytes) {
       continue;
     const auto [id, key] = split_tensor_name(name);
     const Dtype dtype = dtype_of_code(info.at("dtype").get<std::string>(), name);
-    const Shape shape = info.at("shape").get<Shape>();
-    const auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
+    const Shape shape = json_shape(info.at("shape"), fmt::format("tensor '{}' shape", name));
+    const json& offset_pair = info.at("data_offsets");
+    if (!offset_pair.is_array() || offset_pair.size() != 2)
+      throw Error(fmt::format("tensor '{}' data_offsets is {}, not [begin, end]", name, json_value_text(offset_pair)));
+    const int64_t data_size = static_cast<int64_t>(data.size());
+    const std::string where = fmt::format("tensor '{}' data_offsets", name);
+    const uint64_t offsets[2] = {static_cast<uint64_t>(json_integer(offset_pair[0], where + "[0]", 0, data_size)),
+                                 static_cast<uint64_t>(json_integer(offset_pair[1], where + "[1]", 0, data_size))};
     // The size the shape needs, checked against the data before anything is allocated.
     uint64_t nbytes = dtype_size(dtype);
     for (int64_t extent : shape) {
@@ -100,10 +125,9 @@ StateDict parse(const std::string& bytes) {
       else
         nbytes *= static_cast<uint64_t>(extent);
     }
-    if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data.size() || offsets[1] - offsets[0] != nbytes)
-      throw Error(fmt::format("tensor '{}' (shape {}) has data_offsets {}, outside the {} data bytes or not the "
-                              "size of its shape",
-                              name, info.at("shape").dump(), info.at("data_offsets").dump(), data.size()));
+    if (offsets[0] > offsets[1] || offsets[1] - offsets[0] != nbytes)
+      throw Error(fmt::format("tensor '{}' (shape {}) has data_offsets [{}, {}], not the size of its shape", name,
+                              shape_to_string(shape), offsets[0], offsets[1]));
     Tensor t = Tensor::empty(shape, dtype);
     if (t.nbytes() > 0)
       std::memcpy(t.data(), data.data() + offsets[0], t.nbytes());
@@ -113,6 +137,14 @@ StateDict parse(const std::string& bytes) {
 }
 
 } // namespace
+
+StateDict parse_state_dict_bytes(std::string_view bytes) {
+  try {
+    return parse(bytes);
+  } catch (const json::exception& e) { // nlohmann's errors become optjit's here, and only here
+    throw Error(e.what());
+  }
+}
 
 void save_state_dict(const StateDict& dict, const std::filesystem::path& path) {
   json groups = json::array();
@@ -156,9 +188,7 @@ StateDict load_state_dict_file(const std::filesystem::path& path) {
     throw Error(fmt::format("cannot read the optimizer state file {}", path.string()));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
-    return parse(bytes);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{} is not an optjit optimizer state file: {}", path.string(), e.what()));
+    return parse_state_dict_bytes(bytes);
   } catch (const Error& e) {
     throw Error(fmt::format("{} is not an optjit optimizer state file: {}", path.string(), e.what()));
   }

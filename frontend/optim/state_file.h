@@ -15,13 +15,20 @@
 
 #include "frontend/optim/optimizer.h"
 
+#include <cstdint>
 #include <filesystem>
+#include <string_view>
 
 namespace optjit {
+
+// The largest JSON header a state file may have (safetensors' own limit): the header is parsed whole, in memory.
+constexpr uint64_t kMaxStateFileHeaderBytes = uint64_t{100} << 20;
 
 // Throws optjit::Error naming the path when the file cannot be written.
 void save_state_dict(const StateDict& state_dict, const std::filesystem::path& path);
 // Throws optjit::Error naming the path and the problem when the file is missing, truncated or not in the format.
 StateDict load_state_dict_file(const std::filesystem::path& path);
+// The same from a file's bytes in memory (the loader's whole parse): throws optjit::Error naming the problem.
+StateDict parse_state_dict_bytes(std::string_view bytes);
 
 } // namespace optjit

@@ -117,3 +117,21 @@ TEST_CASE(
   check_mutated_case_fails([](nlohmann::json& c) { c["params"] = nlohmann::json::array(); },
                            "optimizer got an empty parameter list");
 }
+
+TEST_CASE("golden replay: shapes and param indices are exact integers in range, checked before allocating (issue 16)") {
+  check_mutated_case_fails([](nlohmann::json& c) { c["params"][0]["shape"][0] = 10.5; },
+                           "a param's shape[0] is 10.5: expected an integer from 0 to");
+  check_mutated_case_fails(
+      [](nlohmann::json& c) {
+        c["params"][0]["shape"] = {4294967296, 4294967296};
+      },
+      "more than the largest tensor, 2^48 bytes (kMaxTensorBytes)");
+  // A shape of 2^40 elements with a few values: refused by its count before 4 TB are asked for.
+  check_mutated_case_fails([](nlohmann::json& c) { c["params"][0]["shape"] = {int64_t{1} << 40}; },
+                           "tensor of shape [1099511627776] needs 1099511627776 values, got");
+  check_mutated_case_fails(
+      [](nlohmann::json& c) {
+        c["param_groups"] = nlohmann::json::array({{{"params", {0, 1, 2, 3, 4}}}, {{"params", {1e10}}}});
+      },
+      "a param group's param index is 10000000000.0: expected an integer from 0 to 4");
+}

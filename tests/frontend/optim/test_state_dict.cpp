@@ -259,7 +259,7 @@ TEST_CASE("state_dict: files: round trip of every field, and clear errors for mi
   }();
   auto write = [&](const std::string& content) { std::ofstream(file.path, std::ios::binary) << content; };
   write(bytes.substr(0, bytes.size() - 4));
-  check_error_contains([&] { load_state_dict_file(file.path); }, "outside the");
+  check_error_contains([&] { load_state_dict_file(file.path); }, "data_offsets[1] is");
   write(bytes.substr(0, 5));
   check_error_contains([&] { load_state_dict_file(file.path); }, "shorter than the 8-byte header length");
   write("{\"not\": \"a state file\"}");
@@ -336,4 +336,56 @@ TEST_CASE(
   TempFile file("optjit_state_deep.safetensors");
   std::ofstream(file.path, std::ios::binary) << bytes << header;
   check_error_contains([&] { load_state_dict_file(file.path); }, "option 'lr' is an array of 1 value, not a number");
+}
+
+TEST_CASE("state_dict: files: shapes, offsets and ids are exact integers, one spelling per id (issue 16, item 10)") {
+  TempFile file("optjit_state_strict.safetensors");
+  save_state_dict(adam_dict(), file.path);
+  const std::string bytes = [&] {
+    std::ifstream in(file.path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }();
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_size));
+  const std::string data = bytes.substr(8 + header_size);
+  auto file_bytes = [&](const nlohmann::json& changed) {
+    const std::string text = changed.dump();
+    const uint64_t size = text.size();
+    std::string out(8, '\0');
+    std::memcpy(out.data(), &size, 8);
+    return out + text + data;
+  };
+  CHECK_NOTHROW(parse_state_dict_bytes(file_bytes(header)));
+
+  nlohmann::json h = header;
+  h["state.0.exp_avg"]["shape"][0] = 3.0; // nlohmann would read 3.0 (and 3.5) as 3
+  check_error_contains([&] { parse_state_dict_bytes(file_bytes(h)); },
+                       "tensor 'state.0.exp_avg' shape[0] is 3.0: expected an integer from 0 to");
+  h = header;
+  h["state.0.exp_avg"]["data_offsets"][1] = h["state.0.exp_avg"]["data_offsets"][1].get<double>() + 0.5;
+  check_error_contains([&] { parse_state_dict_bytes(file_bytes(h)); }, "tensor 'state.0.exp_avg' data_offsets[1] is");
+  h = header;
+  h["state.0.exp_avg"]["shape"] = nlohmann::json::array();
+  for (int d = 0; d < 65; ++d)
+    h["state.0.exp_avg"]["shape"].push_back(1);
+  check_error_contains([&] { parse_state_dict_bytes(file_bytes(h)); }, "at most 64 extents (kMaxTensorRank)");
+
+  h = header;
+  nlohmann::json groups = nlohmann::json::parse(h["__metadata__"]["param_groups"].get<std::string>());
+  groups[0]["params"][0] = 0.5;
+  h["__metadata__"]["param_groups"] = groups.dump();
+  check_error_contains([&] { parse_state_dict_bytes(file_bytes(h)); },
+                       "param_groups[0].params[0] is 0.5: expected an integer");
+
+  h = header;
+  h["state.00.step"] = h["state.0.step"]; // the same entry a second time, under another spelling of its id
+  check_error_contains([&] { parse_state_dict_bytes(file_bytes(h)); },
+                       "tensor 'state.00.step' writes param id 00 with a leading zero; ids are written as 0");
+
+  std::string huge = file_bytes(header);
+  const uint64_t too_long = kMaxStateFileHeaderBytes + 1;
+  std::memcpy(huge.data(), &too_long, 8);
+  check_error_contains([&] { parse_state_dict_bytes(huge); }, "more than the largest header, 104857600 bytes "
+                                                              "(kMaxStateFileHeaderBytes)");
 }
