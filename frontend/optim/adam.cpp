@@ -77,6 +77,10 @@ AdamW::AdamW(std::vector<ParamGroupSpec> groups, const AdamWOptions& options)
 
 void Adam::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
+bool Adam::loads_state_of(const std::string& saved) const { return saved == "Adam" || saved == "AdamW"; }
+
+void AdamW::adjust_loaded_options(OptionMap& options) const { options["decoupled_weight_decay"] = 1; }
+
 Structure Adam::structure(const ParamGroup& group) const {
   Structure s;
   s.set("amsgrad", group.get("amsgrad") != 0);

@@ -35,6 +35,7 @@ public:
 
 protected:
   Adam(std::string name, std::vector<ParamGroupSpec> groups, const AdamOptions& options);
+  bool loads_state_of(const std::string& saved) const override; // Adam's and AdamW's (torch's test_adamw_serialization)
 };
 
 class AdamW : public Adam {
@@ -42,6 +43,9 @@ public:
   using Options = AdamWOptions;
   AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
   AdamW(std::vector<ParamGroupSpec> groups, const AdamWOptions& options = {});
+
+protected:
+  void adjust_loaded_options(OptionMap& options) const override; // decoupled_weight_decay stays true
 };
 
 } // namespace optjit

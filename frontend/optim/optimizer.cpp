@@ -5,6 +5,7 @@
 #include "runtime/log.h"
 #include "runtime/stochastic_rounding.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <spdlog/fmt/ranges.h>
@@ -59,6 +60,13 @@ bool Structure::operator[](const std::string& name) const {
     if (flag == name)
       return value;
   OPTJIT_ASSERT(false, "structure has no flag " + name);
+}
+
+Structure Structure::with_every_flag() const {
+  Structure every;
+  for (const auto& [flag, value] : flags_)
+    every.set(flag, true);
+  return every;
 }
 
 std::string Structure::key() const {
@@ -462,7 +470,19 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
     if (const Tensor t = find_state(given, spec.name); t.defined()) // a missing key is reported below, with all
       state.emplace_back(spec.name, visible_entry(spec, t));
   }
-  if (given_keys != kept_keys)
+  // An entry these options do not use but other options of the optimizer do (max_exp_avg_sq once amsgrad is
+  // switched off, SGD's momentum_buffer once momentum is 0) is kept as given, as torch keeps it: the optimizer's
+  // own state_dict() after such a switch loads back. Keys no options of the optimizer keep are refused.
+  std::set<std::string> known_keys = kept_keys;
+  const Structure every = traced_structure(groups_[static_cast<std::size_t>(group_of_flat(flat))]).with_every_flag();
+  for (const StateSpec& spec : step_state_specs(every))
+    if (spec.visible && !kept_keys.count(spec.name))
+      if (const Tensor t = find_state(given, spec.name); t.defined()) {
+        known_keys.insert(spec.name);
+        state.emplace_back(spec.name, visible_entry(spec, t));
+      }
+  if (!std::includes(given_keys.begin(), given_keys.end(), kept_keys.begin(), kept_keys.end()) ||
+      !std::includes(known_keys.begin(), known_keys.end(), given_keys.begin(), given_keys.end()))
     throw Error(fmt::format("state of param {} has keys {}, but {} with these options keeps {}", id, given_keys, name_,
                             kept_keys));
   return state;

@@ -59,6 +59,8 @@ public:
   void set(const std::string& name, bool value) { flags_.emplace_back(name, value); }
   bool operator[](const std::string& name) const; // an internal error for a flag the structure lacks
   std::string key() const;                        // "amsgrad=1,maximize=0"
+  // The same flags, all on: its state specs are every entry the optimizer keeps under any options.
+  Structure with_every_flag() const;
 
 private:
   std::vector<std::pair<std::string, bool>> flags_;
@@ -287,6 +289,13 @@ protected:
   virtual bool creates_state_on_add() const { return false; }
   // The value a new state entry starts at; the spec's `initial` unless a group option decides it.
   virtual double initial_state_value(const ParamGroup& group, const StateSpec& spec) const;
+  // Whether a state dict saved by the optimizer class `saved` loads into this one. torch checks no class at all;
+  // optjit loads the state of its own class, and of classes that are this one under other options (AdamW is Adam
+  // with decoupled_weight_decay), whose state has the same keys and meaning.
+  virtual bool loads_state_of(const std::string& saved) const;
+  // A loaded group's options as this class keeps them (AdamW's decoupled_weight_decay is always true, as torch's
+  // AdamW.__setstate__ makes it).
+  virtual void adjust_loaded_options(OptionMap&) const {}
 
 private:
   std::string name_;

@@ -27,6 +27,8 @@ std::string shape_text(const Shape& shape) { return fmt::format("[{}]", fmt::joi
 
 } // namespace
 
+bool Optimizer::loads_state_of(const std::string& saved) const { return saved == name_; }
+
 StateDict Optimizer::state_dict() {
   state_dict_pre_hooks_.run(*this);
   StateDict dict;
@@ -52,7 +54,7 @@ StateDict Optimizer::state_dict() {
 }
 
 std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded) const {
-  if (loaded.optimizer != name_)
+  if (!loads_state_of(loaded.optimizer))
     throw Error(fmt::format("loaded state dict is for {}, this optimizer is {}", loaded.optimizer, name_));
   if (loaded.param_groups.size() != groups_.size())
     throw Error(fmt::format("loaded state dict has a different number of parameter groups ({} saved, {} here)",
@@ -109,9 +111,11 @@ void Optimizer::load_state_dict(StateDict loaded) {
   load_state_dict_pre_hooks_.run(*this, loaded);
   // A state dict from before an option existed (torch's test_can_load_older_state_dict, or one saved without
   // master_weights) takes the optimizer's default for it, as torch's __setstate__ does.
-  for (StateDict::Group& group : loaded.param_groups)
+  for (StateDict::Group& group : loaded.param_groups) {
     for (const auto& [key, value] : defaults_)
       group.options.try_emplace(key, value);
+    adjust_loaded_options(group.options);
+  }
   std::vector<ParamState> states = checked_loaded_state(loaded);
   // Nothing below throws: the optimizer changes all at once.
   for (std::size_t g = 0; g < groups_.size(); ++g) {

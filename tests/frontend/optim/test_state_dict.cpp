@@ -389,3 +389,71 @@ TEST_CASE("state_dict: files: shapes, offsets and ids are exact integers, one sp
   check_error_contains([&] { parse_state_dict_bytes(huge); }, "more than the largest header, 104857600 bytes "
                                                               "(kMaxStateFileHeaderBytes)");
 }
+
+TEST_CASE("state_dict: after a structural option is switched off, the optimizer loads its own state dict (issue 16, "
+          "item 7)") {
+  struct Switch {
+    std::string optimizer;
+    KeywordOptions on;
+    std::string option;
+    std::string kept_key; // the entry the switched-off options no longer use
+  };
+  const std::vector<Switch> switches = {
+      {"Adam", {{"amsgrad", {1}}}, "amsgrad", "max_exp_avg_sq"},
+      {"SGD", {{"momentum", {0.9}}}, "momentum", "momentum_buffer"},
+      {"RMSprop", {{"centered", {1}}}, "centered", "grad_avg"},
+  };
+  for (const Switch& s : switches)
+    for (bool foreach : {false, true}) {
+      INFO(s.optimizer << " " << s.option << (foreach ? " foreach" : " forloop"));
+      // Two twins take the same steps; one also saves and loads its state dict after the switch.
+      auto initial = random_params({{4, 3}, {5}}, Dtype::f32, 9);
+      std::vector<Tensor> pa = copy_params(initial), pb = copy_params(initial);
+      auto a = test::make_single_group(s.optimizer, pa, s.on, foreach);
+      auto b = test::make_single_group(s.optimizer, pb, s.on, foreach);
+      a->step();
+      b->step();
+      for (auto* opt : {a.get(), b.get()})
+        opt->param_groups()[0].set(s.option, 0.0);
+      a->step();
+      b->step();
+      const StateDict saved = a->state_dict();
+      REQUIRE(find_state(saved.state.at(0), s.kept_key).defined()); // torch keeps the entry too
+      a->load_state_dict(saved);
+      CHECK(find_state(a->visible_state(pa[0]), s.kept_key).defined());
+      randomize_grads(pa, 3);
+      randomize_grads(pb, 3);
+      a->step();
+      b->step();
+      check_same_trajectory(pa, *a, pb, *b, 0, 0, "after the load");
+    }
+  // A key that no options of the optimizer keep is still refused.
+  auto params = random_params({{3}}, Dtype::f32, 1);
+  auto adam = test::make_single_group("Adam", params, {}, true);
+  adam->step();
+  StateDict odd = adam->state_dict();
+  odd.state.at(0).emplace_back("momentum_buffer", Tensor::zeros({3}, Dtype::f32));
+  check_error_contains([&] { adam->load_state_dict(odd); }, "state of param 0 has keys {");
+}
+
+TEST_CASE("state_dict: AdamW's state loads into Adam(decoupled_weight_decay) and Adam's into AdamW, which stays "
+          "decoupled (torch's test_adamw_serialization)") {
+  auto params = random_params({{5, 5}, {5}}, Dtype::f32, 2);
+  auto adamw = make_optimizer("AdamW", {ParamGroupSpec{params, {}}}, {});
+  adamw->step();
+  auto adam = make_optimizer("Adam", {ParamGroupSpec{params, {}}}, {{"decoupled_weight_decay", {1}}});
+  adam->load_state_dict(adamw->state_dict());
+  CHECK(adam->param_groups()[0].get("decoupled_weight_decay") == 1);
+  CHECK(adam->state_dict().state.size() == 2);
+
+  auto plain_adam = make_optimizer("Adam", {ParamGroupSpec{params, {}}}, {});
+  const StateDict adam_dict = plain_adam->state_dict();
+  CHECK(adam_dict.param_groups[0].options.at("decoupled_weight_decay") == 0);
+  auto new_adamw = make_optimizer("AdamW", {ParamGroupSpec{params, {}}}, {});
+  new_adamw->load_state_dict(adam_dict);
+  CHECK(new_adamw->param_groups()[0].get("decoupled_weight_decay") == 1);
+  // Other classes' state still needs the same class.
+  auto sgd = make_optimizer("SGD", {ParamGroupSpec{params, {}}}, {});
+  check_error_contains([&] { sgd->load_state_dict(adam_dict); },
+                       "loaded state dict is for Adam, this optimizer is SGD");
+}
