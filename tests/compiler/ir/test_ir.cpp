@@ -125,6 +125,10 @@ TEST_CASE("ir: parse errors name the line and the problem") {
                        "line 2: node tensor uses slot 'x', which graph @g does not declare");
   check_error_contains([] { parse_graph("graph @g f32 {\n  slot \"x\" : weight tensor f32\n}\n"); },
                        "slot role must be param, grad or state, got 'weight'");
+  // The name becomes the kernels' symbols: LLVM aborts on "sg+" in PTX (found by fuzz_ir).
+  check_error_contains(
+      [] { parse_graph("graph @sg+ f32 {\n}\n"); },
+      "graph @sg+: a graph's name is an identifier (letters, digits and _, not starting with a digit)");
 }
 
 TEST_CASE("ir: the verifier rejects a node whose recorded type is not the builder's") {
