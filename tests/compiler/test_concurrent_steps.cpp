@@ -1,0 +1,76 @@
+// Compiled steps from several threads at once. Each compiled step belongs to one optimizer and is called from one
+// thread at a time, but different optimizers' steps may run concurrently: they share the kernel cache, the JIT and
+// the CPU thread pool. tools/tsan.sh runs this file under ThreadSanitizer too (ctest: tsan.concurrent_steps).
+#include "helpers.h"
+
+#include <barrier>
+#include <exception>
+#include <thread>
+
+using namespace optjit;
+using namespace optjit::test;
+
+namespace {
+
+constexpr int kSteps = 6;
+
+// Two optimizers on disjoint params, each compiled on its first call and stepped kSteps times with fresh grads.
+struct Pair {
+  std::string name[2];
+  KeywordOptions options[2];
+};
+
+std::vector<Tensor> params_for(int which) {
+  return random_params({{300, 700}, {513}, {3, 5, 7}}, Dtype::f32, 40 + static_cast<uint64_t>(which));
+}
+
+// Steps optimizer `which` of the pair on its own params; `sync` (when given) is waited on before every step, so the
+// two threads compile and step at the same moments.
+void run_one(const Pair& pair, int which, std::vector<Tensor>& params, std::barrier<>* sync) {
+  params = params_for(which);
+  KeywordOptions options = pair.options[which];
+  options["foreach"] = {1};
+  auto opt = make_optimizer(pair.name[which], {ParamGroupSpec{params, {}}}, options);
+  CompiledStep step = compile(*opt);
+  for (int t = 0; t < kSteps; ++t) {
+    randomize_grads(params, 100 * static_cast<uint64_t>(which) + static_cast<uint64_t>(t));
+    if (sync)
+      sync->arrive_and_wait();
+    step();
+  }
+}
+
+} // namespace
+
+TEST_CASE("threads: two compiled steps on disjoint params, stepped from two threads at once, match a serial run") {
+  const std::vector<Pair> pairs = {
+      {{"Adam", "Adam"}, {{{"amsgrad", {1}}}, {{"amsgrad", {1}}}}}, // one kernel, shared through the cache
+      {{"AdamW", "RMSprop"}, {{{"weight_decay", {0.1}}}, {{"centered", {1}}, {"momentum", {0.9}}}}},
+  };
+  for (const Pair& pair : pairs) {
+    INFO(pair.name[0] << " and " << pair.name[1]);
+    std::vector<Tensor> serial[2], concurrent[2];
+    for (int which = 0; which < 2; ++which)
+      run_one(pair, which, serial[which], nullptr);
+
+    std::barrier<> sync(2);
+    std::exception_ptr failure[2];
+    std::vector<std::thread> threads;
+    for (int which = 0; which < 2; ++which)
+      threads.emplace_back([&, which] {
+        try {
+          run_one(pair, which, concurrent[which], &sync);
+        } catch (...) {
+          failure[which] = std::current_exception();
+          sync.arrive_and_drop();
+        }
+      });
+    for (std::thread& thread : threads)
+      thread.join();
+    for (int which = 0; which < 2; ++which) {
+      REQUIRE_FALSE(failure[which]);
+      for (std::size_t i = 0; i < serial[which].size(); ++i)
+        CHECK(serial[which][i].to_vector() == concurrent[which][i].to_vector());
+    }
+  }
+}
