@@ -1,6 +1,7 @@
 """optjit.compile(opt): a torch.optim optimizer's step as one compiled callable, in place on torch's tensors."""
 
 import functools
+import threading
 import weakref
 from itertools import chain
 
@@ -26,6 +27,7 @@ class CompiledStep:
         self._cls = _torch_optim.optimizer_class(opt)
         _torch_optim.check_supported(opt, self._cls)
         self._opt = opt  # held, as torch.compile(opt.step) holds it
+        self._lock = _step_lock(opt)
         self._retired = []  # metrics of the compiled steps replaced by add_param_group
         self._cxx = None
         self._state_seen = None
@@ -41,6 +43,17 @@ class CompiledStep:
                 "as opt.grad_scale and opt.found_inf, which the step reads)"
             )
         opt = self._optimizer()
+        if not self._lock.acquire(blocking=False):
+            raise Error(
+                "this optimizer is already being stepped, from another thread or from a hook or closure of its own "
+                "step: optjit steps an optimizer from one thread at a time (the update runs without the GIL)"
+            )
+        try:
+            return self._call_locked(opt, closure)
+        finally:
+            self._lock.release()
+
+    def _call_locked(self, opt, closure):
         args, kwargs = (opt,), {} if closure is None else {"closure": closure}
         for pre_hook in chain(_global_optimizer_pre_hooks.values(), opt._optimizer_step_pre_hooks.values()):
             result = pre_hook(opt, args, kwargs)
@@ -105,12 +118,15 @@ class CompiledStep:
     def _compiled(self, opt):
         """The C++ step, built again when the param groups changed (add_param_group)."""
         groups = [(id(group["params"]), len(group["params"])) for group in opt.param_groups]
-        if self._cxx is not None and groups == self._groups_seen:
+        if self._cxx is not None and groups == self._groups_seen and self._cxx.binds(opt.param_groups):
             return self._cxx
         reason = None
         if self._cxx is not None:
             old = self._cxx.metrics()
-            reason = f"the param groups changed ({len(self._groups_seen)} -> {len(groups)} groups)"
+            if groups == self._groups_seen:
+                reason = "a param in the param groups was replaced by another tensor"
+            else:
+                reason = f"the param groups changed ({len(self._groups_seen)} -> {len(groups)} groups)"
             old["recompile_reasons"] = old["recompile_reasons"] + [reason]
             old["recompiles"] += 1
             self._retired.append(old)
@@ -142,6 +158,19 @@ class CompiledStep:
             state = _torch_optim.new_state(p, cxx.new_state(flat), self._scalar_dtype)
             cxx.adopt(flat, state, False)
             opt.state[p].update(state)
+
+
+# One lock per torch optimizer, shared by every compiled step made of it (optjit.compile(opt) twice, or patch).
+_step_locks = weakref.WeakKeyDictionary()
+_step_locks_guard = threading.Lock()
+
+
+def _step_lock(opt):
+    with _step_locks_guard:
+        lock = _step_locks.get(opt)
+        if lock is None:
+            lock = _step_locks[opt] = threading.Lock()
+        return lock
 
 
 def _mark_state_replaced(step_ref, opt):

@@ -20,6 +20,7 @@ NB_MODULE(_optjit, m) {
                     const std::vector<optjit::python::Keywords>&, nb::handle>(),
            nb::arg("name"), nb::arg("param_groups"), nb::arg("defaults"), nb::arg("group_options"),
            nb::arg("scalar_dtype"))
+      .def("binds", &TorchStep::binds, nb::arg("param_groups"))
       .def("sync", &TorchStep::sync, nb::arg("param_groups"))
       .def("sync_grad_scaling", &TorchStep::sync_grad_scaling, nb::arg("grad_scale").none(),
            nb::arg("found_inf").none())

@@ -105,6 +105,15 @@ void TorchStep::sync_param(BoundParam& p) {
   p.grad_data = reinterpret_cast<uintptr_t>(view.data());
 }
 
+bool TorchStep::binds(nb::list param_groups) const {
+  std::size_t flat = 0;
+  for (nb::handle group : param_groups)
+    for (nb::handle param : nb::handle(group)[nb::str("params")])
+      if (flat >= params_.size() || !param.is(params_[flat++].param))
+        return false;
+  return flat == params_.size();
+}
+
 void TorchStep::sync(nb::list param_groups) {
   param_groups_ = std::move(param_groups);
   if (static_cast<std::size_t>(nb::len(param_groups_)) != options_.size())

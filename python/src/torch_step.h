@@ -30,6 +30,9 @@ public:
   TorchStep(const std::string& name, nb::list param_groups, const Keywords& defaults,
             const std::vector<Keywords>& group_options, nb::handle scalar_dtype);
 
+  // Whether `param_groups` (torch's list now) holds exactly the params this step was built over, group by group,
+  // in order: a param replaced in a group's list (`group["params"][0] = other`) needs a new step.
+  bool binds(nb::list param_groups) const;
   // Reads this step's hyperparameters from `param_groups` (torch's list now: load_state_dict replaces it), and
   // replaced param data and grads from the params.
   void sync(nb::list param_groups);
