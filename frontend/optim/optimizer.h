@@ -113,6 +113,17 @@ public:
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   const OptionMap& defaults() const { return defaults_; }
   bool foreach () const { return foreach_; }
+  // Whether `option` is a flag (0 or 1, printed True or False).
+  bool is_flag(const std::string& option) const { return flags_.count(option) > 0; }
+  // torch's print(opt) (Optimizer.__repr__): the class name, then each group's options sorted by key, as Python
+  // prints them: "Adam (\nParameter Group 0\n    amsgrad: False\n    betas: (0.9, 0.999)\n ...)". The keys are
+  // the options optjit keeps (torch's capturable, differentiable and fused are not among them) and foreach.
+  std::string repr() const;
+  // torch's copy.deepcopy(opt): an optimizer of the same class over copies of the params (their grads, values and
+  // layouts copied), with its own param groups, defaults and state, so stepping either changes nothing of the
+  // other. As torch's copy (Optimizer.__getstate__), it has no hooks and no gradient scaler; optjit's stochastic
+  // rounding seed and step count are copied. The copied params are its param_groups()' params.
+  std::unique_ptr<Optimizer> deep_copy() const;
 
   // One eager step: the forloop reference (foreach=false) or the interpreted foreach graph (foreach=true), between
   // the step hooks. Throws before anything changes when a grad or a hyperparameter is invalid.

@@ -193,3 +193,63 @@ TEST_CASE("options are declared once: the struct, the defaults and the registry'
       },
       "Adam has no option 'momentum'");
 }
+
+TEST_CASE("api: an optimizer prints in torch's format, groups in order, keys sorted, pairs joined "
+          "(test_optimizer_can_be_printed)") {
+  auto params = random_params({{3}, {2}}, Dtype::f32, 1);
+  Adam adam({ParamGroupSpec{{params[0]}, {}}, ParamGroupSpec{{params[1]}, {{"lr", 0.5}}}},
+            {.lr = 0.1, .amsgrad = true, .foreach = true});
+  auto group = [](const std::string& lr) {
+    return "    amsgrad: True\n    betas: (0.9, 0.999)\n    decoupled_weight_decay: False\n    eps: 1e-08\n"
+           "    foreach: True\n    lr: " +
+           lr +
+           "\n    master_weights: False\n    maximize: False\n    stochastic_rounding: False\n"
+           "    weight_decay: 0.0\n";
+  };
+  CHECK(adam.repr() == "Adam (\nParameter Group 0\n" + group("0.1") + "\nParameter Group 1\n" + group("0.5") + ")");
+
+  Rprop rprop(random_params({{2}}, Dtype::f32, 2));
+  CHECK(rprop.repr() == "Rprop (\nParameter Group 0\n    etas: (0.5, 1.2)\n    foreach: False\n    lr: 0.01\n"
+                        "    master_weights: False\n    maximize: False\n    step_sizes: (1e-06, 50.0)\n"
+                        "    stochastic_rounding: False\n)");
+  // A tensor-held lr prints as its tensor, and keys LR schedulers add (initial_lr) are printed as torch prints them.
+  rprop.param_groups()[0].set("lr", Tensor::full({}, 0.25, Dtype::f32));
+  rprop.param_groups()[0].put("initial_lr", 0.01);
+  CHECK(rprop.repr().find("    initial_lr: 0.01\n    lr: tensor(0.25)\n") != std::string::npos);
+}
+
+TEST_CASE("api: a deep copy has its own params, groups, defaults and state, and steps as the original "
+          "(test_deepcopy_copies_all_public_attrs)") {
+  for (const auto& [name, options] : test::every_optimizer())
+    for (bool foreach : {false, true}) {
+      INFO(name << (foreach ? " foreach" : " forloop"));
+      auto params = random_params({{4, 3}, {5}}, Dtype::f32, 3);
+      // A transposed param (a view of `buffer`) keeps its layout in the copy.
+      const Tensor buffer = Tensor::zeros({12}, Dtype::f32);
+      Tensor transposed = Tensor::from_blob(buffer.data(), {4, 3}, Dtype::f32, {1, 4});
+      transposed.copy_from(params[0]);
+      transposed.set_grad(params[0].grad());
+      params[0] = transposed;
+      auto opt = test::make_single_group(name, params, options, foreach);
+      opt->step();
+      opt->param_groups()[0].put("initial_lr", 0.01);
+      std::unique_ptr<Optimizer> copy = opt->deep_copy();
+      CHECK(copy->name() == opt->name());
+      CHECK(copy->repr() == opt->repr());
+      CHECK(copy->defaults() == opt->defaults());
+      const std::vector<Tensor>& copied = copy->param_groups()[0].params;
+      REQUIRE(copied.size() == params.size());
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        CHECK_FALSE(copied[i].same(params[i]));
+        CHECK(copied[i].strides() == params[i].strides());
+        CHECK(copied[i].grad().to_vector() == params[i].grad().to_vector());
+      }
+      check_same_trajectory(params, *opt, copied, *copy, 0, 0, "the copy");
+      // Stepping the copy leaves the original as it was; stepping both keeps them equal.
+      const Snapshot before(params, *opt);
+      copy->step();
+      CHECK(Snapshot(params, *opt) == before);
+      opt->step();
+      check_same_trajectory(params, *opt, copied, *copy, 0, 0, "both stepped");
+    }
+}
