@@ -28,6 +28,9 @@ SUPPORTED = {
 
 # Group keys that choose how torch runs a step rather than what it computes; optjit reads them itself.
 _IMPLEMENTATION_KEYS = {"params", "foreach", "fused", "capturable", "differentiable"}
+# Keys of a group that name things rather than set the algorithm: torch >= 2.6 keeps the names of params given as
+# named_parameters() in "param_names" (and saves them in state_dict).
+_NAMING_KEYS = {"param_names"}
 # Keys LR schedulers add to param groups.
 _SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
 
@@ -97,7 +100,7 @@ def keywords(cls, options, where):
     """A torch options dict (defaults or one group) as optjit's keyword options."""
     result = {}
     for key, value in options.items():
-        if key in _IMPLEMENTATION_KEYS or key in _SCHEDULER_KEYS or value is None:
+        if key in _IMPLEMENTATION_KEYS or key in _SCHEDULER_KEYS or key in _NAMING_KEYS or value is None:
             continue
         if cls is torch.optim.AdamW and key == "decoupled_weight_decay":
             continue  # AdamW always decouples; torch keeps the key for loading old checkpoints

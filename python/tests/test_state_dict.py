@@ -89,3 +89,43 @@ def test_state_is_torchs_own_tensors_updated_in_place():
     step()
     assert opt.state[params[0]]["exp_avg"] is exp_avg  # the same tensor, updated in place
     assert not torch.equal(exp_avg, before)
+
+
+@pytest.mark.parametrize("cls,kwargs", CONFIGS, ids=[c.__name__ for c, _ in CONFIGS])
+def test_named_params_compile_and_their_state_dict_round_trips(cls, kwargs):
+    """torch >= 2.6 takes named_parameters(): groups keep "param_names", which state_dict saves and loads."""
+    params = make_params(torch.float32)
+    twin = clone_params(params)
+    opt = cls([(f"p{i}", p) for i, p in enumerate(params)], **kwargs)
+    ref = cls([(f"p{i}", p) for i, p in enumerate(twin)], **kwargs)
+    run(opt, params, optjit.compile(opt), 0, 3)
+    run(ref, twin, ref.step, 0, 3)
+    saved = opt.state_dict()
+    assert saved["param_groups"][0]["param_names"] == [f"p{i}" for i in range(len(params))]
+    assert_same_state(opt, params, ref, twin, torch.float32)
+    # Into a fresh named optimizer (compiled before the load) and on: the same trajectory as torch's.
+    resumed = cls([(f"p{i}", p) for i, p in enumerate(params)], **kwargs)
+    step = optjit.compile(resumed)
+    resumed.load_state_dict(copy.deepcopy(saved))
+    assert resumed.state_dict()["param_groups"][0]["param_names"] == saved["param_groups"][0]["param_names"]
+    run(resumed, params, step, 3, 6)
+    run(ref, twin, ref.step, 3, 6)
+    assert_same_state(resumed, params, ref, twin, torch.float32)
+
+
+def test_a_non_tensor_step_loads_and_continues_as_in_torch():
+    """torch's test_load_nontensor_step: a checkpoint whose step entries are Python floats."""
+    params = make_params(torch.float32)
+    twin = clone_params(params)
+    opt, ref = torch.optim.Adam(params, lr=0.01), torch.optim.Adam(twin, lr=0.01)
+    step = optjit.compile(opt)
+    run(opt, params, step, 0, 2)
+    run(ref, twin, ref.step, 0, 2)
+    saved = copy.deepcopy(ref.state_dict())
+    for entry in saved["state"].values():
+        entry["step"] = float(entry["step"])
+    opt.load_state_dict(copy.deepcopy(saved))
+    ref.load_state_dict(saved)
+    run(opt, params, step, 2, 5)
+    run(ref, twin, ref.step, 2, 5)
+    assert_same_state(opt, params, ref, twin, torch.float32)
