@@ -100,15 +100,20 @@ std::string replay_mode_name(ReplayMode mode) {
 
 std::vector<std::filesystem::path> collect_golden_files(const std::vector<std::string>& paths) {
   std::vector<std::filesystem::path> files;
+  // std::filesystem's errors (a directory that cannot be read) become optjit's here, through error codes.
   for (const std::string& p : paths) {
-    if (std::filesystem::is_directory(p)) {
-      for (const auto& entry : std::filesystem::directory_iterator(p))
-        if (entry.path().extension() == ".json")
-          files.push_back(entry.path());
-    } else if (std::filesystem::exists(p)) {
+    std::error_code error;
+    if (std::filesystem::is_directory(p, error)) {
+      for (auto it = std::filesystem::directory_iterator(p, error);
+           !error && it != std::filesystem::directory_iterator(); it.increment(error))
+        if (it->path().extension() == ".json")
+          files.push_back(it->path());
+      if (error)
+        throw Error(fmt::format("cannot list the golden cases in {}: {}", p, error.message()));
+    } else if (std::filesystem::exists(p, error)) {
       files.emplace_back(p);
     } else {
-      throw Error("no golden case or directory at " + p);
+      throw Error("no golden case or directory at " + p + (error ? ": " + error.message() : ""));
     }
   }
   std::sort(files.begin(), files.end());
@@ -265,6 +270,9 @@ ReplayResult replay_golden_text(std::string_view text, const std::string& name, 
     if (compiled)
       result.metrics = compiled->metrics();
     result.passed = true;
+  } catch (const json::exception& e) { // nlohmann's errors name the JSON rule; say that the case broke the format
+    result.passed = false;
+    result.failure = std::string("the case does not follow the golden format (tests/golden/README.md): ") + e.what();
   } catch (const std::exception& e) {
     result.passed = false;
     result.failure = e.what();

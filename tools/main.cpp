@@ -71,6 +71,11 @@ int main(int argc, char** argv) {
   } catch (const optjit::Error& e) {
     std::fprintf(stderr, "optjit: error: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    // Every library's errors become optjit::Error where optjit calls it; one that gets here is a bug to report,
+    // not a reason to abort without a message.
+    std::fprintf(stderr, "optjit: internal error: %s\n", e.what());
+    return 3;
   }
   return 0;
 }

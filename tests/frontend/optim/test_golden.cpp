@@ -135,3 +135,13 @@ TEST_CASE("golden replay: shapes and param indices are exact integers in range, 
       },
       "a param group's param index is 10000000000.0: expected an integer from 0 to 4");
 }
+
+TEST_CASE("golden replay: a case that breaks the JSON format says so, with nlohmann's reason (issue 16, item 9)") {
+  check_mutated_case_fails([](nlohmann::json& c) { c.erase("rtol"); },
+                           "the case does not follow the golden format (tests/golden/README.md): ");
+  check_mutated_case_fails([](nlohmann::json& c) { c["optimizer"] = 3; }, "the golden format");
+  const ReplayResult text = replay_golden_text("{\"name\": ", "cut", ReplayMode::Eager);
+  CHECK_FALSE(text.passed);
+  CHECK(text.name == "cut");
+  CHECK(text.failure.find("the case does not follow the golden format") != std::string::npos);
+}
