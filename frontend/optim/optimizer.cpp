@@ -715,9 +715,15 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
       store(state[k].second, state_f[k].second, state[k].first);
 }
 
+void Optimizer::forloop_step(const ParamGroup&, const Tensor&, const Tensor&, ParamState&) const {
+  OPTJIT_ASSERT(false, name_ + " has no forloop reference; eager_update checks has_forloop_reference() first");
+}
+
 void Optimizer::eager_update() {
   if (step_skipped())
     return;
+  if (!foreach_ && !has_forloop_reference())
+    throw Error(name_ + " has no forloop reference (foreach=false): step it with foreach=true or compile it");
   check_step();
   for (int64_t i = 0; i < param_count(); ++i)
     if (const Tensor& p = flat_param(i); p.grad().defined() && p.device().kind == DeviceKind::cuda)

@@ -281,8 +281,11 @@ public:
   // that seeds new state (Rprop's lr).
   virtual std::vector<std::string> step_options() const { return hyper_names(); }
   virtual void trace(Tracer& tracer, const Structure& structure) const = 0;
-  virtual void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                            ParamState& state) const = 0;
+  // The forloop reference (foreach=false): the algorithm for one param, element by element, in the param's compute
+  // dtype. Optional for an optimizer written outside optjit: one that has none keeps has_forloop_reference() false,
+  // and a forloop step then throws optjit::Error saying so, before anything changes.
+  virtual void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const;
+  virtual bool has_forloop_reference() const { return false; }
   // Throws optjit::Error with torch's message when a group's options break the optimizer's rules.
   virtual void validate_options(const OptionMap& options) const = 0;
 
@@ -363,6 +366,7 @@ Structure maximize_and_weight_decay(const ParamGroup& group);
   void trace(Tracer& tracer, const Structure& structure) const override;                                               \
   void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state)               \
       const override;                                                                                                  \
+  bool has_forloop_reference() const override { return true; }                                                         \
   void validate_options(const OptionMap& options) const override;
 
 // A constructor's plain list of params as one param group; an empty list is torch's error.

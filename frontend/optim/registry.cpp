@@ -4,6 +4,7 @@
 #include "frontend/optim/adam.h"
 #include "frontend/optim/adamax.h"
 #include "frontend/optim/asgd.h"
+#include "frontend/optim/lion.h"
 #include "frontend/optim/nadam.h"
 #include "frontend/optim/radam.h"
 #include "frontend/optim/rmsprop.h"
@@ -16,7 +17,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <functional>
+#include <mutex>
 
 namespace optjit {
 namespace {
@@ -34,11 +35,6 @@ void require_count(const std::string& optimizer, const std::string& key, const s
                 std::to_string(v.size()));
 }
 
-// Keyword values into an options struct's members, by member type.
-void assign(double& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
-  require_count(cls, key, v, 1);
-  member = v[0];
-}
 // A flag is 0 or 1 (false or true): 0.5, 2 or NaN is refused, never coerced.
 bool flag_value(const std::string& cls, const std::string& key, const std::vector<double>& v) {
   require_count(cls, key, v, 1);
@@ -46,36 +42,31 @@ bool flag_value(const std::string& cls, const std::string& key, const std::vecto
     throw Error(fmt::format("{} option '{}' is {}: a flag is 0 or 1 (false or true)", cls, key, v[0]));
   return v[0] != 0;
 }
-void assign(bool& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
-  member = flag_value(cls, key, v);
-}
-void assign(std::optional<bool>& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
-  member = flag_value(cls, key, v);
-}
-void assign(std::pair<double, double>& member, const std::string& cls, const std::string& key,
-            const std::vector<double>& v) {
-  require_count(cls, key, v, 2);
-  member = {v[0], v[1]};
-}
 
-// Builds optimizer class Opt from keyword options, each of which must be one of its options struct's (declared
-// once with the optimizer: frontend/optim/options.h).
-template <class Opt, class Options = typename Opt::Options>
-std::unique_ptr<Optimizer> build(const std::string& cls, std::vector<ParamGroupSpec> groups,
-                                 const KeywordOptions& options) {
-  Options o;
-  for (const auto& [key, value] : options) {
-    bool known = false;
-    Options::for_each_option([&](const char* name, auto member) {
-      if (key == name) {
-        assign(o.*member, cls, key, value);
-        known = true;
-      }
-    });
-    if (!known)
-      throw Error(cls + " has no option '" + key + "'");
-  }
-  return std::make_unique<Opt>(std::move(groups), o);
+// The registered optimizers by name, in order: the built-ins first, registered as a user registers one.
+struct Registry {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, OptimizerFactory>> entries;
+};
+
+Registry& registry() {
+  static Registry* table = [] {
+    auto* r = new Registry; // lives for the process: optimizers may be made during static destruction
+    r->entries = {{"Adam", optimizer_factory<Adam>("Adam")},
+                  {"AdamW", optimizer_factory<AdamW>("AdamW")},
+                  {"SGD", optimizer_factory<SGD>("SGD")},
+                  {"NAdam", optimizer_factory<NAdam>("NAdam")},
+                  {"RAdam", optimizer_factory<RAdam>("RAdam")},
+                  {"Adamax", optimizer_factory<Adamax>("Adamax")},
+                  {"Adagrad", optimizer_factory<Adagrad>("Adagrad")},
+                  {"Adadelta", optimizer_factory<Adadelta>("Adadelta")},
+                  {"RMSprop", optimizer_factory<RMSprop>("RMSprop")},
+                  {"Rprop", optimizer_factory<Rprop>("Rprop")},
+                  {"ASGD", optimizer_factory<ASGD>("ASGD")},
+                  {"Lion", optimizer_factory<Lion>("Lion")}};
+    return r;
+  }();
+  return *table;
 }
 
 // Group overrides use the optimizer's option names, with pairs split (betas -> beta1, beta2).
@@ -96,50 +87,63 @@ OptionMap group_option_map(const std::string& cls, const KeywordOptions& options
   return map;
 }
 
-// torch's class name for `name` in any case; empty when optjit has no such optimizer.
-std::string torch_class_name(const std::string& name) {
-  for (const std::string& known : implemented_optimizers())
-    if (lower(known) == lower(name))
-      return known;
-  return {};
-}
-
 } // namespace
 
+void keyword_value(double& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+  require_count(cls, key, v, 1);
+  member = v[0];
+}
+void keyword_value(bool& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+  member = flag_value(cls, key, v);
+}
+void keyword_value(std::optional<bool>& member, const std::string& cls, const std::string& key,
+                   const std::vector<double>& v) {
+  member = flag_value(cls, key, v);
+}
+void keyword_value(OptionPair& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+  require_count(cls, key, v, 2);
+  member = {v[0], v[1]};
+}
+
 std::vector<std::string> implemented_optimizers() {
-  return {"Adam", "AdamW", "SGD", "NAdam", "RAdam", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "ASGD"};
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : r.entries)
+    names.push_back(name);
+  return names;
+}
+
+void register_optimizer(const std::string& name, OptimizerFactory factory) {
+  if (name.empty() || !factory)
+    throw Error("register_optimizer: give a name and a factory");
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& [known, unused] : r.entries)
+    if (lower(known) == lower(name))
+      throw Error(fmt::format("register_optimizer: optjit already has an optimizer named {}", known));
+  r.entries.emplace_back(name, std::move(factory));
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<ParamGroupSpec> groups,
                                           const KeywordOptions& options,
                                           const std::vector<KeywordOptions>& group_options) {
-  const std::string cls = torch_class_name(name);
-  if (cls.empty())
+  std::string cls;
+  OptimizerFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    for (const auto& [known, known_factory] : r.entries)
+      if (lower(known) == lower(name)) {
+        cls = known;
+        factory = known_factory;
+      }
+  }
+  if (!factory)
     throw Error(fmt::format("unknown optimizer '{}' (optjit has {})", name, fmt::join(implemented_optimizers(), ", ")));
   for (std::size_t g = 0; g < group_options.size() && g < groups.size(); ++g)
     groups[g].options = group_option_map(cls, group_options[g]);
-  if (cls == "Adam")
-    return build<Adam>(cls, std::move(groups), options);
-  if (cls == "AdamW")
-    return build<AdamW>(cls, std::move(groups), options);
-  if (cls == "SGD")
-    return build<SGD>(cls, std::move(groups), options);
-  if (cls == "Adamax")
-    return build<Adamax>(cls, std::move(groups), options);
-  if (cls == "Adagrad")
-    return build<Adagrad>(cls, std::move(groups), options);
-  if (cls == "RMSprop")
-    return build<RMSprop>(cls, std::move(groups), options);
-  if (cls == "Adadelta")
-    return build<Adadelta>(cls, std::move(groups), options);
-  if (cls == "NAdam")
-    return build<NAdam>(cls, std::move(groups), options);
-  if (cls == "RAdam")
-    return build<RAdam>(cls, std::move(groups), options);
-  if (cls == "Rprop")
-    return build<Rprop>(cls, std::move(groups), options);
-  OPTJIT_ASSERT(cls == "ASGD", "torch_class_name returned an optimizer without a row here: " + cls);
-  return build<ASGD>(cls, std::move(groups), options);
+  return factory(std::move(groups), options);
 }
 
 } // namespace optjit

@@ -65,6 +65,8 @@ public:
     }
   }
 
+  bool has_forloop_reference() const override { return true; } // forloop_step above is Lion's reference
+
   void validate_options(const OptionMap& o) const override {
     if (!(o.at("lr") >= 0))
       throw optjit::Error("Invalid learning rate: lr must be >= 0");

@@ -145,7 +145,7 @@ TEST_CASE("errors: param groups: empty, duplicates across groups, group options 
         make_optimizer("adam", {ParamGroupSpec{p, {}}}, {{"momentum", {0.9}}});
       },
       "Adam has no option 'momentum'");
-  check_error_contains([&] { make_optimizer("lion", {ParamGroupSpec{p, {}}}, {}); }, "unknown optimizer 'lion'");
+  check_error_contains([&] { make_optimizer("lbfgs", {ParamGroupSpec{p, {}}}, {}); }, "unknown optimizer 'lbfgs'");
 }
 
 namespace {
