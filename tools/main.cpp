@@ -1,6 +1,8 @@
-// The optjit command line: demo, dump, counts, replay and bench (tools/commands.h does the work).
+// The optjit command line: demo, dump, run, counts, replay and bench (tools/commands.h and tools/ir_file.h do the
+// work).
 #include "runtime/error.h"
 #include "tools/commands.h"
+#include "tools/ir_file.h"
 
 #include <CLI/CLI.hpp>
 
@@ -29,6 +31,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   dump_cmd->add_option("--sm", dump.sm, "GPU target: 80 or 90 (default: the device's, or 80 without a GPU)")
       ->check(CLI::IsMember({0, 80, 90}));
+  std::string dump_ir;
+  dump_cmd->add_option("--ir", dump_ir, "an optimizer as IR text (instead of --optimizer): its code at --stage");
+
+  optjit::RunIrOptions run_ir;
+  auto* run_cmd = app.add_subcommand("run", "run an optimizer written as IR text, compiled and interpreted");
+  run_cmd->add_option("file", run_ir.file, "the IR file (the printer's format: optjit dump --stage traced)")
+      ->required();
+  run_cmd->add_option("--params", run_ir.params, "tensor shapes, e.g. 1000,37")->capture_default_str();
+  run_cmd->add_option("--set", run_ir.set, "the graph's hyperparameters, e.g. lr=0.01,beta1=0.9");
+  run_cmd->add_option("--steps", run_ir.steps, "steps to run")->capture_default_str();
 
   bool counts_json = false;
   auto* counts_cmd = app.add_subcommand("counts", "kernels per step for every known configuration");
@@ -56,8 +68,14 @@ int main(int argc, char** argv) {
     if (app.got_subcommand(dump_cmd)) {
       dump.dtype = optjit::parse_dtype(dtype);
       dump.device = optjit::parse_device(dump_device);
+      if (!dump_ir.empty()) {
+        std::fputs(optjit::dump_ir_file(dump_ir, optjit::parse_stage(dump.stage), dump.sm).c_str(), stdout);
+        return 0;
+      }
       return optjit::run_dump(dump);
     }
+    if (app.got_subcommand(run_cmd))
+      return optjit::run_ir_file(run_ir);
     if (app.got_subcommand(counts_cmd))
       return optjit::run_counts(counts_json);
     if (app.got_subcommand(replay_cmd)) {

@@ -1,0 +1,56 @@
+// Optimizers as IR text: read_ir_file names the file and the line of what it refuses; dump_ir_file gives every
+// stage; run_ir_file runs a graph compiled and interpreted and says whether they agree.
+#include "helpers.h"
+#include "tools/ir_file.h"
+
+#include <filesystem>
+#include <fstream>
+
+using namespace optjit;
+using optjit::test::check_error_contains;
+
+namespace {
+
+struct TempIr {
+  std::filesystem::path path;
+  explicit TempIr(const std::string& text) {
+    path = std::filesystem::temp_directory_path() / "optjit_test.ir";
+    std::ofstream(path) << text;
+  }
+  ~TempIr() { std::filesystem::remove(path); }
+};
+
+const std::string kScale = "graph @scale f32 {\n"
+                           "  slot \"param\" : param tensor f32\n"
+                           "  slot \"grad\" : grad tensor f32\n"
+                           "  %0 = tensor \"param\" : el f32\n"
+                           "  %1 = tensor \"grad\" : el f32\n"
+                           "  %2 = hyper \"lr\" : pt f64\n"
+                           "  %3 = cast %2 : pt f32\n"
+                           "  %4 = mul %1, %3 : el f32\n"
+                           "  %5 = sub %0, %4 : el f32\n"
+                           "  store \"param\" %5\n"
+                           "}\n";
+
+} // namespace
+
+TEST_CASE("ir files: every stage of a graph read from text, and a run that agrees with the interpreter") {
+  TempIr file(kScale);
+  CHECK(dump_ir_file(file.path, Stage::Traced) == kScale);
+  CHECK(dump_ir_file(file.path, Stage::Fused).find("fusion of @scale: 1 kernel(s) per step") != std::string::npos);
+  CHECK(dump_ir_file(file.path, Stage::LLVM).find("define") != std::string::npos);
+  CHECK(dump_ir_file(file.path, Stage::PTX, 90).find(".target sm_90") != std::string::npos);
+  CHECK(run_ir_file({.file = file.path.string(), .params = "100,3x3", .set = "lr=0.5"}) == 0);
+  check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = "momentum=0.5"}); },
+                       "the graph reads hyperparameter 'lr': give it one value with --set lr=VALUE");
+  check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = "lr=1", .steps = 0}); },
+                       "--steps is 0: run at least one step");
+}
+
+TEST_CASE("ir files: a missing file and a bad line are named") {
+  check_error_contains([] { read_ir_file("/nonexistent/optjit.ir"); },
+                       "cannot read the IR file /nonexistent/optjit.ir");
+  TempIr bad("graph @g f32 {\n  %0 = frobnicate : pt f64\n}\n");
+  check_error_contains([&] { read_ir_file(bad.path); }, bad.path.string() + ": ");
+  check_error_contains([&] { read_ir_file(bad.path); }, "line 2");
+}

@@ -1,0 +1,157 @@
+#include "tools/ir_file.h"
+#include "compiler/backend.h"
+#include "compiler/ir/interpreter.h"
+#include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/pipeline.h"
+#include "compiler/target.h"
+#include "runtime/error.h"
+#include "tools/cli_text.h"
+#include "tools/model.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+namespace optjit {
+namespace {
+
+// The tensors of every slot for `shapes`: params and grads random (from `seed`), state zero; each in its slot's
+// dtype, a scalar slot one element per tensor.
+ListArguments make_arguments(const Graph& graph, const std::vector<Shape>& shapes, const KeywordOptions& hypers,
+                             uint64_t seed) {
+  ListArguments args;
+  const std::vector<Tensor> random = random_params(shapes, Dtype::f64, seed);
+  for (const Slot& slot : graph.slots) {
+    std::vector<Tensor> tensors;
+    for (const Tensor& r : random) {
+      if (slot.kind == SlotKind::Scalar)
+        tensors.push_back(Tensor::zeros({}, slot.dtype));
+      else if (slot.role == SlotRole::Param)
+        tensors.push_back(r.to(slot.dtype));
+      else if (slot.role == SlotRole::Grad)
+        tensors.push_back(r.grad().to(slot.dtype));
+      else
+        tensors.push_back(Tensor::zeros(r.shape(), slot.dtype));
+    }
+    args.slot_names.push_back(slot.name);
+    args.slot_tensors.push_back(std::move(tensors));
+  }
+  for (const std::string& name : signature_of(graph).hypers) {
+    auto it = hypers.find(name);
+    if (it == hypers.end() || it->second.size() != 1)
+      throw Error(
+          fmt::format("the graph reads hyperparameter '{}': give it one value with --set {}=VALUE", name, name));
+    args.hyper_names.push_back(name);
+    args.hyper.push_back(it->second[0]);
+  }
+  args.group_of.assign(shapes.size(), 0);
+  return args;
+}
+
+// How close the compiled results must be to the interpreter's: LLVM may contract a * b + c into one rounding.
+constexpr double kRtol = 1e-5, kAtol = 1e-6;
+
+// Deep copies of every slot's tensors.
+ListArguments copy_of(const ListArguments& args) {
+  ListArguments copy = args;
+  for (std::vector<Tensor>& tensors : copy.slot_tensors)
+    for (Tensor& t : tensors)
+      t = t.clone();
+  return copy;
+}
+
+} // namespace
+
+Graph read_ir_file(const std::filesystem::path& file) {
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(file, error);
+  if (error)
+    throw Error(fmt::format("cannot read the IR file {}: {}", file.string(), error.message()));
+  if (size > kMaxIrFileBytes)
+    throw Error(fmt::format("the IR file {} has {} bytes, more than the largest, {} bytes (kMaxIrFileBytes)",
+                            file.string(), size, kMaxIrFileBytes));
+  std::ifstream in(file, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    Graph graph = parse_graph(text);
+    verify(graph);
+    return graph;
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", file.string(), e.what()));
+  }
+}
+
+std::string dump_ir_file(const std::filesystem::path& file, Stage stage, int gpu_sm) {
+  const PipelineResult pipeline = run_pipeline(read_ir_file(file));
+  switch (stage) {
+  case Stage::Traced:
+    return print_graph(pipeline.traced);
+  case Stage::Optimized:
+    return print_graph(pipeline.optimized);
+  case Stage::Fused:
+    return print_fused(pipeline);
+  case Stage::LLVM:
+  case Stage::PTX: {
+    const Target target = code_target(Target::for_device(Device::cpu(), Execution::Compiled), stage, gpu_sm);
+    return backend_for(target).code(pipeline, target, stage);
+  }
+  }
+  return {};
+}
+
+int run_ir_file(const RunIrOptions& o) {
+  if (o.steps < 1)
+    throw Error(fmt::format("--steps is {}: run at least one step", o.steps));
+  const Graph graph = read_ir_file(o.file);
+  const std::vector<Shape> shapes = parse_shape_list(o.params);
+  const ListArguments interpreted = make_arguments(graph, shapes, parse_keyword_options(o.set), o.seed);
+  const ListArguments compiled = copy_of(interpreted);
+
+  const auto start = std::chrono::steady_clock::now();
+  const PipelineResult pipeline = run_pipeline(graph);
+  const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
+  bool cache_hit = false;
+  std::unique_ptr<Executable> executable = backend_for(cpu).load(pipeline, cpu, CompileOptions{}, cache_hit);
+  const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  executable->bind(compiled);
+  for (int step = 0; step < o.steps; ++step) {
+    interpret(graph, interpreted);
+    executable->launch();
+  }
+
+  int64_t elements = 0;
+  for (const Shape& shape : shapes)
+    elements += shape_numel(shape);
+  std::printf("@%s: %d kernel%s, compiled in %.1f ms; %d steps over %zu tensors (%lld elements)\n", graph.name.c_str(),
+              pipeline.stats.kernels, pipeline.stats.kernels == 1 ? "" : "s", compile_ms, o.steps, shapes.size(),
+              static_cast<long long>(elements));
+  bool agree = true;
+  for (std::size_t s = 0; s < graph.slots.size(); ++s) {
+    double worst = 0;
+    bool ok = true;
+    for (std::size_t t = 0; t < shapes.size(); ++t) {
+      const std::vector<double> a = compiled.slot_tensors[s][t].to_vector();
+      const std::vector<double> b = interpreted.slot_tensors[s][t].to_vector();
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        if (std::isnan(a[k]) || std::isnan(b[k])) {
+          ok = ok && std::isnan(a[k]) && std::isnan(b[k]);
+          continue;
+        }
+        worst = std::max(worst, std::fabs(a[k] - b[k]));
+        ok = ok && std::fabs(a[k] - b[k]) <= kAtol + kRtol * std::fabs(b[k]);
+      }
+    }
+    agree = agree && ok;
+    std::printf("  %-20s compiled vs interpreted: max |difference| %.3g %s\n", graph.slots[s].name.c_str(), worst,
+                ok ? "OK" : "DIFFERENT");
+  }
+  return agree ? 0 : 1;
+}
+
+} // namespace optjit
