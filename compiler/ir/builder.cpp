@@ -93,13 +93,17 @@ void check_and_type(const Graph& graph, Node& node) {
   node.dtype = first.dtype;
 }
 
-GraphBuilder::GraphBuilder(std::string name, Dtype dtype, bool intern) : intern_(intern) {
+void check_graph_name(const std::string& name) {
   // The name becomes the kernels' symbols (the JIT's and PTX's entry points), which LLVM takes only as identifiers.
   const auto identifier_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0])) ||
       !std::all_of(name.begin(), name.end(), identifier_char))
     throw Error("graph @" + name +
                 ": a graph's name is an identifier (letters, digits and _, not starting with a digit)");
+}
+
+GraphBuilder::GraphBuilder(std::string name, Dtype dtype, bool intern) : intern_(intern) {
+  check_graph_name(name);
   if (compute_dtype(dtype) != dtype || is_complex(dtype))
     throw Error("graph @" + name + " computes in " + std::string(dtype_name(dtype)) +
                 ": graphs compute in f32 or f64 (bf16 and f16 are storage dtypes, computed in f32)");

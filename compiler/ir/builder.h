@@ -11,6 +11,9 @@
 
 namespace optjit {
 
+// Throws optjit::Error unless `name` can name a graph: an identifier, since it becomes the kernels' symbols.
+void check_graph_name(const std::string& name);
+
 class GraphBuilder {
 public:
   GraphBuilder(std::string name, Dtype dtype, bool intern = true);

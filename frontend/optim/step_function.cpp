@@ -1,0 +1,138 @@
+// compile_step: the step function runs as an optimizer whose algorithm is the function, whose options are the
+// hyperparameters and whose state is the caller's lists, adopted in place (Optimizer::adopt_state). The driver,
+// guards, bindings and kernel cache are the optimizers' own.
+#include "frontend/optim/step_function.h"
+#include "compiler/ir/builder.h"
+#include "runtime/error.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <cmath>
+
+namespace optjit {
+namespace {
+
+// The group options every optimizer's structure reads, off for a step function.
+const std::set<std::string> kFlags = {"master_weights", "stochastic_rounding"};
+
+class FunctionOptimizer : public Optimizer {
+public:
+  FunctionOptimizer(std::string name, StepFunctionBody body, const StepLists& lists, OptionMap defaults)
+      : Optimizer(std::move(name), std::move(defaults), /*foreach=*/true, kFlags), body_(std::move(body)) {
+    for (const auto& [key, value] : lists.hypers)
+      hypers_.push_back(key);
+    for (const auto& [key, tensors] : lists.state)
+      specs_.push_back({.name = key});
+    for (const auto& [key, tensors] : lists.scalars)
+      specs_.push_back({.name = key, .kind = StateKind::Scalar});
+    add_param_groups({ParamGroupSpec{lists.params, {}}});
+  }
+
+  Structure structure(const ParamGroup&) const override { return {}; }
+  std::vector<StateSpec> state_specs(const Structure&) const override { return specs_; }
+  std::vector<std::string> hyper_names() const override { return hypers_; }
+  void trace(Tracer& tracer, const Structure&) const override { body_(tracer); }
+  void validate_options(const OptionMap&) const override {} // finiteness is checked at every step
+
+private:
+  StepFunctionBody body_;
+  std::vector<std::string> hypers_;
+  std::vector<StateSpec> specs_;
+};
+
+void check_lists(const std::string& name, const StepLists& lists) {
+  check_graph_name(name);
+  const std::size_t n = lists.params.size();
+  if (n == 0)
+    throw Error(fmt::format("compile_step {}: the params list is empty", name));
+  if (!lists.grads.empty() && lists.grads.size() != n)
+    throw Error(fmt::format("compile_step {}: {} grads for {} params (give one per param, or none to use the "
+                            "params' own)",
+                            name, lists.grads.size(), n));
+  auto check_count = [&](const std::string& list, std::size_t count) {
+    if (count != n)
+      throw Error(fmt::format("compile_step {}: list '{}' has {} tensors for {} params", name, list, count, n));
+  };
+  for (const auto& [key, tensors] : lists.state)
+    check_count(key, tensors.size());
+  for (const auto& [key, tensors] : lists.scalars)
+    check_count(key, tensors.size());
+  for (const auto& [key, value] : lists.hypers) {
+    if (kFlags.count(key) || key == "param" || key == "grad")
+      throw Error(fmt::format("compile_step {}: '{}' is a name optjit keeps for itself", name, key));
+    if (!std::isfinite(value))
+      throw Error(
+          fmt::format("compile_step {}: hyperparameter {} is {}: hyperparameters must be finite", name, key, value));
+  }
+}
+
+} // namespace
+
+struct StepFunction::State {
+  std::unique_ptr<FunctionOptimizer> optimizer;
+  std::optional<CompiledStep> step;
+};
+
+StepFunction::StepFunction(std::unique_ptr<State> state) : state_(std::move(state)) {}
+StepFunction::StepFunction(StepFunction&&) noexcept = default;
+StepFunction& StepFunction::operator=(StepFunction&&) noexcept = default;
+StepFunction::~StepFunction() = default;
+
+void StepFunction::operator()() {
+  if (!state_)
+    throw Error("this step function was moved from: call the StepFunction it was moved to");
+  (*state_->step)();
+}
+
+void StepFunction::set_hyper(const std::string& name, double value) {
+  if (!state_)
+    throw Error("this step function was moved from: call the StepFunction it was moved to");
+  ParamGroup& group = state_->optimizer->param_groups()[0];
+  if (!group.has(name) || kFlags.count(name))
+    throw Error(fmt::format("step function {} has no hyperparameter '{}'", state_->optimizer->name(), name));
+  group.set(name, value);
+}
+
+int StepFunction::kernel_count() {
+  if (!state_)
+    throw Error("this step function was moved from: call the StepFunction it was moved to");
+  return state_->step->kernel_count();
+}
+
+std::string StepFunction::dump(Stage stage, int gpu_sm) {
+  if (!state_)
+    throw Error("this step function was moved from: call the StepFunction it was moved to");
+  return state_->step->dump(stage, gpu_sm);
+}
+
+const StepMetrics& StepFunction::metrics() const {
+  if (!state_)
+    throw Error("this step function was moved from: call the StepFunction it was moved to");
+  return state_->step->metrics();
+}
+
+StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lists, CompileOptions options) {
+  check_lists(name, lists);
+  if (!body)
+    throw Error(fmt::format("compile_step {}: no step function given", name));
+  OptionMap defaults(lists.hypers.begin(), lists.hypers.end());
+  for (const std::string& flag : kFlags)
+    defaults[flag] = 0;
+  auto state = std::make_unique<StepFunction::State>();
+  state->optimizer = std::make_unique<FunctionOptimizer>(name, std::move(body), lists, std::move(defaults));
+  for (std::size_t i = 0; i < lists.params.size(); ++i) {
+    if (!lists.grads.empty())
+      lists.params[i].set_grad(lists.grads[i]);
+    ParamState adopted;
+    for (const auto& [key, tensors] : lists.state)
+      adopted.emplace_back(key, tensors[i]);
+    for (const auto& [key, tensors] : lists.scalars)
+      adopted.emplace_back(key, tensors[i]);
+    if (!adopted.empty())
+      state->optimizer->adopt_state(static_cast<int64_t>(i), adopted, Optimizer::StateOrigin::Loaded);
+  }
+  state->step.emplace(compile(*state->optimizer, std::move(options)));
+  return StepFunction(std::move(state));
+}
+
+} // namespace optjit

@@ -1,0 +1,68 @@
+// compile_step: a plain step function over tensor lists, traced and compiled like an optimizer's step, the form of
+// PyTorch's foreach_map and of functional optimizers. The function writes the update with the foreach vocabulary
+// (frontend/trace/foreach.h) on the lists by name; optjit traces it once, compiles it to as few kernels as the data
+// allows and returns a guarded callable: a changed shape, dtype or device recompiles, a replaced buffer rebinds,
+// and hyperparameters are arguments (set_hyper never recompiles).
+//
+//   auto step = optjit::compile_step("signum", [](optjit::Tracer& t) {
+//         optjit::Sym m = t.tensors("momentum_buffer") * t.hyper("beta") + t.tensors("grad") * (1.0 - t.hyper("beta"));
+//         t.store("momentum_buffer", m);
+//         t.store("param", optjit::foreach_add(t.tensors("param"), optjit::sign(m), -t.hyper("lr")));
+//       },
+//       {.params = params, .state = {{"momentum_buffer", buffers}}, .hypers = {{"lr", 0.01}, {"beta", 0.9}}});
+//   step();                       // in place on params and buffers
+//   step.set_hyper("lr", 0.005);  // no recompile
+//
+// The lists are the caller's tensors, used in place and held by the step. The grads are the params' own (a grad
+// that is None skips its param, as in an optimizer step), or `grads`, which become the params' grads.
+#pragma once
+
+#include "compiler/compiled_step.h"
+#include "frontend/optim/optimizer.h"
+#include "frontend/trace/foreach.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace optjit {
+
+struct StepLists {
+  std::vector<Tensor> params;                                       // slot "param", updated in place
+  std::vector<Tensor> grads;                                        // slot "grad"; empty: the params' own grads
+  std::vector<std::pair<std::string, std::vector<Tensor>>> state;   // per element: one tensor like each param
+  std::vector<std::pair<std::string, std::vector<Tensor>>> scalars; // per tensor: one 1-element tensor per param
+  std::map<std::string, double> hypers;                             // read at every step
+};
+
+using StepFunctionBody = std::function<void(Tracer&)>;
+
+class StepFunction {
+public:
+  StepFunction(StepFunction&&) noexcept;
+  StepFunction& operator=(StepFunction&&) noexcept;
+  ~StepFunction();
+
+  void operator()(); // one step over the lists (compiles on the first call, and again when a guard fails)
+  // A hyperparameter the function reads; an unknown name or a non-finite value (at the next step) is an error.
+  void set_hyper(const std::string& name, double value);
+  int kernel_count();
+  std::string dump(Stage stage, int gpu_sm = 0);
+  const StepMetrics& metrics() const;
+
+private:
+  friend StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lists, CompileOptions options);
+  struct State;
+  explicit StepFunction(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// Checks the lists (one tensor per param in every list, state shaped like its param, scalars of one element,
+// finite hyperparameters, a name that is an identifier) and returns the step; it traces and compiles on its first
+// call. Throws optjit::Error naming the list and the rule.
+StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lists, CompileOptions options = {});
+
+} // namespace optjit

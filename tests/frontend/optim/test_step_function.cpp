@@ -1,0 +1,132 @@
+// compile_step: step functions over tensor lists (PyTorch's foreach_map form) compiled like optimizer steps: an
+// Adam written as a function equals the built-in bit for bit, hyperparameters never recompile, strided lists run in
+// place, and bad lists or a function reading an undeclared list are refused naming the rule.
+#include "frontend/optim/adam.h"
+#include "frontend/optim/step_function.h"
+#include "helpers.h"
+#include "tools/model.h"
+
+#include <doctest/doctest.h>
+
+using namespace optjit;
+using optjit::test::check_error;
+using optjit::test::check_error_contains;
+
+namespace {
+
+// torch's _multi_tensor_adam (no amsgrad, no weight decay), as a foreach_map user writes it.
+void adam_function(Tracer& t) {
+  Sym params = t.tensors("param"), grads = t.tensors("grad");
+  Sym lr = t.hyper("lr"), beta1 = t.hyper("beta1"), beta2 = t.hyper("beta2"), eps = t.hyper("eps");
+  Sym step = t.scalar_state("step") + 1.0;
+  t.store_scalar("step", step);
+  Sym exp_avgs = foreach_add(t.tensors("exp_avg") * beta1, grads, 1.0 - beta1);
+  Sym exp_avg_sqs = foreach_addcmul(t.tensors("exp_avg_sq") * beta2, grads, grads, 1.0 - beta2);
+  Sym step_size = lr / (1.0 - pow(beta1, step)) * -1.0;
+  Sym denom = sqrt(exp_avg_sqs) / sqrt(1.0 - pow(beta2, step)) + eps;
+  t.store("param", foreach_addcdiv(params, exp_avgs, denom, step_size));
+  t.store("exp_avg", exp_avgs);
+  t.store("exp_avg_sq", exp_avg_sqs);
+}
+
+std::vector<Tensor> zeros_like_each(const std::vector<Tensor>& params, bool scalar = false) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : params)
+    out.push_back(Tensor::zeros(scalar ? Shape{} : p.shape(), p.dtype()));
+  return out;
+}
+
+// Signed momentum: m = beta m + (1 - beta) g; p -= lr sign(m).
+void signum_function(Tracer& t) {
+  Sym m = t.tensors("momentum_buffer") * t.hyper("beta") + t.tensors("grad") * (1.0 - t.hyper("beta"));
+  t.store("momentum_buffer", m);
+  t.store("param", foreach_add(t.tensors("param"), sign(m), -t.hyper("lr")));
+}
+
+} // namespace
+
+TEST_CASE("step function: an Adam written as a function equals the built-in Adam, in one kernel") {
+  const auto initial = random_params({{300, 7}, {13}, {}}, Dtype::f32, 5);
+  std::vector<Tensor> params = copy_params(initial), reference = copy_params(initial);
+  const std::vector<Tensor> exp_avg = zeros_like_each(params), exp_avg_sq = zeros_like_each(params);
+  const std::vector<Tensor> steps = zeros_like_each(params, /*scalar=*/true);
+  StepFunction step = compile_step("adam_function", adam_function,
+                                   {.params = params,
+                                    .state = {{"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}},
+                                    .scalars = {{"step", steps}},
+                                    .hypers = {{"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}}});
+  Adam adam(reference, {.lr = 1e-3, .foreach = true});
+  CompiledStep adam_step = compile(adam);
+  for (int t = 0; t < 4; ++t) {
+    randomize_grads(params, static_cast<uint64_t>(t));
+    randomize_grads(reference, static_cast<uint64_t>(t));
+    step();
+    adam_step();
+  }
+  CHECK(step.kernel_count() == 1);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    CHECK(params[i].to_vector() == reference[i].to_vector());
+    CHECK(exp_avg[i].to_vector() == find_state(adam.visible_state(reference[i]), "exp_avg").to_vector());
+    CHECK(steps[i].item() == 4);
+  }
+}
+
+TEST_CASE("step function: hyperparameters are arguments, strided lists run in place, and the lists are the "
+          "caller's") {
+  // .t() views of one buffer (the Shampoo seed's layout), with grads and buffers in the same layout.
+  const Tensor buffer = Tensor::zeros({2 * 6 * 4}, Dtype::f32);
+  std::vector<Tensor> params, buffers;
+  for (int k = 0; k < 2; ++k) {
+    Tensor p = Tensor::from_blob(static_cast<float*>(buffer.data()) + k * 24, {4, 6}, Dtype::f32, {1, 4});
+    p.copy_from(random_params({{4, 6}}, Dtype::f32, static_cast<uint64_t>(k))[0]);
+    Tensor g = Tensor::empty_like(p, Dtype::f32, Device::cpu());
+    g.fill(k == 0 ? 0.5 : -0.25);
+    p.set_grad(g);
+    params.push_back(p);
+    buffers.push_back(Tensor::empty_like(p, Dtype::f32, Device::cpu()));
+    buffers.back().fill(0);
+  }
+  const std::vector<double> before = params[0].to_vector();
+  StepFunction step = compile_step(
+      "signum", signum_function,
+      {.params = params, .state = {{"momentum_buffer", buffers}}, .hypers = {{"lr", 0.01}, {"beta", 0.9}}});
+  step();
+  step.set_hyper("lr", 0.02);
+  step();
+  CHECK(step.metrics().compiles == 1);
+  CHECK(step.metrics().recompiles == 0);
+  const std::vector<double> after = params[0].to_vector();
+  for (std::size_t k = 0; k < after.size(); ++k) // two steps of sign(+): -0.01, then -0.02
+    CHECK(after[k] == doctest::Approx(before[k] - 0.03).epsilon(1e-6));
+  CHECK(buffers[1].to_vector()[0] == doctest::Approx(-0.25 * (1 - 0.81)).epsilon(1e-6)); // the caller's buffer
+  check_error([&] { step.set_hyper("momentum", 0.5); }, "step function signum has no hyperparameter 'momentum'");
+}
+
+TEST_CASE("step function: bad lists, names and hyperparameters are refused naming the rule") {
+  auto params = random_params({{3}, {2}}, Dtype::f32, 1);
+  auto lists = [&] {
+    return StepLists{.params = params,
+                     .state = {{"momentum_buffer", zeros_like_each(params)}},
+                     .hypers = {{"lr", 0.1}, {"beta", 0.9}}};
+  };
+  StepLists short_list = lists();
+  short_list.state[0].second.pop_back();
+  check_error([&] { compile_step("signum", signum_function, short_list); },
+              "compile_step signum: list 'momentum_buffer' has 1 tensors for 2 params");
+  StepLists misshapen = lists();
+  misshapen.state[0].second[0] = Tensor::zeros({4}, Dtype::f32);
+  check_error_contains([&] { compile_step("signum", signum_function, misshapen); },
+                       "state 'momentum_buffer' of param 0");
+  check_error_contains([&] { compile_step("my step", signum_function, lists()); },
+                       "graph @my step: a graph's name is an identifier");
+  StepLists infinite = lists();
+  infinite.hypers["lr"] = INFINITY;
+  check_error([&] { compile_step("signum", signum_function, infinite); },
+              "compile_step signum: hyperparameter lr is inf: hyperparameters must be finite");
+  check_error([&] { compile_step("signum", signum_function, StepLists{}); },
+              "compile_step signum: the params list is empty");
+  // A function that reads a list it was not given: refused when it is traced, naming the lists it has.
+  StepFunction reads_undeclared = compile_step(
+      "signum", [](Tracer& t) { t.store("param", t.tensors("param") + t.tensors("exp_avg")); }, lists());
+  check_error_contains([&] { reads_undeclared(); }, "exp_avg");
+}
