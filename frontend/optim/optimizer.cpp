@@ -343,11 +343,16 @@ void Optimizer::check_grad(int64_t flat) const {
   if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
     throw Error("grad of param " + std::to_string(flat) + " is " + g.describe() + " but the param is " + p.describe() +
                 ": a grad must have its param's shape, dtype and device");
-  for (const auto& [what, t] : {std::pair<const char*, const Tensor&>{"param", p}, {"grad", g}})
-    if (!t.is_non_overlapping())
-      throw Error(fmt::format("{} of param {} is {}: its elements overlap in memory, and an optimizer step needs each "
-                              "element at an address of its own (pass a copy)",
-                              what, flat, t.describe()));
+  // A grad is only read (staged through a contiguous copy when it overlaps, as an expanded grad does, which torch
+  // steps too), unless the step writes the unscaled grads back. A param is always written.
+  if (!p.is_non_overlapping())
+    throw Error(fmt::format("param {} is {}: its elements overlap in memory, and an optimizer step writes each "
+                            "element at an address of its own (pass a copy)",
+                            flat, p.describe()));
+  if (!g.is_non_overlapping() && stores_unscaled_grads())
+    throw Error(fmt::format("grad of param {} is {}: its elements overlap in memory, and this step writes the "
+                            "unscaled grads back (gradient scaling with unscaled grads kept): pass a copy",
+                            flat, g.describe()));
 }
 
 // Every step, O(groups) unless a group keeps master weights or rounds stochastically: then each of its params must

@@ -61,3 +61,22 @@ def test_shampoo_shapes_run_in_place():
         torch_opt.step()
     assert_same_state(opt, params, torch_opt, reference, torch.float32)
     assert all(opt.state[p]["exp_avg"].stride() == (1, 128) for p in params)  # torch's state, the param's layout
+
+
+@pytest.mark.parametrize("cls,options", EVERY_OPTIMIZER, ids=lambda c: getattr(c, "__name__", ""))
+def test_expanded_grads_step_as_torch_steps_them(cls, options):
+    """A grad that is an expanded view (stride 0, every row the same memory) is only read: torch steps it, and so does
+    optjit, through a contiguous copy."""
+    generator = torch.Generator().manual_seed(3)
+    params = [torch.nn.Parameter(torch.randn(6, 5, generator=generator))]
+    reference = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt, ref = cls(params, **options), cls(reference, **options)
+    step = optjit.compile(opt)
+    for t in range(3):
+        row = torch.randn(5, generator=generator)
+        params[0].grad = row.expand(6, 5)
+        reference[0].grad = row.expand(6, 5)
+        step()
+        ref.step()
+    assert params[0].grad.stride() == (0, 1)
+    assert_same_state(opt, params, ref, reference, torch.float32)

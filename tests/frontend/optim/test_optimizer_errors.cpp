@@ -186,19 +186,23 @@ TEST_CASE("errors: a grad whose shape, dtype or device does not match its param 
       "a grad must have its param's shape, dtype and device");
 }
 
-TEST_CASE("errors: an expanded (overlapping) grad or param is refused with the reason, before any update") {
+TEST_CASE("errors: an expanded (overlapping) param, or a grad the step would write, is refused before any update") {
   static std::vector<float> memory(24, 0.5f);
-  check_failed_step_changes_nothing(
-      [](auto& params, Optimizer&) {
-        params[0].set_grad(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {0, 1}));
-      },
-      "grad of param 0 is f32[4, 3] (strides [0, 1]) on cpu: its elements overlap in memory, and an optimizer step "
-      "needs each element at an address of its own (pass a copy)");
   check_failed_step_changes_nothing(
       [](auto& params, Optimizer&) {
         params[0].set_data(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {1, 1}));
       },
-      "param of param 0 is f32[4, 3] (strides [1, 1]) on cpu: its elements overlap in memory");
+      "param 0 is f32[4, 3] (strides [1, 1]) on cpu: its elements overlap in memory, and an optimizer step writes "
+      "each element at an address of its own (pass a copy)");
+  // An expanded grad is read through a copy (strided params' tests), unless the step writes the unscaled grads back.
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer& opt) {
+        params[0].set_grad(Tensor::from_blob(memory.data(), {4, 3}, Dtype::f32, {0, 1}));
+        opt.set_grad_scaling(Tensor::full({1}, 2.0, Dtype::f32), Tensor::zeros({1}, Dtype::f32),
+                             Optimizer::GradsAfterStep::Unscaled);
+      },
+      "grad of param 0 is f32[4, 3] (strides [0, 1]) on cpu: its elements overlap in memory, and this step writes "
+      "the unscaled grads back");
 }
 
 TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any update") {

@@ -116,3 +116,27 @@ TEST_CASE("strided params: slices with gaps are staged, and the Shampoo shapes s
   CHECK_FALSE(check_steps_like_contiguous("adamw", {{"lr", {0.01}}, {"weight_decay", {0.1}}}, params, Mode::Compiled,
                                           GradLayout::LikeParam));
 }
+
+TEST_CASE("strided params: an expanded grad (stride 0) steps as its contiguous copy does, in every mode") {
+  for (const auto& [name, options] : every_optimizer())
+    for (Mode mode : {Mode::Forloop, Mode::Eager, Mode::Compiled})
+      for (Dtype dtype : {Dtype::f32, Dtype::bf16}) {
+        INFO(name << " mode " << static_cast<int>(mode) << " " << dtype_name(dtype));
+        const std::vector<Tensor> initial = random_params({{6, 5}, {4}}, dtype, 8);
+        Run expanded(name, options, initial, mode), contiguous(name, options, initial, mode);
+        std::vector<Tensor> rows; // the memory the expanded grads view
+        for (int step = 0; step < 3; ++step) {
+          rows = random_params({{5}, {1}}, dtype, 90 + static_cast<uint64_t>(step));
+          for (std::size_t i = 0; i < initial.size(); ++i) {
+            const Shape& shape = initial[i].shape();
+            const Shape strides = shape.size() == 2 ? Shape{0, 1} : Shape{0};
+            const Tensor grad = Tensor::from_blob(rows[i].data(), shape, dtype, strides); // every row the same
+            expanded.params[i].set_grad(grad);
+            contiguous.params[i].set_grad(grad.clone());
+          }
+          expanded.step();
+          contiguous.step();
+          check_same_trajectory(expanded.params, *expanded.opt, contiguous.params, *contiguous.opt, 0, 0, "expanded");
+        }
+      }
+}
