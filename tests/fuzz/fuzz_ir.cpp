@@ -1,8 +1,10 @@
 // Fuzzes the IR text format through everything behind it: parse_graph, verify, the pass pipeline, and codegen for
-// the CPU (LLVM IR after O3) and the GPU (PTX for sm_80). Text the parser or verifier refuses ends there with an
+// the CPU (LLVM IR after O3) and the GPU (PTX for sm_80); and the same text as kernel plans (parse_kernel_plans,
+// which must round-trip through the printer too). Text the parser or verifier refuses ends there with an
 // optjit::Error; a verified graph must get through the passes and codegen without an internal error, and printing
 // it must give text that parses back to the same graph (the printer and parser agree).
 #include "codegen/codegen.h"
+#include "compiler/ir/kernel_plan.h"
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
@@ -15,11 +17,35 @@
 #include <cstdlib>
 #include <string_view>
 
+namespace {
+
+// The same text as kernel plans (the fused stage's format): what parses must print back to itself.
+void check_kernel_plans(std::string_view text) {
+  using namespace optjit;
+  std::vector<KernelPlan> plans;
+  try {
+    plans = parse_kernel_plans(text);
+  } catch (const Error&) {
+    return;
+  }
+  for (const KernelPlan& plan : plans) {
+    const std::string printed = print_kernel_plan(plan);
+    if (print_kernel_plan(parse_kernel_plan(printed)) != printed) {
+      std::fprintf(stderr, "the printed kernel plan does not parse back to itself:\n%s", printed.c_str());
+      std::abort();
+    }
+  }
+}
+
+} // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace optjit;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  check_kernel_plans(text);
   Graph graph;
   try {
-    graph = parse_graph(std::string_view(reinterpret_cast<const char*>(data), size));
+    graph = parse_graph(text);
     verify(graph);
   } catch (const Error&) {
     return 0;

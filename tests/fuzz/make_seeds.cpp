@@ -1,7 +1,8 @@
 // Writes the fuzzers' seed corpora (tests/fuzz/corpus/, checked in): `fuzz_make_seeds DIR` fills DIR/state_file
 // with a state file of every optimizer (two groups, after two steps; f32, f64, bf16 with master weights, complex),
-// DIR/ir with the traced and optimized graphs of every optimizer, and DIR/cli_text with dump arguments. The golden
-// seeds are small cases copied from tests/golden (tests/fuzz/README.md). Run it again when a format changes.
+// DIR/ir with the traced and optimized graphs and the kernel plans of every optimizer, and DIR/cli_text with dump
+// arguments. The golden seeds are small cases copied from tests/golden (tests/fuzz/README.md). Run it again when a
+// format changes.
 #include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/state_file.h"
@@ -29,6 +30,7 @@ const std::vector<std::pair<std::string, KeywordOptions>> kOptimizers = {
     {"RMSprop", {{"centered", {1}}, {"momentum", {0.5}}}},
     {"Rprop", {{"maximize", {1}}}},
     {"ASGD", {{"t0", {1}}}},
+    {"Lion", {{"weight_decay", {0.1}}}},
 };
 
 std::unique_ptr<Optimizer> stepped(const std::string& name, KeywordOptions options, Dtype dtype,
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
     CompiledStep step = compile(*opt);
     std::ofstream(dir / "ir" / (name + ".traced")) << step.dump(Stage::Traced);
     std::ofstream(dir / "ir" / (name + ".optimized")) << step.dump(Stage::Optimized);
+    const std::string fused = step.dump(Stage::Fused); // the fusion report, then the kernel plans
+    std::ofstream(dir / "ir" / (name + ".plan")) << fused.substr(fused.find("kernel @"));
     std::ofstream(dir / "cli_text" / name) << name << "\n10x10,10\n"
                                            <<
         [&] {
