@@ -13,8 +13,9 @@ namespace {
 
 struct TempIr {
   std::filesystem::path path;
-  explicit TempIr(const std::string& text) {
-    path = std::filesystem::temp_directory_path() / "optjit_test.ir";
+  // `name`: ctest runs the cases in parallel, so each writes a file of its own.
+  TempIr(const std::string& name, const std::string& text) {
+    path = std::filesystem::temp_directory_path() / ("optjit_test_" + name + ".ir");
     std::ofstream(path) << text;
   }
   ~TempIr() { std::filesystem::remove(path); }
@@ -35,7 +36,7 @@ const std::string kScale = "graph @scale f32 {\n"
 } // namespace
 
 TEST_CASE("ir files: every stage of a graph read from text, and a run that agrees with the interpreter") {
-  TempIr file(kScale);
+  TempIr file("stages", kScale);
   CHECK(dump_ir_file(file.path, Stage::Traced) == kScale);
   CHECK(dump_ir_file(file.path, Stage::Fused).find("fusion of @scale: 1 kernel(s) per step") != std::string::npos);
   CHECK(dump_ir_file(file.path, Stage::LLVM).find("define") != std::string::npos);
@@ -50,7 +51,7 @@ TEST_CASE("ir files: every stage of a graph read from text, and a run that agree
 TEST_CASE("ir files: a missing file and a bad line are named") {
   check_error_contains([] { read_ir_file("/nonexistent/optjit.ir"); },
                        "cannot read the IR file /nonexistent/optjit.ir");
-  TempIr bad("graph @g f32 {\n  %0 = frobnicate : pt f64\n}\n");
+  TempIr bad("bad", "graph @g f32 {\n  %0 = frobnicate : pt f64\n}\n");
   check_error_contains([&] { read_ir_file(bad.path); }, bad.path.string() + ": ");
   check_error_contains([&] { read_ir_file(bad.path); }, "line 2");
 }
