@@ -151,9 +151,13 @@ void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
     }
     check_flags(group.options, "param group " + std::to_string(g));
     validate_options(group.options);
+    if (!spec.param_names.empty() && spec.param_names.size() != spec.params.size())
+      throw Error(fmt::format("param group {} has {} param names for {} params: give one name per param, or none", g,
+                              spec.param_names.size(), spec.params.size()));
     std::set<uint64_t> seen_here;
     bool warned = false;
-    for (const Tensor& p : spec.params) {
+    for (std::size_t k = 0; k < spec.params.size(); ++k) {
+      const Tensor& p = spec.params[k];
       if (!p.defined())
         throw Error("params argument given to the optimizer should be an iterable of Tensors or dicts, but got "
                     "an undefined tensor in param group " +
@@ -169,6 +173,8 @@ void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
         continue;
       }
       group.params.push_back(p);
+      if (!spec.param_names.empty())
+        group.param_names.push_back(spec.param_names[k]);
     }
     seen_in_other_groups.insert(seen_here.begin(), seen_here.end());
     added.push_back(std::move(group));

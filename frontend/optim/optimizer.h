@@ -34,6 +34,8 @@ struct ParamGroup {
   // Options held in a 1-element tensor (torch's Tensor lr): read at every step, so changing the tensor's value
   // changes the next step, compiled or not, without a recompile.
   std::map<std::string, Tensor> tensor_options;
+  // torch >= 2.6's "param_names" (params given by name): one per param, or empty. Kept and saved by state_dict().
+  std::vector<std::string> param_names = {};
 
   double get(const std::string& name) const; // the tensor's value when tensor-held; throws for an unknown key
   bool has(const std::string& name) const { return options.count(name) > 0; }
@@ -51,6 +53,7 @@ struct ParamGroup {
 struct ParamGroupSpec {
   std::vector<Tensor> params;
   OptionMap options;
+  std::vector<std::string> param_names = {}; // optional: a name per param (torch's named_parameters())
 };
 
 // The flags a group's algorithm is traced with (amsgrad, maximize, weight_decay != 0, ...).
@@ -85,6 +88,7 @@ struct StateDict {
   struct Group {
     OptionMap options;
     std::vector<int64_t> params;
+    std::vector<std::string> param_names = {}; // torch >= 2.6's named state dicts: one per param, or empty
   };
   std::string optimizer; // torch's class name
   std::vector<Group> param_groups;

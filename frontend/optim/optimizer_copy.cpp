@@ -33,6 +33,7 @@ std::unique_ptr<Optimizer> Optimizer::deep_copy() const {
   copy->defaults_ = defaults_;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     copy->groups_[g].options = groups_[g].options;
+    copy->groups_[g].param_names = groups_[g].param_names;
     copy->groups_[g].tensor_options.clear();
     for (const auto& [name, tensor] : groups_[g].tensor_options)
       copy->groups_[g].tensor_options.emplace(name, copy_of(tensor));

@@ -37,6 +37,12 @@ std::string Optimizer::repr() const {
       shown.erase(keys->second);
     }
     shown["foreach"] = foreach_ ? "True" : "False";
+    if (!group.param_names.empty()) { // a Python list of strings
+      std::string names;
+      for (const std::string& name : group.param_names)
+        names += (names.empty() ? "'" : ", '") + name + "'";
+      shown["param_names"] = "[" + names + "]";
+    }
     text += "\nParameter Group " + std::to_string(g) + "\n";
     for (const auto& [key, value] : shown)
       text += "    " + key + ": " + value + "\n";

@@ -35,7 +35,7 @@ StateDict Optimizer::state_dict() {
   dict.optimizer = name_;
   int64_t index = 0;
   for (const ParamGroup& group : groups_) {
-    StateDict::Group saved{group.options, {}};
+    StateDict::Group saved{group.options, {}, group.param_names};
     for (const auto& [name, tensor] : group.tensor_options)
       saved.options[name] = tensor.item();
     for (std::size_t k = 0; k < group.params.size(); ++k)
@@ -69,6 +69,9 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
       throw Error(fmt::format("loaded state dict contains a parameter group that doesn't match the size of "
                               "optimizer's group (group {}: {} params saved, {} here)",
                               g, saved.params.size(), groups_[g].params.size()));
+    if (!saved.param_names.empty() && saved.param_names.size() != saved.params.size())
+      throw Error(fmt::format("loaded param group {} has {} param names for {} params", g, saved.param_names.size(),
+                              saved.params.size()));
     for (const auto& [key, value] : saved.options)
       if (!defaults_.count(key) && !ParamGroup::is_scheduler_key(key))
         throw Error(fmt::format("loaded param group {} has option '{}', which {} does not have", g, key, name_));
@@ -120,7 +123,8 @@ void Optimizer::load_state_dict(StateDict loaded) {
   // Nothing below throws: the optimizer changes all at once.
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     groups_[g].options = loaded.param_groups[g].options;
-    for (auto& [name, tensor] : groups_[g].tensor_options) // a tensor-held option keeps its tensor
+    groups_[g].param_names = loaded.param_groups[g].param_names; // as torch's load_state_dict takes the saved group
+    for (auto& [name, tensor] : groups_[g].tensor_options)       // a tensor-held option keeps its tensor
       tensor.fill(groups_[g].options.at(name));
   }
   states_ = std::move(states);

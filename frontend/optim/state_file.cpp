@@ -102,6 +102,17 @@ StateDict parse(std::string_view bytes) {
     for (std::size_t i = 0; i < ids.size(); ++i)
       group.params.push_back(json_integer(ids[i], fmt::format("param_groups[{}].params[{}]", g, i), 0,
                                           std::numeric_limits<int64_t>::max()));
+    if (const auto names = groups[g].find("param_names"); names != groups[g].end()) {
+      if (!names->is_array())
+        throw Error(
+            fmt::format("param_groups[{}].param_names is {}, not an array of names", g, json_value_text(*names)));
+      for (std::size_t i = 0; i < names->size(); ++i) {
+        if (!(*names)[i].is_string())
+          throw Error(
+              fmt::format("param_groups[{}].param_names[{}] is {}, not a string", g, i, json_value_text((*names)[i])));
+        group.param_names.push_back((*names)[i].get<std::string>());
+      }
+    }
     dict.param_groups.push_back(std::move(group));
   }
   for (const auto& [name, info] : header.items()) {
@@ -152,7 +163,10 @@ void save_state_dict(const StateDict& dict, const std::filesystem::path& path) {
     json options = json::object();
     for (const auto& [name, value] : g.options)
       options[name] = option_value(value);
-    groups.push_back({{"options", options}, {"params", g.params}});
+    json saved = {{"options", options}, {"params", g.params}};
+    if (!g.param_names.empty())
+      saved["param_names"] = g.param_names;
+    groups.push_back(std::move(saved));
   }
   json header = {
       {"__metadata__",

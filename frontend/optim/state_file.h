@@ -4,7 +4,8 @@
 //   N bytes      a JSON object, padded with spaces so the data starts 8-byte aligned:
 //                  "__metadata__": {"format": "optjit-optimizer-state", "version": "1",
 //                                   "optimizer": torch's class name,
-//                                   "param_groups": a JSON text: [{"options": {name: number}, "params": [id]}]}
+//                                   "param_groups": a JSON text: [{"options": {name: number}, "params": [id],
+//                                                                  "param_names": [name] (named groups only)}]}
 //                  "state.<id>.<key>": {"dtype": "F32" | "F64", "shape": [...], "data_offsets": [begin, end]}
 //   the data     every tensor's elements, row-major, little-endian, at [begin, end) from the data's start
 //

@@ -457,3 +457,37 @@ TEST_CASE("state_dict: AdamW's state loads into Adam(decoupled_weight_decay) and
   check_error_contains([&] { sgd->load_state_dict(adam_dict); },
                        "loaded state dict is for Adam, this optimizer is SGD");
 }
+
+TEST_CASE("state_dict: param names (torch >= 2.6's named state dicts) round-trip through state dicts and files "
+          "(issue 16, item 7)") {
+  auto params = random_params({{2, 3}, {4}, {5}}, Dtype::f32, 3);
+  auto opt = make_optimizer(
+      "Adam",
+      {ParamGroupSpec{{params[0], params[1]}, {}, {"layer.weight", "layer.bias"}}, ParamGroupSpec{{params[2]}, {}}},
+      {});
+  opt->step();
+  const StateDict saved = opt->state_dict();
+  CHECK(saved.param_groups[0].param_names == std::vector<std::string>{"layer.weight", "layer.bias"});
+  CHECK(saved.param_groups[1].param_names.empty());
+  TempFile file("optjit_state_names.safetensors");
+  save_state_dict(saved, file.path);
+  const StateDict loaded = load_state_dict_file(file.path);
+  CHECK(loaded.param_groups[0].param_names == saved.param_groups[0].param_names);
+  CHECK(loaded.param_groups[1].param_names.empty());
+  // Into an optimizer made without names: the loaded group takes them, as torch's does, and saves them again.
+  auto plain =
+      make_optimizer("Adam", {ParamGroupSpec{{params[0], params[1]}, {}}, ParamGroupSpec{{params[2]}, {}}}, {});
+  plain->load_state_dict(loaded);
+  CHECK(plain->state_dict().param_groups[0].param_names == saved.param_groups[0].param_names);
+  CHECK(plain->deep_copy()->state_dict().param_groups[0].param_names == saved.param_groups[0].param_names);
+  CHECK(plain->repr().find("    param_names: ['layer.weight', 'layer.bias']\n") != std::string::npos);
+
+  StateDict bad = saved;
+  bad.param_groups[0].param_names.pop_back();
+  check_error_contains([&] { plain->load_state_dict(bad); }, "loaded param group 0 has 1 param names for 2 params");
+  check_error_contains(
+      [&] {
+        make_optimizer("Adam", {ParamGroupSpec{{params[0], params[1]}, {}, {"only_one"}}}, {});
+      },
+      "param group 0 has 1 param names for 2 params: give one name per param, or none");
+}
