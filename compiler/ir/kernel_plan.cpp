@@ -1,4 +1,5 @@
 #include "compiler/ir/kernel_plan.h"
+#include "compiler/ir/builder.h"
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
 #include "runtime/error.h"
@@ -49,6 +50,7 @@ std::vector<std::string> split_names(std::string_view text) {
 } // namespace
 
 KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries) {
+  check_graph_name(name); // the kernel's name is its graph's and its symbol's (found by the IR fuzzer)
   KernelPlan kp;
   kp.name = std::move(name);
   kp.graph = std::move(graph);

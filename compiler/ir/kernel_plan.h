@@ -31,8 +31,9 @@ struct KernelPlan {
 };
 
 // A kernel plan for `graph`, whose per-tensor nodes must come first (a hoisted graph): derives its ABI, scratch
-// and prologue. Throws optjit::Error naming the node when the graph is not hoisted or reads or writes a carried
-// value missing from `carries`.
+// and prologue; the graph takes the name `name`, which must be an identifier (check_graph_name). Throws
+// optjit::Error naming the node when the graph is not hoisted or reads or writes a carried value missing from
+// `carries`.
 KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries);
 
 struct KernelStats {

@@ -213,6 +213,13 @@ TEST_CASE("kernel plans: the text of every kernel round trips, and a header that
   unlisted.replace(unlisted.find("carries: c0, c1"), 15, "carries: c0");
   CHECK_THROWS_WITH_AS(parse_kernel_plan(unlisted),
                        "kernel g_k1 uses carried value 'c1', which the plan's carries do not list", Error);
+  // The header's name becomes the graph's and the kernel's symbol: one that is no identifier printed a graph that
+  // did not parse back (found by the IR fuzzer).
+  std::string odd_name = print_kernel_plan(plans[1]);
+  odd_name.replace(0, std::string("kernel @g_k1").size(), "kernel @g+k1");
+  CHECK_THROWS_WITH_AS(
+      parse_kernel_plan(odd_name),
+      "graph @g+k1: a graph's name is an identifier (letters, digits and _, not starting with a digit)", Error);
 }
 
 TEST_CASE("cuda ptx: a two-kernel plan assembles for sm_80 and sm_90") {
