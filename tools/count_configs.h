@@ -15,6 +15,8 @@ struct CountConfig {
 };
 
 std::vector<CountConfig> torch_optim_configs();
+// The configurations of optjit's own optimizers, which torch.optim does not have (Lion): no Inductor count.
+std::vector<CountConfig> own_optimizer_configs();
 
 // Inductor's kernels per step for a configuration on the CPU (reference: inductor-kernel-counts.md).
 int inductor_cpu_kernels(const CountConfig& config, bool foreach);

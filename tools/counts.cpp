@@ -98,6 +98,13 @@ std::string config_name(const KeywordOptions& options) {
   return name.empty() ? "default" : name;
 }
 
+std::vector<CountConfig> own_optimizer_configs() {
+  return {{"lion", {}},
+          {"lion", {{"weight_decay", {0.1}}}},
+          {"lion", {{"maximize", {1}}, {"weight_decay", {0.1}}}},
+          {"lion", {{"betas", {0.95, 0.98}}}}};
+}
+
 // Every CPU run is Inductor's "singletensor" case (8 kernels) unless an override row names the configuration.
 int inductor_cpu_kernels(const CountConfig& c, bool foreach) {
   auto has = [&](const char* key) { return c.options.count(key) > 0; };
@@ -122,7 +129,13 @@ int run_counts(bool json_output) {
     std::printf("kernels per step on two Linear(10, 10) (params 10x10, 10, 10x10, 10), f32, cpu\n\n%-8s %-50s "
                 "%-8s %8s %17s\n",
                 "optimizer", "config", "foreach", "optjit", "inductor (cpu)");
-  for (const CountConfig& c : torch_optim_configs()) {
+  std::vector<CountConfig> configs = torch_optim_configs();
+  const std::size_t torch_count = configs.size();
+  for (const CountConfig& c : own_optimizer_configs())
+    configs.push_back(c);
+  for (std::size_t k = 0; k < configs.size(); ++k) {
+    const CountConfig& c = configs[k];
+    const bool in_torch = k < torch_count; // optjit's own optimizers have no Inductor count
     for (bool foreach : {false, true}) {
       std::vector<Tensor> params = random_params(two_linear_shapes(), Dtype::f32, 0);
       KeywordOptions options = c.options;
@@ -130,15 +143,15 @@ int run_counts(bool json_output) {
       auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{params, {}}}, options);
       CompiledStep step = compile(*opt);
       const int kernels = step.kernel_count();
-      const int inductor = inductor_cpu_kernels(c, foreach);
+      const nlohmann::json inductor = in_torch ? nlohmann::json(inductor_cpu_kernels(c, foreach)) : nlohmann::json();
       rows.push_back({{"optimizer", c.optimizer},
                       {"config", config_name(c.options)},
                       {"foreach", foreach},
                       {"kernels", kernels},
                       {"inductor_kernels", inductor}});
       if (!json_output)
-        std::printf("%-9s %-50s %-8s %8d %17d\n", c.optimizer.c_str(), config_name(c.options).c_str(),
-                    foreach ? "true" : "false", kernels, inductor);
+        std::printf("%-9s %-50s %-8s %8d %17s\n", c.optimizer.c_str(), config_name(c.options).c_str(),
+                    foreach ? "true" : "false", kernels, in_torch ? inductor.dump().c_str() : "- (not in torch)");
     }
   }
   if (json_output)

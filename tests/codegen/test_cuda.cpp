@@ -113,8 +113,11 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
       ++assembled;
     }
   };
+  std::vector<CountConfig> configs = torch_optim_configs();
+  for (const CountConfig& c : own_optimizer_configs())
+    configs.push_back(c);
   for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
-    for (const CountConfig& c : torch_optim_configs()) {
+    for (const CountConfig& c : configs) {
       auto opt = make_single_group(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
       check_assembles(*opt, c.optimizer + " " + config_name(c.options) + " " + std::string(dtype_name(dtype)));
     }
@@ -127,7 +130,7 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
       check_assembles(*opt, name + " bf16 " + option);
     }
   std::filesystem::remove(file);
-  CHECK(assembled >= 480 + 44);
+  CHECK(assembled >= 480 + 16 + 44);
 }
 
 TEST_CASE("cuda ptx: the GPU's exp, log and pow agree with libm to a few ulp, special values included") {
@@ -196,8 +199,11 @@ TEST_CASE("cuda: tensors round trip between host and device") {
 TEST_CASE("cuda: every optimizer configuration compiled on the GPU matches the CPU forloop") {
   if (skip_without_gpu())
     return;
+  std::vector<CountConfig> configs = torch_optim_configs();
+  for (const CountConfig& c : own_optimizer_configs())
+    configs.push_back(c);
   for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
-    for (const CountConfig& c : torch_optim_configs()) {
+    for (const CountConfig& c : configs) {
       INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
       // Sizes that leave vector remainders, a tensor of several work items and an empty one.
       check_gpu_against_forloop(c.optimizer, c.options, dtype, {{33, 7}, {5}, {70001}, {0}, {4, 4}}, 6);

@@ -55,8 +55,10 @@ TEST_CASE("compiled: the issue's example: Adam with amsgrad and weight decay is 
 }
 
 TEST_CASE("compiled: every optimizer configuration is one kernel per (device, dtype) group") {
-  const std::vector<CountConfig> configs = torch_optim_configs();
+  std::vector<CountConfig> configs = torch_optim_configs();
   CHECK(configs.size() >= 60);
+  for (const CountConfig& c : own_optimizer_configs()) // Lion
+    configs.push_back(c);
   for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
     for (const CountConfig& c : configs) {
       INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
