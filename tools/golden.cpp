@@ -127,8 +127,9 @@ static Tensor case_tensor(const Shape& shape, const std::vector<double>& data, D
     return Tensor::from_values(shape, data, dtype);
   Shape components = shape;
   components.push_back(2);
+  const Tensor values = Tensor::from_values(components, data, component_dtype(dtype)); // counts before allocating
   Tensor t = Tensor::empty(shape, dtype);
-  t.view_as_real().copy_from(Tensor::from_values(components, data, component_dtype(dtype)));
+  t.view_as_real().copy_from(values);
   return t;
 }
 

@@ -1,8 +1,12 @@
 #include "tools/golden_scheduler.h"
+#include "frontend/optim/json_text.h"
 #include "frontend/schedulers/cyclic_schedulers.h"
 #include "runtime/error.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
+#include <limits>
 
 namespace optjit {
 namespace {
@@ -14,6 +18,21 @@ std::vector<double> numbers(const json& value) {
   return value.is_array() ? value.get<std::vector<double>>() : std::vector<double>{value.get<double>()};
 }
 
+// A scheduler count option as an exact integer (the scheduler's constructor checks its range).
+int64_t whole(const json& value, const char* key) {
+  return json_integer(value, std::string("scheduler option ") + key, std::numeric_limits<int64_t>::min(),
+                      std::numeric_limits<int64_t>::max());
+}
+
+std::vector<int64_t> wholes(const json& value, const char* key) {
+  if (!value.is_array())
+    throw Error(std::string("scheduler option ") + key + " is " + json_value_text(value) + ", not a list");
+  std::vector<int64_t> out;
+  for (const json& v : value)
+    out.push_back(whole(v, key));
+  return out;
+}
+
 std::vector<LrLambda> lambdas(const json& value) {
   std::vector<LrLambda> out;
   for (const json& e : value.is_array() ? value : json::array({value}))
@@ -23,15 +42,17 @@ std::vector<LrLambda> lambdas(const json& value) {
 
 std::unique_ptr<LRScheduler> make_scheduler(const std::string& name, const json& o, Optimizer& opt) {
   auto num = [&](const char* key, double fallback) { return o.contains(key) ? o[key].get<double>() : fallback; };
-  auto count = [&](const char* key, int64_t fallback) { return o.contains(key) ? o[key].get<int64_t>() : fallback; };
+  // Counts are exact integers (json_integer: 2.5 or 1e30 is an error naming the option, never truncated); the
+  // scheduler's constructor checks their range.
+  auto count = [&](const char* key, int64_t fallback) { return o.contains(key) ? whole(o[key], key) : fallback; };
   if (name == "LambdaLR")
     return std::make_unique<LambdaLR>(opt, lambdas(o.at("lr_lambda")));
   if (name == "MultiplicativeLR")
     return std::make_unique<MultiplicativeLR>(opt, lambdas(o.at("lr_lambda")));
   if (name == "StepLR")
-    return std::make_unique<StepLR>(opt, o.at("step_size").get<int64_t>(), num("gamma", 0.1));
+    return std::make_unique<StepLR>(opt, whole(o.at("step_size"), "step_size"), num("gamma", 0.1));
   if (name == "MultiStepLR")
-    return std::make_unique<MultiStepLR>(opt, o.at("milestones").get<std::vector<int64_t>>(), num("gamma", 0.1));
+    return std::make_unique<MultiStepLR>(opt, wholes(o.at("milestones"), "milestones"), num("gamma", 0.1));
   if (name == "ConstantLR")
     return std::make_unique<ConstantLR>(opt, num("factor", 1.0 / 3), count("total_iters", 5));
   if (name == "LinearLR")
@@ -42,9 +63,9 @@ std::unique_ptr<LRScheduler> make_scheduler(const std::string& name, const json&
   if (name == "PolynomialLR")
     return std::make_unique<PolynomialLR>(opt, count("total_iters", 5), num("power", 1.0));
   if (name == "CosineAnnealingLR")
-    return std::make_unique<CosineAnnealingLR>(opt, o.at("T_max").get<int64_t>(), num("eta_min", 0.0));
+    return std::make_unique<CosineAnnealingLR>(opt, whole(o.at("T_max"), "T_max"), num("eta_min", 0.0));
   if (name == "CosineAnnealingWarmRestarts")
-    return std::make_unique<CosineAnnealingWarmRestarts>(opt, o.at("T_0").get<int64_t>(), count("T_mult", 1),
+    return std::make_unique<CosineAnnealingWarmRestarts>(opt, whole(o.at("T_0"), "T_0"), count("T_mult", 1),
                                                          num("eta_min", 0.0));
   if (name == "CyclicLR") {
     CyclicLROptions c;
@@ -66,11 +87,11 @@ std::unique_ptr<LRScheduler> make_scheduler(const std::string& name, const json&
     OneCycleLROptions c;
     c.max_lr = numbers(o.at("max_lr"));
     if (o.contains("total_steps"))
-      c.total_steps = o["total_steps"].get<int64_t>();
+      c.total_steps = whole(o["total_steps"], "total_steps");
     if (o.contains("epochs"))
-      c.epochs = o["epochs"].get<int64_t>();
+      c.epochs = whole(o["epochs"], "epochs");
     if (o.contains("steps_per_epoch"))
-      c.steps_per_epoch = o["steps_per_epoch"].get<int64_t>();
+      c.steps_per_epoch = whole(o["steps_per_epoch"], "steps_per_epoch");
     c.pct_start = num("pct_start", 0.3);
     c.anneal_strategy = o.value("anneal_strategy", "cos");
     c.cycle_momentum = o.value("cycle_momentum", true);
@@ -110,10 +131,10 @@ GoldenScheduler::GoldenScheduler(const json& spec, Optimizer& optimizer) {
   ReduceLROnPlateauOptions p;
   p.mode = o.value("mode", "min");
   p.factor = o.value("factor", 0.1);
-  p.patience = o.value("patience", int64_t{10});
+  p.patience = o.contains("patience") ? whole(o["patience"], "patience") : 10;
   p.threshold = o.value("threshold", 1e-4);
   p.threshold_mode = o.value("threshold_mode", "rel");
-  p.cooldown = o.value("cooldown", int64_t{0});
+  p.cooldown = o.contains("cooldown") ? whole(o["cooldown"], "cooldown") : 0;
   if (o.contains("min_lr"))
     p.min_lr = numbers(o["min_lr"]);
   p.eps = o.value("eps", 1e-8);

@@ -31,7 +31,8 @@ struct RunIrOptions {
 };
 // Runs the graph `steps` times over random params and grads (zero state), compiled for the CPU and through the
 // interpreter on copies, and prints the kernel count, the compile time and how far the two results are apart.
-// Returns 0 when they agree (|compiled - interpreted| <= 1e-6 + 1e-5 |interpreted|, NaN where NaN), 1 when not.
+// Returns 0 when they agree (|compiled - interpreted| <= 1e-6 + rtol |interpreted|, rtol 1e-5, or one unit of a
+// bf16 or f16 slot's precision; NaN where NaN), 1 when not.
 int run_ir_file(const RunIrOptions& options);
 
 } // namespace optjit

@@ -1,4 +1,5 @@
 #include "frontend/optim/optimizer.h"
+#include "compiler/ir/builder.h"
 #include "compiler/ir/interpreter.h"
 #include "frontend/optim/validation.h"
 #include "runtime/error.h"
@@ -96,6 +97,7 @@ Optimizer::~Optimizer() = default;
 
 Optimizer::Optimizer(std::string name, OptionMap defaults, bool foreach, std::set<std::string> flags)
     : name_(std::move(name)), defaults_(std::move(defaults)), foreach_(foreach), flags_(std::move(flags)) {
+  check_graph_name(name_); // it names the traced graphs and the kernels' symbols
   check_flags(defaults_, "the defaults");
 }
 
@@ -481,17 +483,26 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
     if (const Tensor t = find_state(given, spec.name); t.defined()) // a missing key is reported below, with all
       state.emplace_back(spec.name, visible_entry(spec, t));
   }
-  // An entry these options do not use but other options of the optimizer do (max_exp_avg_sq once amsgrad is
-  // switched off, SGD's momentum_buffer once momentum is 0) is kept as given, as torch keeps it: the optimizer's
-  // own state_dict() after such a switch loads back. Keys no options of the optimizer keep are refused.
+  // An entry these options do not use but other options of the optimizer's algorithm do (max_exp_avg_sq once
+  // amsgrad is switched off, SGD's momentum_buffer once momentum is 0) is kept as given, as torch keeps it: the
+  // optimizer's own state_dict() after such a switch loads back, and switching the option on again continues from
+  // it, with the hidden entries that go with it at their loaded values. Keys no options keep are refused, and so is
+  // a master copy (master_param) in a group without master weights: its presence would change the forloop's math.
   std::set<std::string> known_keys = kept_keys;
   const Structure every = traced_structure(groups_[static_cast<std::size_t>(group_of_flat(flat))]).with_every_flag();
-  for (const StateSpec& spec : step_state_specs(every))
+  const std::vector<StateSpec> every_spec = state_specs(every); // the algorithm's own, without optjit's extras
+  bool kept_extra = false;
+  for (const StateSpec& spec : every_spec)
     if (spec.visible && !kept_keys.count(spec.name))
       if (const Tensor t = find_state(given, spec.name); t.defined()) {
         known_keys.insert(spec.name);
         state.emplace_back(spec.name, visible_entry(spec, t));
+        kept_extra = true;
       }
+  for (const StateSpec& spec : every_spec)
+    if (kept_extra && !spec.visible && !find_state(state, spec.name).defined())
+      state.emplace_back(spec.name, Tensor::full({}, loaded ? spec.loaded : spec.initial, new_state_dtype(param, spec),
+                                                 param.device()));
   if (!std::includes(given_keys.begin(), given_keys.end(), kept_keys.begin(), kept_keys.end()) ||
       !std::includes(known_keys.begin(), known_keys.end(), given_keys.begin(), given_keys.end()))
     throw Error(fmt::format("state of param {} has keys {}, but {} with these options keeps {}", id, given_keys, name_,
@@ -699,7 +710,7 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
   for (const auto& [key, t] : state)
     state_f.emplace_back(key, working(t));
   // With master weights the reference updates the f32 master, and the param is rounded from it.
-  const Tensor master = find_state(state_f, kMasterParam);
+  const Tensor master = group.get("master_weights") != 0 ? find_state(state_f, kMasterParam) : Tensor();
   const Tensor param_f = master.defined() ? master : working(param);
   forloop_step(group, param_f, working(grad), state_f);
   // Each result rounded once into its storage: to nearest, or stochastically with the kernels' stream (the slot's

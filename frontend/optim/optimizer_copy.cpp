@@ -3,6 +3,10 @@
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/registry.h"
 
+#include <spdlog/fmt/fmt.h>
+
+#include <typeinfo>
+
 namespace optjit {
 namespace {
 
@@ -30,6 +34,10 @@ std::unique_ptr<Optimizer> Optimizer::deep_copy() const {
   // The class's constructor makes the groups and checks nothing new: every value below is this optimizer's, which
   // passed the same checks.
   std::unique_ptr<Optimizer> copy = make_optimizer(name_, std::move(groups), {{"foreach", {foreach_ ? 1.0 : 0.0}}});
+  if (typeid(*copy) != typeid(*this)) // an unregistered class, or one registered under another class's name
+    throw Error(fmt::format("deep_copy: the optimizer registered as {} is another class than this one; register this "
+                            "class (register_optimizer) to copy it",
+                            name_));
   copy->defaults_ = defaults_;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     copy->groups_[g].options = groups_[g].options;

@@ -123,8 +123,9 @@ void Optimizer::load_state_dict(StateDict loaded) {
   // Nothing below throws: the optimizer changes all at once.
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     groups_[g].options = loaded.param_groups[g].options;
-    groups_[g].param_names = loaded.param_groups[g].param_names; // as torch's load_state_dict takes the saved group
-    for (auto& [name, tensor] : groups_[g].tensor_options)       // a tensor-held option keeps its tensor
+    if (!loaded.param_groups[g].param_names.empty()) // an unnamed dict keeps this optimizer's names, as torch's does
+      groups_[g].param_names = loaded.param_groups[g].param_names;
+    for (auto& [name, tensor] : groups_[g].tensor_options) // a tensor-held option keeps its tensor
       tensor.fill(groups_[g].options.at(name));
   }
   states_ = std::move(states);

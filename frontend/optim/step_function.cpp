@@ -8,6 +8,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <cmath>
+#include <set>
 
 namespace optjit {
 namespace {
@@ -49,14 +50,24 @@ void check_lists(const std::string& name, const StepLists& lists) {
     throw Error(fmt::format("compile_step {}: {} grads for {} params (give one per param, or none to use the "
                             "params' own)",
                             name, lists.grads.size(), n));
-  auto check_count = [&](const std::string& list, std::size_t count) {
+  std::set<uint64_t> params_seen;
+  for (std::size_t i = 0; i < n; ++i)
+    if (!lists.params[i].defined() || !params_seen.insert(lists.params[i].uid()).second)
+      throw Error(fmt::format("compile_step {}: param {} is {}: give each param once", name, i,
+                              lists.params[i].defined() ? "listed twice" : "undefined"));
+  std::set<std::string> names = {"param", "grad"};
+  auto check_list = [&](const std::string& list, std::size_t count) {
+    if (list.empty() || list[0] == '_' || !names.insert(list).second)
+      throw Error(fmt::format("compile_step {}: list name '{}' is taken (param, grad, another list) or reserved "
+                              "(empty, or starting with _)",
+                              name, list));
     if (count != n)
       throw Error(fmt::format("compile_step {}: list '{}' has {} tensors for {} params", name, list, count, n));
   };
   for (const auto& [key, tensors] : lists.state)
-    check_count(key, tensors.size());
+    check_list(key, tensors.size());
   for (const auto& [key, tensors] : lists.scalars)
-    check_count(key, tensors.size());
+    check_list(key, tensors.size());
   for (const auto& [key, value] : lists.hypers) {
     if (kFlags.count(key) || key == "param" || key == "grad")
       throw Error(fmt::format("compile_step {}: '{}' is a name optjit keeps for itself", name, key));

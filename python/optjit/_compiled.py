@@ -1,5 +1,6 @@
 """optjit.compile(opt): a torch.optim optimizer's step as one compiled callable, in place on torch's tensors."""
 
+import contextlib
 import functools
 import threading
 import weakref
@@ -42,16 +43,29 @@ class CompiledStep:
                 f"the compiled step takes only closure=, not {', '.join(kwargs)} (a GradScaler hands over its scale "
                 "as opt.grad_scale and opt.found_inf, which the step reads)"
             )
-        opt = self._optimizer()
-        if not self._lock.acquire(blocking=False):
+        with self._exclusive(stepping=True):
+            return self._call_locked(self._optimizer(), closure)
+
+    @contextlib.contextmanager
+    def _exclusive(self, stepping=False):
+        """Holds the optimizer's lock: its C++ step is used by one caller at a time (the update runs without the
+        GIL, so a second caller would race with it). Reading (metrics, dump, kernel_count) from the thread that is
+        stepping, as a step hook does, is safe: the update is not running then."""
+        lock = self._lock
+        if not stepping and lock.owner == threading.get_ident():
+            yield
+            return
+        if not lock.mutex.acquire(blocking=False):
             raise Error(
                 "this optimizer is already being stepped, from another thread or from a hook or closure of its own "
                 "step: optjit steps an optimizer from one thread at a time (the update runs without the GIL)"
             )
+        lock.owner = threading.get_ident()
         try:
-            return self._call_locked(opt, closure)
+            yield
         finally:
-            self._lock.release()
+            lock.owner = None
+            lock.mutex.release()
 
     def _call_locked(self, opt, closure):
         args, kwargs = (opt,), {} if closure is None else {"closure": closure}
@@ -75,13 +89,16 @@ class CompiledStep:
     @property
     def kernel_count(self):
         """Kernels one step launches with the grads present now."""
-        return self._compiled(self._optimizer()).kernel_count()
+        with self._exclusive():
+            return self._compiled(self._optimizer()).kernel_count()
 
     def metrics(self):
         """What compiling and stepping did: compiles, recompiles (and why), rebinds, kernels, times."""
-        opt = self._optimizer()
-        cxx = self._compiled(opt)
-        metrics = cxx.metrics()
+        with self._exclusive():
+            opt = self._optimizer()
+            cxx = self._compiled(opt)
+            metrics = cxx.metrics()
+            kernels = cxx.kernel_count()
         for old in self._retired:
             counts = ("steps", "skipped_steps", "compiles", "recompiles", "rebinds", "kernels_generated", "cache_hits")
             for key in counts:
@@ -91,17 +108,18 @@ class CompiledStep:
         metrics["recompile_reasons"] = [r for old in self._retired for r in old["recompile_reasons"]] + metrics[
             "recompile_reasons"
         ]
-        metrics["kernels"] = cxx.kernel_count()
+        metrics["kernels"] = kernels
         return metrics
 
     def dump(self, stage="fused", gpu_sm=0):
         """The step's code at one stage: "traced", "optimized", "fused", "llvm" or "ptx" (ptx needs no GPU)."""
         if stage not in _STAGES:
             raise Error(f"unknown stage {stage!r}: expected one of {', '.join(_STAGES)}")
-        opt = self._optimizer()
-        cxx = self._compiled(opt)
-        self._sync(opt, cxx)
-        return cxx.dump(stage, gpu_sm)
+        with self._exclusive():
+            opt = self._optimizer()
+            cxx = self._compiled(opt)
+            self._sync(opt, cxx)
+            return cxx.dump(stage, gpu_sm)
 
     def _optimizer(self):
         return self._opt
@@ -165,11 +183,17 @@ _step_locks = weakref.WeakKeyDictionary()
 _step_locks_guard = threading.Lock()
 
 
+class _StepLock:
+    def __init__(self):
+        self.mutex = threading.Lock()
+        self.owner = None  # the thread holding it
+
+
 def _step_lock(opt):
     with _step_locks_guard:
         lock = _step_locks.get(opt)
         if lock is None:
-            lock = _step_locks[opt] = threading.Lock()
+            lock = _step_locks[opt] = _StepLock()
         return lock
 
 

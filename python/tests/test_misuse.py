@@ -166,3 +166,15 @@ def test_a_compiled_optimizer_prints_in_torchs_format():
     opt.step()
     assert repr(opt) == text
     assert text.startswith("Adam (\nParameter Group 0\n    amsgrad: False\n")
+
+
+def test_a_step_hook_may_read_metrics_and_dumps_of_the_running_step():
+    ps = params()
+    opt = torch.optim.Adam(ps, lr=0.1)
+    step = optjit.patch(opt)
+    seen = []
+    opt.register_step_post_hook(lambda optimizer, args, kwargs: seen.append((step.metrics()["steps"], step.kernel_count)))
+    opt.step()
+    opt.step()
+    assert seen == [(1, 1), (2, 1)]
+    assert "kernel" in step.dump("fused")

@@ -426,6 +426,14 @@ TEST_CASE("state_dict: after a structural option is switched off, the optimizer 
       a->step();
       b->step();
       check_same_trajectory(pa, *a, pb, *b, 0, 0, "after the load");
+      // Switched on again, both continue from the kept entry (SGD's buffer counts as started, as torch's does).
+      for (auto* opt : {a.get(), b.get()})
+        opt->param_groups()[0].set(s.option, s.on.begin()->second[0]);
+      randomize_grads(pa, 4);
+      randomize_grads(pb, 4);
+      a->step();
+      b->step();
+      check_same_trajectory(pa, *a, pb, *b, 0, 0, "switched on again");
     }
   // A key that no options of the optimizer keep is still refused.
   auto params = random_params({{3}}, Dtype::f32, 1);
@@ -434,6 +442,13 @@ TEST_CASE("state_dict: after a structural option is switched off, the optimizer 
   StateDict odd = adam->state_dict();
   odd.state.at(0).emplace_back("momentum_buffer", Tensor::zeros({3}, Dtype::f32));
   check_error_contains([&] { adam->load_state_dict(odd); }, "state of param 0 has keys {");
+  // Nor is a master copy kept in a group without master weights: its presence would change the forloop's math.
+  auto low = random_params({{3}}, Dtype::bf16, 2);
+  auto master = test::make_single_group("Adam", low, {{"master_weights", {1}}}, false);
+  master->step();
+  StateDict without = master->state_dict();
+  without.param_groups[0].options["master_weights"] = 0;
+  check_error_contains([&] { master->load_state_dict(without); }, "master_param");
 }
 
 TEST_CASE("state_dict: AdamW's state loads into Adam(decoupled_weight_decay) and Adam's into AdamW, which stays "
@@ -478,6 +493,10 @@ TEST_CASE("state_dict: param names (torch >= 2.6's named state dicts) round-trip
   auto plain =
       make_optimizer("Adam", {ParamGroupSpec{{params[0], params[1]}, {}}, ParamGroupSpec{{params[2]}, {}}}, {});
   plain->load_state_dict(loaded);
+  CHECK(plain->state_dict().param_groups[0].param_names == saved.param_groups[0].param_names);
+  StateDict unnamed = saved; // an unnamed dict keeps the optimizer's names, as torch's load_state_dict does
+  unnamed.param_groups[0].param_names.clear();
+  plain->load_state_dict(unnamed);
   CHECK(plain->state_dict().param_groups[0].param_names == saved.param_groups[0].param_names);
   CHECK(plain->deep_copy()->state_dict().param_groups[0].param_names == saved.param_groups[0].param_names);
   CHECK(plain->repr().find("    param_names: ['layer.weight', 'layer.bias']\n") != std::string::npos);

@@ -125,6 +125,13 @@ TEST_CASE("step function: bad lists, names and hyperparameters are refused namin
               "compile_step signum: hyperparameter lr is inf: hyperparameters must be finite");
   check_error([&] { compile_step("signum", signum_function, StepLists{}); },
               "compile_step signum: the params list is empty");
+  StepLists twice = lists();
+  twice.params[1] = twice.params[0];
+  check_error([&] { compile_step("signum", signum_function, twice); },
+              "compile_step signum: param 1 is listed twice: give each param once");
+  StepLists clash = lists();
+  clash.state.push_back({"grad", zeros_like_each(params)});
+  check_error_contains([&] { compile_step("signum", signum_function, clash); }, "list name 'grad' is taken");
   // A function that reads a list it was not given: refused when it is traced, naming the lists it has.
   StepFunction reads_undeclared = compile_step(
       "signum", [](Tracer& t) { t.store("param", t.tensors("param") + t.tensors("exp_avg")); }, lists());
