@@ -34,7 +34,8 @@ std::unique_ptr<Optimizer> Optimizer::deep_copy() const {
   // The class's constructor makes the groups and checks nothing new: every value below is this optimizer's, which
   // passed the same checks.
   std::unique_ptr<Optimizer> copy = make_optimizer(name_, std::move(groups), {{"foreach", {foreach_ ? 1.0 : 0.0}}});
-  if (typeid(*copy) != typeid(*this)) // an unregistered class, or one registered under another class's name
+  const Optimizer& made = *copy;
+  if (typeid(made) != typeid(*this)) // a class registered under another class's name
     throw Error(fmt::format("deep_copy: the optimizer registered as {} is another class than this one; register this "
                             "class (register_optimizer) to copy it",
                             name_));
