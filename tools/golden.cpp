@@ -4,14 +4,13 @@
 #include "frontend/optim/registry.h"
 #include "runtime/error.h"
 #include "tools/golden_scheduler.h"
+#include "tools/text_file.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -134,20 +133,12 @@ static Tensor case_tensor(const Shape& shape, const std::vector<double>& data, D
 }
 
 ReplayResult replay_golden_file(const std::filesystem::path& file, ReplayMode mode, Device device) {
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(file, error);
-  std::string failure;
-  if (error)
-    failure = fmt::format("cannot read {}: {}", file.string(), error.message());
-  else if (size > kMaxGoldenCaseBytes)
-    failure = fmt::format("{} has {} bytes, more than the largest golden case, {} bytes (kMaxGoldenCaseBytes)",
-                          file.string(), size, kMaxGoldenCaseBytes);
-  std::ifstream in(file, std::ios::binary);
-  if (failure.empty() && !in)
-    failure = "cannot read " + file.string();
-  if (!failure.empty())
-    return ReplayResult{file.stem().string(), false, failure, {}};
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {
+    text = read_text_file(file, "golden case", kMaxGoldenCaseBytes, "kMaxGoldenCaseBytes");
+  } catch (const Error& e) {
+    return ReplayResult{file.stem().string(), false, e.what(), {}};
+  }
   return replay_golden_text(text, file.stem().string(), mode, device);
 }
 

@@ -9,14 +9,13 @@
 #include "runtime/error.h"
 #include "tools/cli_text.h"
 #include "tools/model.h"
+#include "tools/text_file.h"
 
 #include <spdlog/fmt/fmt.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 
 namespace optjit {
 namespace {
@@ -71,17 +70,7 @@ ListArguments copy_of(const ListArguments& args) {
 } // namespace
 
 Graph read_ir_file(const std::filesystem::path& file) {
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(file, error);
-  if (error)
-    throw Error(fmt::format("cannot read the IR file {}: {}", file.string(), error.message()));
-  if (size > kMaxIrFileBytes)
-    throw Error(fmt::format("the IR file {} has {} bytes, more than the largest, {} bytes (kMaxIrFileBytes)",
-                            file.string(), size, kMaxIrFileBytes));
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    throw Error(fmt::format("cannot read the IR file {}", file.string()));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_text_file(file, "IR file", kMaxIrFileBytes, "kMaxIrFileBytes");
   try {
     Graph graph = parse_graph(text);
     verify(graph);

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <tuple>
 
 namespace optjit {
 namespace {
@@ -67,6 +68,14 @@ Registry& registry() {
     return r;
   }();
   return *table;
+}
+
+// The entry registered as `name` in any case, or null; the caller holds the registry's mutex.
+const std::pair<std::string, OptimizerFactory>* find_entry(const Registry& r, const std::string& name) {
+  for (const auto& entry : r.entries)
+    if (lower(entry.first) == lower(name))
+      return &entry;
+  return nullptr;
 }
 
 // Group overrides use the optimizer's option names, with pairs split (betas -> beta1, beta2).
@@ -119,9 +128,8 @@ void register_optimizer(const std::string& name, OptimizerFactory factory) {
     throw Error("register_optimizer: give a name and a factory");
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  for (const auto& [known, unused] : r.entries)
-    if (lower(known) == lower(name))
-      throw Error(fmt::format("register_optimizer: optjit already has an optimizer named {}", known));
+  if (const auto* known = find_entry(r, name))
+    throw Error(fmt::format("register_optimizer: optjit already has an optimizer named {}", known->first));
   r.entries.emplace_back(name, std::move(factory));
 }
 
@@ -133,11 +141,8 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
   {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
-    for (const auto& [known, known_factory] : r.entries)
-      if (lower(known) == lower(name)) {
-        cls = known;
-        factory = known_factory;
-      }
+    if (const auto* known = find_entry(r, name))
+      std::tie(cls, factory) = *known;
   }
   if (!factory)
     throw Error(fmt::format("unknown optimizer '{}' (optjit has {})", name, fmt::join(implemented_optimizers(), ", ")));

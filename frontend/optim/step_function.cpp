@@ -89,38 +89,26 @@ StepFunction::StepFunction(StepFunction&&) noexcept = default;
 StepFunction& StepFunction::operator=(StepFunction&&) noexcept = default;
 StepFunction::~StepFunction() = default;
 
-void StepFunction::operator()() {
+StepFunction::State& StepFunction::live() const {
   if (!state_)
     throw Error("this step function was moved from: call the StepFunction it was moved to");
-  (*state_->step)();
+  return *state_;
 }
 
+void StepFunction::operator()() { (*live().step)(); }
+
 void StepFunction::set_hyper(const std::string& name, double value) {
-  if (!state_)
-    throw Error("this step function was moved from: call the StepFunction it was moved to");
-  ParamGroup& group = state_->optimizer->param_groups()[0];
+  ParamGroup& group = live().optimizer->param_groups()[0];
   if (!group.has(name) || kFlags.count(name))
     throw Error(fmt::format("step function {} has no hyperparameter '{}'", state_->optimizer->name(), name));
   group.set(name, value);
 }
 
-int StepFunction::kernel_count() {
-  if (!state_)
-    throw Error("this step function was moved from: call the StepFunction it was moved to");
-  return state_->step->kernel_count();
-}
+int StepFunction::kernel_count() { return live().step->kernel_count(); }
 
-std::string StepFunction::dump(Stage stage, int gpu_sm) {
-  if (!state_)
-    throw Error("this step function was moved from: call the StepFunction it was moved to");
-  return state_->step->dump(stage, gpu_sm);
-}
+std::string StepFunction::dump(Stage stage, int gpu_sm) { return live().step->dump(stage, gpu_sm); }
 
-const StepMetrics& StepFunction::metrics() const {
-  if (!state_)
-    throw Error("this step function was moved from: call the StepFunction it was moved to");
-  return state_->step->metrics();
-}
+const StepMetrics& StepFunction::metrics() const { return live().step->metrics(); }
 
 StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lists, CompileOptions options) {
   check_lists(name, lists);

@@ -57,6 +57,7 @@ private:
   friend StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lists, CompileOptions options);
   struct State;
   explicit StepFunction(std::unique_ptr<State> state);
+  State& live() const; // throws when moved from
   std::unique_ptr<State> state_;
 };
 
