@@ -15,6 +15,7 @@ public:
   virtual ~CpuKernel() = default;
   KernelPhaseFn tensor_phase = nullptr;  // per-tensor prologue over a tensor range
   KernelPhaseFn element_phase = nullptr; // element body over a work-item range
+  KernelPhaseFn finish_phase = nullptr;  // reductions' partials combined over a tensor range; null without reductions
   double compile_ms = 0;                 // LLVM time: emit, optimize, machine code
 };
 

@@ -133,6 +133,9 @@ std::shared_ptr<CpuKernel> compile_cpu_kernel(const KernelPlan& plan) {
       check_llvm(jit.jit().lookup(names.tensor_phase), "materialising " + names.tensor_phase).toPtr<KernelPhaseFn>();
   kernel->element_phase =
       check_llvm(jit.jit().lookup(names.element_phase), "materialising " + names.element_phase).toPtr<KernelPhaseFn>();
+  if (!names.finish_phase.empty())
+    kernel->finish_phase =
+        check_llvm(jit.jit().lookup(names.finish_phase), "materialising " + names.finish_phase).toPtr<KernelPhaseFn>();
   kernel->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   OPTJIT_LOG(codegen, "compiled {} for {} in {:.2f} ms", plan.name, jit.cpu_description(), kernel->compile_ms);
   return kernel;

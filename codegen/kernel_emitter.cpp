@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
 
 namespace optjit {
@@ -106,6 +107,14 @@ public:
     Value* scratch = field(b, args, KernelArg::scratch);
     Value* n_scratch = field(b, args, KernelArg::n_scratch);
     Value* items = field(b, args, KernelArg::items);
+    Value* partials = field(b, args, KernelArg::partials);
+    Value* n_reduce = field(b, args, KernelArg::n_reduce);
+    // Per reduction: one f64 accumulator per vector lane and one for the scalar tail, reset for every item.
+    std::vector<llvm::AllocaInst*> vector_acc, tail_acc;
+    for (ValueId id = plan_.reductions_begin; id < graph_.size(); ++id) {
+      vector_acc.push_back(b.CreateAlloca(vector_type_of(b.getDoubleTy(), lanes_)));
+      tail_acc.push_back(b.CreateAlloca(b.getDoubleTy()));
+    }
     emit_loop(b, begin, end, b.getInt64(1), "item", [&](Value* i) {
       auto [t, first, last] = load_work_item(b, items, i);
       // Per-tensor operands: scratch values of this tensor, and constants.
@@ -126,13 +135,73 @@ public:
       Value* count = b.CreateSub(last, first);
       Value* vector_end = b.CreateAdd(first, b.CreateMul(b.CreateSDiv(count, b.getInt64(lanes_)), b.getInt64(lanes_)));
       auto splats = splat_all(b, scalars, lanes_);
+      for (std::size_t r = 0; r < vector_acc.size(); ++r) {
+        const Op op = reduction_op(r);
+        b.CreateStore(b.CreateVectorSplat(static_cast<unsigned>(lanes_), identity(b, op)), vector_acc[r]);
+        b.CreateStore(identity(b, op), tail_acc[r]);
+      }
       emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec",
-                [&](Value* j) { emit_body(b, bases, splats, j, lanes_); });
-      emit_loop(b, vector_end, last, b.getInt64(1), "tail", [&](Value* j) { emit_body(b, bases, scalars, j, 1); });
+                [&](Value* j) { emit_body(b, bases, splats, j, lanes_, vector_acc); });
+      emit_loop(b, vector_end, last, b.getInt64(1), "tail",
+                [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
+      // The item's partial: the lanes in order, then the tail; a fixed order, whatever thread runs the item.
+      for (std::size_t r = 0; r < vector_acc.size(); ++r) {
+        const Op op = reduction_op(r);
+        Value* lanes = b.CreateLoad(vector_acc[r]->getAllocatedType(), vector_acc[r]);
+        Value* partial = b.CreateExtractElement(lanes, uint64_t{0});
+        for (int lane = 1; lane < lanes_; ++lane)
+          partial = combine(b, op, partial, b.CreateExtractElement(lanes, static_cast<uint64_t>(lane)));
+        partial = combine(b, op, partial, b.CreateLoad(b.getDoubleTy(), tail_acc[r]));
+        Value* at = b.CreateAdd(b.CreateMul(i, n_reduce), b.getInt64(static_cast<int64_t>(r)));
+        b.CreateStore(partial, b.CreateGEP(b.getDoubleTy(), partials, at));
+      }
     });
     b.CreateRetVoid();
     (void)fn;
   }
+
+  // Kernels that end with reductions: each tensor's partials combined in item order, handed on as carried values.
+  void emit_finish_phase(const std::string& symbol) {
+    IRBuilder<> b(ctx_);
+    auto [fn, args, begin, end] = declare(symbol, b);
+    Value* partials = field(b, args, KernelArg::partials);
+    Value* n_reduce = field(b, args, KernelArg::n_reduce);
+    Value* first_item = field(b, args, KernelArg::first_item);
+    const PerTensorInputs in{nullptr,
+                             nullptr,
+                             nullptr,
+                             nullptr,
+                             nullptr,
+                             field(b, args, KernelArg::carry),
+                             field(b, args, KernelArg::n_carry),
+                             nullptr};
+    std::vector<llvm::AllocaInst*> acc;
+    for (ValueId id = plan_.reductions_begin; id < graph_.size(); ++id)
+      acc.push_back(b.CreateAlloca(b.getDoubleTy()));
+    emit_loop(b, begin, end, b.getInt64(1), "tensor", [&](Value* t) {
+      Value* items_begin = b.CreateLoad(i64_, b.CreateGEP(i64_, first_item, t));
+      Value* items_end = b.CreateLoad(i64_, b.CreateGEP(i64_, first_item, b.CreateAdd(t, b.getInt64(1))));
+      for (std::size_t r = 0; r < acc.size(); ++r)
+        b.CreateStore(identity(b, reduction_op(r)), acc[r]);
+      emit_loop(b, items_begin, items_end, b.getInt64(1), "item", [&](Value* i) {
+        for (std::size_t r = 0; r < acc.size(); ++r) {
+          Value* at = b.CreateAdd(b.CreateMul(i, n_reduce), b.getInt64(static_cast<int64_t>(r)));
+          Value* partial = b.CreateLoad(b.getDoubleTy(), b.CreateGEP(b.getDoubleTy(), partials, at));
+          b.CreateStore(combine(b, reduction_op(r), b.CreateLoad(b.getDoubleTy(), acc[r]), partial), acc[r]);
+        }
+      });
+      PerTensorInputs here = in;
+      here.t = t;
+      for (const Store& s : graph_.stores)
+        if (s.value >= plan_.reductions_begin) // make_kernel_plan: only carry stores use a reduction
+          b.CreateStore(b.CreateLoad(b.getDoubleTy(), acc[static_cast<std::size_t>(s.value - plan_.reductions_begin)]),
+                        carry_address(b, here, s.name));
+    });
+    b.CreateRetVoid();
+    (void)fn;
+  }
+
+  bool has_reductions() const { return plan_.reductions_begin < graph_.size(); }
 
   // The GPU kernel (runtime/kernel_abi.h): block = work item, threads stride over its elements, `lanes` at a
   // time with 128-bit accesses when every slot's address of the item is aligned, one at a time otherwise.
@@ -252,6 +321,20 @@ private:
         const int slot = index_in(plan_.abi.tensor_slots, graph_.stores[k].name);
         b.CreateAlignedStore(stored[k], vector_at(slot), align_of(slot));
       }
+  }
+
+  // Reduction r of the kernel (node reductions_begin + r), its identity, and how two partials combine.
+  Op reduction_op(std::size_t r) const { return graph_.node(plan_.reductions_begin + static_cast<ValueId>(r)).op; }
+  static Value* identity(IRBuilder<>& b, Op op) {
+    return llvm::ConstantFP::get(b.getDoubleTy(),
+                                 op == Op::reduce_sum ? 0.0 : -std::numeric_limits<double>::infinity());
+  }
+  static Value* combine(IRBuilder<>& b, Op op, Value* acc, Value* v) {
+    OPTJIT_ASSERT(op == Op::reduce_sum || op == Op::reduce_max, "not a reduction: " + std::string(op_name(op)));
+    return op == Op::reduce_sum ? b.CreateFAdd(acc, v) : b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, acc, v);
+  }
+  static llvm::Type* vector_type_of(llvm::Type* element, int lanes) {
+    return llvm::FixedVectorType::get(element, static_cast<unsigned>(lanes));
   }
 
   struct BlockCount {
@@ -400,7 +483,7 @@ private:
 
   // The element DAG for `lanes` consecutive elements starting at index j: loads, arithmetic, stores.
   void emit_body(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& per_tensor, Value* j,
-                 int lanes) {
+                 int lanes, const std::vector<llvm::AllocaInst*>& accumulators = {}) {
     llvm::Type* type = lane_type(lanes);
     auto load = [&](int slot) {
       const Dtype storage = tensor_slot_dtype(slot);
@@ -417,6 +500,12 @@ private:
       index = b.CreateAdd(b.CreateVectorSplat(static_cast<unsigned>(lanes), j), llvm::ConstantVector::get(offsets));
     }
     std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type, index);
+    for (std::size_t r = 0; r < accumulators.size(); ++r) {
+      const Node& n = graph_.node(plan_.reductions_begin + static_cast<ValueId>(r));
+      Value* wide = b.CreateFPExt(values[static_cast<std::size_t>(n.inputs[0])], with_lanes(b.getDoubleTy(), type));
+      llvm::AllocaInst* acc = accumulators[r];
+      b.CreateStore(combine(b, n.op, b.CreateLoad(acc->getAllocatedType(), acc), wide), acc);
+    }
     for (const Store& s : graph_.stores) {
       if (s.kind != StoreKind::Tensor)
         continue;
@@ -433,7 +522,7 @@ private:
   std::vector<Value*> evaluate_elements(IRBuilder<>& b, const std::vector<Value*>& per_tensor,
                                         const std::function<Value*(int slot)>& load, llvm::Type* type, Value* index) {
     std::vector<Value*> values = per_tensor;
-    for (ValueId id = plan_.prologue_size; id < graph_.size(); ++id) {
+    for (ValueId id = plan_.prologue_size; id < plan_.reductions_begin; ++id) {
       const Node& n = graph_.node(id);
       Value* v;
       if (n.op == Op::tensor) {
@@ -509,6 +598,8 @@ private:
   // slot) and the values it hands to later kernels (into the carry buffer, in their own dtype).
   void emit_per_tensor_stores(IRBuilder<>& b, const std::vector<Value*>& values, const PerTensorInputs& in) {
     for (const Store& s : graph_.stores) {
+      if (s.value >= plan_.reductions_begin)
+        continue; // a reduction's result, handed on by the finish phase
       Value* value = values[static_cast<std::size_t>(s.value)];
       switch (s.kind) {
       case StoreKind::Tensor:
@@ -572,7 +663,9 @@ private:
       return as_type(b.CreateFCmpOEQ(in[0], in[1]));
     case Op::select:
       return b.CreateSelect(b.CreateFCmpUNE(in[0], zero), in[1], in[2]);
-    case Op::sround: // needs the element index: emit_stochastic_round
+    case Op::sround:     // needs the element index: emit_stochastic_round
+    case Op::reduce_sum: // accumulated by the element phase (emit_body), combined by the finish phase
+    case Op::reduce_max:
     case Op::constant:
     case Op::hyper:
     case Op::scalar_state:
@@ -649,14 +742,22 @@ void verify(const llvm::Module& module) {
 EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol_prefix,
                               int lanes) {
   Emitter emitter(plan, module, lanes);
-  EmittedKernel names{symbol_prefix + "_tensor_phase", symbol_prefix + "_element_phase"};
+  EmittedKernel names{symbol_prefix + "_tensor_phase", symbol_prefix + "_element_phase", ""};
   emitter.emit_tensor_phase(names.tensor_phase);
   emitter.emit_element_phase(names.element_phase);
+  if (emitter.has_reductions()) {
+    names.finish_phase = symbol_prefix + "_finish_phase";
+    emitter.emit_finish_phase(names.finish_phase);
+  }
   verify(module);
   return names;
 }
 
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol) {
+  if (plan.reductions_begin < plan.graph.size())
+    throw Error("kernel " + plan.name +
+                " ends with a reduction: reductions compile for the CPU so far; GPU kernels of reductions are not "
+                "built yet (run this optimizer's params on the CPU)");
   Emitter emitter(plan, module, kGpuVectorBytes / static_cast<int>(dtype_size(plan.graph.dtype)),
                   /*device_math=*/true);
   emitter.emit_gpu_kernel(symbol);

@@ -12,6 +12,7 @@ namespace optjit {
 struct EmittedKernel {
   std::string tensor_phase; // symbol names in the module
   std::string element_phase;
+  std::string finish_phase; // empty when the kernel ends with no reduction
 };
 
 EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol_prefix,

@@ -44,6 +44,17 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   args_.n_scratch = static_cast<int64_t>(plan.scratch.size());
   args_.items = items_.data();
   args_.n_items = static_cast<int64_t>(items_.size());
+  // Reductions: one partial per item and reduction, and where each tensor's items start.
+  const auto n_reduce = static_cast<std::size_t>(plan.graph.size() - plan.reductions_begin);
+  partials_.assign(std::max<std::size_t>(1, n_reduce * items_.size()), 0.0);
+  first_item_.assign(static_cast<std::size_t>(n) + 1, static_cast<int64_t>(items_.size()));
+  for (std::size_t i = items_.size(); i-- > 0;)
+    first_item_[static_cast<std::size_t>(items_[i].tensor)] = static_cast<int64_t>(i);
+  for (std::size_t t = static_cast<std::size_t>(n); t-- > 0;) // a tensor without items starts where the next does
+    first_item_[t] = std::min(first_item_[t], first_item_[t + 1]);
+  args_.partials = partials_.data();
+  args_.n_reduce = static_cast<int64_t>(n_reduce);
+  args_.first_item = first_item_.data();
 }
 
 void Binding::set_hyper(const std::vector<double>& values_by_group) {

@@ -44,6 +44,8 @@ private:
   int64_t source_hyper_count_ = 0;
   std::vector<uint64_t> scratch_;
   std::vector<WorkItem> items_;
+  std::vector<double> partials_;    // partials[i * n_reduce + r]
+  std::vector<int64_t> first_item_; // per tensor, and one past the last
   KernelArgs args_{};
   int64_t item_grain_ = 1, tensor_grain_ = 1;
 };

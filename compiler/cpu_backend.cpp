@@ -55,8 +55,8 @@ public:
   }
   void launch() override {
     for (const BoundCpuKernel& k : kernels_)
-      launch_cpu_kernel(k.code->tensor_phase, k.code->element_phase, k.binding.args(), k.binding.tensor_grain(),
-                        k.binding.item_grain());
+      launch_cpu_kernel(k.code->tensor_phase, k.code->element_phase, k.code->finish_phase, k.binding.args(),
+                        k.binding.tensor_grain(), k.binding.item_grain());
   }
 
 private:

@@ -1,14 +1,19 @@
 // plan_fusion — contract: decides which nodes form which kernel and records why, without changing the graph;
 // every decision is also logged (OPTJIT_LOG=fusion). Vertical fusion joins producer->consumer chains into
-// connected components; horizontal fusion then joins every component into one kernel, because all of them run
-// over the same tensor list and one launch can walk a table of (tensor, chunk) work items. A plan of several
-// kernels hands per-tensor values from one kernel to the next (apply_fusion); the planner starts a new kernel only
-// where an op needs its operands complete first, which no op of the IR does yet: every op is pointwise, so today
-// every graph plans into one kernel, and the refusals line says so. Assumes a verified, hoisted graph. A graph
-// without stores needs no kernel.
+// connected components; horizontal fusion joins every component into one kernel, because all of them run over the
+// same tensor list and one launch can walk a table of (tensor, chunk) work items. The only split is at a reduction
+// (reduce_sum, reduce_max): its value exists once a whole pass over the data has ended, so the values that use it
+// run in the next kernel. A graph whose longest path crosses R reductions plans into R + 1 kernels, the fewest
+// possible: kernel k computes every value of reduction phase k (reduction_phases) and accumulates the reductions
+// that end that pass. Per-tensor values are handed to later kernels as carried values; element values are
+// recomputed from loads in every kernel that needs them (apply_fusion). A tensor store waits for the last kernel
+// that loads its slot, so every kernel reads the values from before the step. Assumes a verified, hoisted graph.
+// A graph without stores needs no kernel.
+#include "passes/kernel_membership.h"
 #include "passes/passes.h"
 #include "runtime/log.h"
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -21,6 +26,51 @@ int find_root(std::vector<int>& parent, int x) {
   return x;
 }
 
+// Moves each tensor store after the last kernel that loads its slot; repeats until no store moves (moving one can
+// make its value, and so its loads, needed in a later kernel).
+void place_tensor_stores(const Graph& graph, FusionPlan& plan) {
+  for (bool moved = true; moved;) {
+    moved = false;
+    const std::vector<std::vector<char>> computes = kernel_membership(graph, plan);
+    for (std::size_t s = 0; s < graph.stores.size(); ++s) {
+      if (graph.stores[s].kind != StoreKind::Tensor)
+        continue;
+      for (int k = plan.kernel_count - 1; k > plan.store_kernel[s]; --k)
+        for (ValueId id = 0; id < graph.size(); ++id)
+          if (computes[static_cast<std::size_t>(k)][static_cast<std::size_t>(id)] && graph.node(id).op == Op::tensor &&
+              graph.node(id).name == graph.stores[s].name && k > plan.store_kernel[s]) {
+            plan.store_kernel[s] = k;
+            moved = true;
+          }
+    }
+  }
+}
+
+// The decisions of a plan that splits at reductions: what each kernel accumulates, and what later kernels compute
+// again.
+void explain_split(const Graph& graph, const FusionPlan& plan, std::vector<std::string>& decisions) {
+  const std::vector<std::vector<char>> computes = kernel_membership(graph, plan);
+  for (int k = 0; k < plan.kernel_count; ++k) {
+    std::string reductions, recomputed, stores;
+    for (ValueId id = 0; id < graph.size(); ++id) {
+      if (!computes[static_cast<std::size_t>(k)][static_cast<std::size_t>(id)])
+        continue;
+      const Node& n = graph.node(id);
+      if (op_has_trait(n.op, kReduction))
+        reductions += (reductions.empty() ? "%" : ", %") + std::to_string(id);
+      else if (n.level == Level::Element && plan.kernel_of[static_cast<std::size_t>(id)] < k)
+        recomputed += (recomputed.empty() ? "%" : ", %") + std::to_string(id);
+    }
+    for (std::size_t s = 0; s < graph.stores.size(); ++s)
+      if (store_kernel(graph, plan, s) == k)
+        stores += (stores.empty() ? "" : ", ") + graph.stores[s].name;
+    decisions.push_back("split: kernel k" + std::to_string(k) +
+                        (reductions.empty() ? std::string() : " accumulates " + reductions) +
+                        (recomputed.empty() ? std::string() : ", recomputes " + recomputed + " from its loads") +
+                        (stores.empty() ? std::string() : ", stores " + stores));
+  }
+}
+
 } // namespace
 
 FusionPlan plan_fusion(const Graph& graph) {
@@ -31,6 +81,18 @@ FusionPlan plan_fusion(const Graph& graph) {
     OPTJIT_LOG(fusion, "@{}: {}", graph.name, plan.decisions.back());
     return plan;
   }
+  const std::vector<int> phase = reduction_phases(graph);
+  int reductions = 0;
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const bool reduction = op_has_trait(graph.node(id).op, kReduction);
+    reductions += reduction;
+    plan.kernel_of[static_cast<std::size_t>(id)] = phase[static_cast<std::size_t>(id)] - (reduction ? 1 : 0);
+  }
+  for (const Store& s : graph.stores)
+    plan.store_kernel.push_back(first_kernel_to_store(graph, plan, s.value));
+  plan.kernel_count = 1 + *std::max_element(plan.store_kernel.begin(), plan.store_kernel.end());
+  place_tensor_stores(graph, plan);
+
   std::vector<int> parent(static_cast<std::size_t>(graph.size()));
   std::iota(parent.begin(), parent.end(), 0);
   int element_ops = 0, scalar_ops = 0;
@@ -45,14 +107,21 @@ FusionPlan plan_fusion(const Graph& graph) {
   for (const Store& s : graph.stores)
     roots.insert(find_root(parent, s.value));
   const int components = static_cast<int>(roots.size());
-  plan.kernel_count = 1;
   plan.decisions.push_back("vertical: " + std::to_string(element_ops) + " element ops and " +
                            std::to_string(scalar_ops) + " per-tensor ops in " + std::to_string(components) +
                            " producer->consumer component(s), no intermediate written to memory");
   plan.decisions.push_back("horizontal: the " + std::to_string(components) +
-                           " component(s) share the tensor list, so they join kernel k0, which walks a table of "
-                           "(tensor, chunk) work items: one launch for every tensor");
-  plan.decisions.push_back("refused: none (every op is pointwise)");
+                           " component(s) share the tensor list, so each pass over the data is one kernel, which "
+                           "walks a table of (tensor, chunk) work items: one launch for every tensor");
+  if (plan.kernel_count == 1) {
+    plan.decisions.push_back(reductions == 0 ? "refused: none (every op is pointwise)"
+                                             : "refused: none (no value uses a reduction's result)");
+  } else {
+    plan.decisions.push_back("refused: " + std::to_string(plan.kernel_count - 1) +
+                             " join(s) across a reduction, whose result exists only after a whole pass: " +
+                             std::to_string(plan.kernel_count) + " kernels");
+    explain_split(graph, plan, plan.decisions);
+  }
   for (const std::string& line : plan.decisions)
     OPTJIT_LOG(fusion, "@{}: {}", graph.name, line);
   return plan;

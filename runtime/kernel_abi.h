@@ -3,7 +3,11 @@
 // A step runs a plan's kernels in order; each kernel is two entry points over one argument block on the CPU:
 //   tensor phase:  for t in [begin, end): compute per-tensor scalars into scratch, update per-tensor state, and
 //                  write the per-tensor values later kernels read (carry);
-//   element phase: for i in [begin, end): run the element body over items[i], reading scratch of items[i].tensor.
+//   element phase: for i in [begin, end): run the element body over items[i], reading scratch of items[i].tensor,
+//                  and write the item's partial of each reduction the kernel ends with (partials);
+//   finish phase:  (kernels that end with reductions) for t in [begin, end): combine tensor t's partials in item
+//                  order and write the results as carried values. A fixed order over fixed items: no result
+//                  depends on the thread count.
 // Every field is 8 bytes wide so the layout is the same on every 64-bit target.
 #pragma once
 

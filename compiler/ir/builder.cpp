@@ -69,6 +69,14 @@ void check_and_type(const Graph& graph, Node& node) {
     node.dtype = graph.dtype;
     return;
   }
+  case Op::reduce_sum:
+  case Op::reduce_max:
+    if (graph.node(node.inputs[0]).level != Level::Element)
+      throw Error(what + " of " + describe(graph, node.inputs[0]) +
+                  ": a reduction reduces an element value over each tensor to a per-tensor value");
+    node.level = Level::PerTensor;
+    node.dtype = Dtype::f64;
+    return;
   case Op::cast:
     node.level = graph.node(node.inputs[0]).level;
     if (node.level == Level::Element && node.dtype != graph.dtype)
@@ -195,6 +203,15 @@ ValueId GraphBuilder::select(ValueId condition, ValueId if_true, ValueId if_fals
   Node n;
   n.op = Op::select;
   n.inputs = {operand_for(condition, level), operand_for(if_true, level), operand_for(if_false, level)};
+  return add(std::move(n));
+}
+
+ValueId GraphBuilder::reduce(Op op, ValueId value) {
+  if (!op_has_trait(op, kReduction))
+    throw Error(std::string(op_name(op)) + " is not a reduction");
+  Node n;
+  n.op = op;
+  n.inputs = {value};
   return add(std::move(n));
 }
 

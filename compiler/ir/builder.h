@@ -30,6 +30,9 @@ public:
   ValueId unary(Op op, ValueId value);
   ValueId binary(Op op, ValueId lhs, ValueId rhs);
   ValueId select(ValueId condition, ValueId if_true, ValueId if_false);
+  // A reduction (an op with kReduction: reduce_sum, reduce_max) of element value `value` over each tensor: a
+  // per-tensor f64 value.
+  ValueId reduce(Op op, ValueId value);
   void store(const std::string& slot, ValueId value);
   void store_scalar(const std::string& slot, ValueId value);
 

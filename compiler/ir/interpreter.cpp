@@ -6,6 +6,7 @@
 #include "runtime/work_items.h"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 #include <variant>
 
@@ -126,6 +127,36 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
   });
 }
 
+// A reduction of element values `in` (one tensor per list entry, in the graph's dtype T) to one f64 per entry: each
+// work item's partial is summed (or maxed) in element order, then a tensor's partials in item order, so the result
+// does not depend on how the items are spread over threads.
+template <class T> PerTensorValues reduce_elements(Op op, const ElementValues& in) {
+  std::vector<int64_t> numels;
+  for (const Tensor& t : in)
+    numels.push_back(t.numel());
+  const std::vector<WorkItem> items = make_work_items(numels, LaunchShape{});
+  const bool sum = op == Op::reduce_sum;
+  const double identity = sum ? 0.0 : -std::numeric_limits<double>::infinity();
+  std::vector<double> partials(items.size(), identity);
+  ThreadPool::global().parallel_for(
+      static_cast<int64_t>(items.size()), items_per_task(items, LaunchShape{}), [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) {
+          const WorkItem& item = items[static_cast<std::size_t>(k)];
+          const T* x = in[static_cast<std::size_t>(item.tensor)].data_as<T>();
+          double acc = identity;
+          for (int64_t i = item.begin; i < item.end; ++i)
+            acc = sum ? acc + static_cast<double>(x[i]) : max_propagating_nan(acc, static_cast<double>(x[i]));
+          partials[static_cast<std::size_t>(k)] = acc;
+        }
+      });
+  PerTensorValues out(in.size(), identity);
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    double& acc = out[static_cast<std::size_t>(items[k].tensor)];
+    acc = sum ? acc + partials[k] : max_propagating_nan(acc, partials[k]);
+  }
+  return out;
+}
+
 } // namespace
 
 void interpret(const Graph& graph, const ListArguments& args, CarriedValues* carried) {
@@ -177,6 +208,11 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
     std::vector<const Value*> in;
     for (ValueId operand : n.inputs)
       in.push_back(&values[static_cast<std::size_t>(operand)]);
+    if (op_has_trait(n.op, kReduction)) {
+      const ElementValues& operand = std::get<ElementValues>(*in[0]);
+      out = visit_compute_dtype(graph.dtype, [&]<class T>() { return reduce_elements<T>(n.op, operand); });
+      continue;
+    }
     if (n.level == Level::PerTensor) {
       PerTensorValues v(static_cast<std::size_t>(n_tensors));
       std::vector<double> operands(n.inputs.size());

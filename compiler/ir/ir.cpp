@@ -87,4 +87,16 @@ GraphSignature signature_of(const Graph& graph) {
   return sig;
 }
 
+std::vector<int> reduction_phases(const Graph& graph) {
+  std::vector<int> phase(static_cast<std::size_t>(graph.size()), 0);
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& n = graph.node(id);
+    int p = 0;
+    for (ValueId in : n.inputs)
+      p = std::max(p, phase[static_cast<std::size_t>(in)]);
+    phase[static_cast<std::size_t>(id)] = p + (op_has_trait(n.op, kReduction) ? 1 : 0);
+  }
+  return phase;
+}
+
 } // namespace optjit

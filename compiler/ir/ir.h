@@ -18,7 +18,7 @@ enum class Op : uint8_t {
 #undef OPTJIT_OP
 };
 
-enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2 };
+enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2, kReduction = 4 };
 
 std::string_view op_name(Op op);
 int op_arity(Op op);
@@ -91,6 +91,10 @@ struct Graph {
   int size() const { return static_cast<int>(nodes.size()); }
   bool operator==(const Graph&) const = default;
 };
+
+// Per node, how many reductions lie on its longest path from the inputs: the pass over the data after which its
+// value can exist (a reduction's phase is one more than its operand's). Values of phase 0 need no reduction.
+std::vector<int> reduction_phases(const Graph& graph);
 
 // The slots a graph touches, in order of first appearance.
 struct GraphSignature {

@@ -23,6 +23,20 @@ std::string scratch_text(const std::vector<ValueId>& scratch) {
   return text.empty() ? "-" : text;
 }
 
+std::string phases_text(const KernelPlan& plan) {
+  // Appended, not "%" + ...: GCC 12 warns wrongly on that form (PR 105651).
+  const auto range = [](int begin, int end) {
+    std::string text = "%";
+    text.append(std::to_string(begin)).append("..%").append(std::to_string(end - 1));
+    return text;
+  };
+  std::string text = range(0, plan.prologue_size);
+  text.append(", element phase: ").append(range(plan.prologue_size, plan.reductions_begin));
+  if (plan.reductions_begin < plan.graph.size())
+    text.append(", reductions: ").append(range(plan.reductions_begin, plan.graph.size()));
+  return text;
+}
+
 // The header lines of a plan, in print order, each with its label.
 std::vector<std::pair<std::string, std::string>> header_lines(const KernelPlan& plan) {
   return {{"tensor slots", join(plan.abi.tensor_slots)},
@@ -30,8 +44,7 @@ std::vector<std::pair<std::string, std::string>> header_lines(const KernelPlan& 
           {"hypers", join(plan.abi.hypers)},
           {"carries", join(plan.carries)},
           {"scratch", scratch_text(plan.scratch)},
-          {"tensor phase", "%0..%" + std::to_string(plan.prologue_size - 1) + ", element phase: %" +
-                               std::to_string(plan.prologue_size) + "..%" + std::to_string(plan.graph.size() - 1)}};
+          {"tensor phase", phases_text(plan)}};
 }
 
 // "a, b" -> {"a", "b"}; "-" -> {}.
@@ -69,8 +82,17 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
       if (std::find(kp.carries.begin(), kp.carries.end(), c) == kp.carries.end())
         throw Error("kernel " + kp.name + " uses carried value '" + c + "', which the plan's carries do not list");
   std::vector<bool> in_scratch(static_cast<std::size_t>(kp.graph.size()), false);
+  kp.reductions_begin = kp.graph.size();
   for (ValueId id = 0; id < kp.graph.size(); ++id) {
     const Node& n = kp.graph.node(id);
+    const bool reduction = op_has_trait(n.op, kReduction);
+    if (reduction && kp.reductions_begin == kp.graph.size())
+      kp.reductions_begin = id;
+    if (!reduction && kp.reductions_begin < id)
+      throw Error("kernel " + kp.name + ": node " + print_node(kp.graph, id) +
+                  " comes after a reduction; a kernel's reductions come last");
+    if (reduction)
+      continue;
     if (n.level == Level::PerTensor) {
       if (kp.prologue_size != id)
         throw Error("kernel " + kp.name + ": per-tensor node " + print_node(kp.graph, id) +
@@ -87,6 +109,16 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
       }
     }
   }
+  // A reduction's value exists once the element phase has ended: in this kernel it can only be handed on.
+  for (ValueId id = 0; id < kp.graph.size(); ++id)
+    for (ValueId in : kp.graph.node(id).inputs)
+      if (in >= kp.reductions_begin)
+        throw Error("kernel " + kp.name + ": node " + print_node(kp.graph, id) + " uses reduction %" +
+                    std::to_string(in) + " in the kernel that computes it; a later kernel reads it carried");
+  for (const Store& s : kp.graph.stores)
+    if (s.value >= kp.reductions_begin && s.kind != StoreKind::Carry)
+      throw Error("kernel " + kp.name + ": store to '" + s.name + "' uses reduction %" + std::to_string(s.value) +
+                  " in the kernel that computes it; a later kernel stores it");
   return kp;
 }
 

@@ -14,7 +14,13 @@
 namespace optjit {
 
 struct FusionPlan {
-  std::vector<int> kernel_of; // per node: the kernel that computes it
+  // Per node: the kernel that computes it (a reduction: the kernel whose element pass accumulates it). Later kernels
+  // read a per-tensor value as a carried value; an element value cannot cross kernels, so every kernel that needs one
+  // computes it again from its loads (apply_fusion).
+  std::vector<int> kernel_of;
+  // Per store: the kernel that performs it; empty: each in the kernel of its value. A tensor store can come later
+  // than its value, after the last kernel that loads the slot (which must read the values from before the step).
+  std::vector<int> store_kernel;
   int kernel_count = 0;
   std::vector<std::string> decisions; // why nodes were grouped (or refused), one line each
 };
@@ -24,16 +30,18 @@ struct KernelPlan {
   Graph graph;                      // the kernel's nodes (per-tensor prefix, then element nodes) and stores
   GraphSignature abi;               // slot and hyperparameter order of the kernel's arguments
   std::vector<ValueId> scratch;     // per-tensor values read by the element phase, in scratch order
-  int prologue_size = 0;            // nodes [0, prologue_size) are per-tensor
+  int prologue_size = 0;            // nodes [0, prologue_size) are per-tensor, then element nodes
+  int reductions_begin = 0;         // nodes [reductions_begin, size) are reductions of element values over each
+                                    // tensor (accumulated by the element phase), whose results go only to carries
   std::vector<std::string> carries; // every carried value of the plan, in carry-buffer order (the same list in
                                     // each kernel of a plan)
   bool operator==(const KernelPlan&) const = default;
 };
 
-// A kernel plan for `graph`, whose per-tensor nodes must come first (a hoisted graph): derives its ABI, scratch
-// and prologue; the graph takes the name `name`, which must be an identifier (check_graph_name). Throws
-// optjit::Error naming the node when the graph is not hoisted or reads or writes a carried value missing from
-// `carries`.
+// A kernel plan for `graph`, whose per-tensor nodes must come first (a hoisted graph) and whose reductions, if any,
+// come last and are used only by carry stores: derives its ABI, scratch, prologue and reductions; the graph takes the
+// name `name`, which must be an identifier (check_graph_name). Throws optjit::Error naming the node when the graph is
+// not hoisted or reads or writes a carried value missing from `carries`.
 KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries);
 
 struct KernelStats {
@@ -55,6 +63,7 @@ struct KernelStats {
 //     carries: -
 //     scratch: %8, %9
 //     tensor phase: %0..%23, element phase: %24..%40
+// (a kernel that ends with reductions adds ", reductions: %41..%42" to the last line)
 //   graph @adam_k0 f32 { ... }
 std::string print_kernel_plan(const KernelPlan& plan);
 KernelPlan parse_kernel_plan(std::string_view text);

@@ -1,0 +1,56 @@
+// Which nodes each kernel of a fusion plan computes, shared by the planner (which places stores by it) and
+// apply_fusion (which builds the kernels from it). A per-tensor value is computed once, in the kernel the plan gives
+// it; an element value cannot cross kernels (it would need a temporary tensor), so each kernel that needs one — for
+// a store or for a reduction it accumulates — computes it again from its own loads; constants and
+// hyperparameters are read by every kernel that uses them.
+#pragma once
+
+#include "compiler/ir/kernel_plan.h"
+#include "runtime/error.h"
+
+#include <vector>
+
+namespace optjit {
+
+// The first kernel that can store value `id`: its own, or for a reduction the next (its value exists only once the
+// pass that accumulates it has ended).
+inline int first_kernel_to_store(const Graph& graph, const FusionPlan& plan, ValueId id) {
+  return plan.kernel_of[static_cast<std::size_t>(id)] + (op_has_trait(graph.node(id).op, kReduction) ? 1 : 0);
+}
+
+// The kernel that performs store `s` of `graph`.
+inline int store_kernel(const Graph& graph, const FusionPlan& plan, std::size_t s) {
+  return plan.store_kernel.empty() ? first_kernel_to_store(graph, plan, graph.stores[s].value) : plan.store_kernel[s];
+}
+
+// computes[k][id]: kernel k computes node id.
+inline std::vector<std::vector<char>> kernel_membership(const Graph& graph, const FusionPlan& plan) {
+  std::vector<std::vector<char>> computes(static_cast<std::size_t>(plan.kernel_count),
+                                          std::vector<char>(static_cast<std::size_t>(graph.size()), 0));
+  std::vector<std::pair<ValueId, int>> work; // (node, kernel that needs it)
+  const auto need = [&](ValueId id, int k) {
+    const Node& n = graph.node(id);
+    const int home = plan.kernel_of[static_cast<std::size_t>(id)];
+    OPTJIT_ASSERT(home <= k, "fusion plan uses %" + std::to_string(id) + " in kernel " + std::to_string(k) +
+                                 " before kernel " + std::to_string(home) + " computes it");
+    // Constants and hyperparameters are cheaper to repeat than to carry: each kernel that uses one reads its own.
+    const bool repeated = n.op == Op::constant || n.op == Op::hyper;
+    const int at = n.level == Level::Element || repeated ? k : home;
+    char& flag = computes[static_cast<std::size_t>(at)][static_cast<std::size_t>(id)];
+    if (!flag) {
+      flag = 1;
+      work.emplace_back(id, at);
+    }
+  };
+  for (std::size_t s = 0; s < graph.stores.size(); ++s)
+    need(graph.stores[s].value, store_kernel(graph, plan, s));
+  while (!work.empty()) {
+    const auto [id, k] = work.back();
+    work.pop_back();
+    for (ValueId in : graph.node(id).inputs)
+      need(in, k);
+  }
+  return computes;
+}
+
+} // namespace optjit

@@ -1,0 +1,238 @@
+// Reductions: the planner splits a graph at its reductions into the fewest kernels (one more than the reductions on
+// the longest path), hands their per-tensor results on as carried values, recomputes element values in the kernel
+// that needs them again, and holds back a tensor store until the last kernel that loads its slot. The plan runs on
+// the CPU backend like the interpreter runs the whole graph, and its sums do not depend on the thread count.
+#include "compiler/backend.h"
+#include "compiler/ir/interpreter.h"
+#include "compiler/ir/parser.h"
+#include "compiler/ir/printer.h"
+#include "compiler/ir/verifier.h"
+#include "passes/passes.h"
+#include "runtime/error.h"
+#include "runtime/thread_pool.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace optjit;
+
+namespace {
+
+// A per-tensor trust ratio, as LAMB's: u = m + g; p <- p - lr * (|p| / |u|) * u; m <- u.
+const char* kTrustRatio = R"(graph @r f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  slot "m" : state tensor f32
+  %0 = hyper "lr" : pt f64
+  %1 = tensor "param" : el f32
+  %2 = tensor "grad" : el f32
+  %3 = tensor "m" : el f32
+  %4 = add %2, %3 : el f32
+  %5 = mul %4, %4 : el f32
+  %6 = reduce_sum %5 : pt f64
+  %7 = mul %1, %1 : el f32
+  %8 = reduce_sum %7 : pt f64
+  %9 = sqrt %8 : pt f64
+  %10 = sqrt %6 : pt f64
+  %11 = div %9, %10 : pt f64
+  %12 = mul %0, %11 : pt f64
+  %13 = cast %12 : pt f32
+  %14 = mul %4, %13 : el f32
+  %15 = sub %1, %14 : el f32
+  store "param" %15
+  store "m" %4
+}
+)";
+
+// Three tensors: several work items, a tiny one, an empty one.
+struct Lists {
+  std::vector<Tensor> param, grad, m;
+
+  explicit Lists(Dtype dtype = Dtype::f32) {
+    for (int64_t n : {70001, 5, 0}) {
+      std::vector<double> p(static_cast<std::size_t>(n)), g(p.size()), v(p.size());
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        p[i] = std::sin(0.1 * static_cast<double>(i) + static_cast<double>(n));
+        g[i] = std::cos(0.37 * static_cast<double>(i));
+        v[i] = 0.01 * static_cast<double>(i % 7);
+      }
+      param.push_back(Tensor::from_values({n}, p, dtype));
+      grad.push_back(Tensor::from_values({n}, g, dtype));
+      m.push_back(Tensor::from_values({n}, v, dtype));
+    }
+  }
+  ListArguments arguments() const {
+    ListArguments args;
+    args.slot_names = {"param", "grad", "m"};
+    args.slot_tensors = {param, grad, m};
+    args.hyper_names = {"lr"};
+    args.hyper = {0.01};
+    args.group_of = {0, 0, 0};
+    return args;
+  }
+  std::vector<double> values() const {
+    std::vector<double> all;
+    for (const auto* list : {&param, &m})
+      for (const Tensor& t : *list)
+        for (double v : t.to_vector())
+          all.push_back(v);
+    return all;
+  }
+};
+
+std::vector<double> run_compiled(const PipelineResult& pipeline, int steps) {
+  Lists lists;
+  const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
+  bool hit = false;
+  std::unique_ptr<Executable> code = backend_for(cpu).load(pipeline, cpu, CompileOptions{}, hit);
+  code->bind(lists.arguments());
+  for (int step = 0; step < steps; ++step)
+    code->launch();
+  return lists.values();
+}
+
+} // namespace
+
+TEST_CASE("pass fusion: a graph splits at its reductions, recomputing element values and holding back stores") {
+  const Graph g = parse_graph(kTrustRatio);
+  verify(g);
+  const PipelineResult r = run_pipeline(g);
+  REQUIRE(r.kernels.size() == 2);
+  CHECK(r.stats.kernels == 2);
+  CHECK(print_kernel_plan(r.kernels[0]) == R"(kernel @r_k0 f32
+  tensor slots: param, grad, m
+  scalar slots: -
+  hypers: -
+  carries: c0, c1
+  scratch: -
+  tensor phase: %0..%-1, element phase: %0..%5, reductions: %6..%7
+graph @r_k0 f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  slot "m" : state tensor f32
+  %0 = tensor "param" : el f32
+  %1 = tensor "grad" : el f32
+  %2 = tensor "m" : el f32
+  %3 = add %1, %2 : el f32
+  %4 = mul %3, %3 : el f32
+  %5 = mul %0, %0 : el f32
+  %6 = reduce_sum %4 : pt f64
+  %7 = reduce_sum %5 : pt f64
+  store_carry "c0" %7
+  store_carry "c1" %6
+}
+)");
+  // The second kernel loads m again to recompute u, so m is stored there, not by the first.
+  CHECK(print_kernel_plan(r.kernels[1]).find("store \"m\"") != std::string::npos);
+  CHECK(r.kernels[1].abi.carried_in == std::vector<std::string>{"c0", "c1"});
+  CHECK(print_fused(r).find("refused: 1 join(s) across a reduction") != std::string::npos);
+}
+
+TEST_CASE("reductions: the two-kernel plan on the CPU follows the interpreter, empty and tiny tensors included") {
+  const Graph g = parse_graph(kTrustRatio);
+  Lists interpreted;
+  for (int step = 0; step < 3; ++step)
+    interpret(g, interpreted.arguments());
+  const std::vector<double> expected = interpreted.values();
+  CHECK(expected != Lists().values());
+  const std::vector<double> compiled = run_compiled(run_pipeline(g), 3);
+  REQUIRE(compiled.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) // summation orders differ: f32 rounding of the trust ratio
+    REQUIRE(compiled[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+  // The plan's own kernels, interpreted one by one, mean the same as the whole graph.
+  Lists by_kernels;
+  const PipelineResult r = run_pipeline(g);
+  for (int step = 0; step < 3; ++step)
+    interpret_kernels(r.kernels, by_kernels.arguments());
+  CHECK(by_kernels.values() == expected);
+}
+
+TEST_CASE("reductions: sums are bitwise the same for every thread count, compiled and interpreted") {
+  const Graph g = parse_graph(kTrustRatio);
+  const PipelineResult r = run_pipeline(g);
+  ThreadPool& pool = ThreadPool::global();
+  const int threads = pool.size();
+  std::vector<std::vector<double>> compiled, interpreted;
+  for (int active : {1, 2, threads}) {
+    pool.set_active_threads(std::min(active, threads));
+    compiled.push_back(run_compiled(r, 2));
+    Lists lists;
+    for (int step = 0; step < 2; ++step)
+      interpret(g, lists.arguments());
+    interpreted.push_back(lists.values());
+  }
+  pool.set_active_threads(threads);
+  CHECK(compiled[0] == compiled[1]);
+  CHECK(compiled[0] == compiled[2]);
+  CHECK(interpreted[0] == interpreted[1]);
+  CHECK(interpreted[0] == interpreted[2]);
+}
+
+TEST_CASE("reductions: reduce_max propagates NaN, an empty tensor reduces to the identity") {
+  const Graph g = parse_graph(R"(graph @mx f64 {
+  slot "param" : param tensor f64
+  slot "grad" : grad tensor f64
+  slot "peak" : state scalar f64
+  slot "total" : state scalar f64
+  %0 = tensor "grad" : el f64
+  %1 = abs %0 : el f64
+  %2 = reduce_max %1 : pt f64
+  %3 = reduce_sum %0 : pt f64
+  store_scalar "peak" %2
+  store_scalar "total" %3
+}
+)");
+  const PipelineResult r = run_pipeline(g);
+  REQUIRE(r.kernels.size() == 2); // the scalar stores read the reductions in the next kernel
+  for (bool compiled : {false, true}) {
+    CAPTURE(compiled);
+    std::vector<Tensor> grads = {Tensor::from_values({4}, std::vector<double>{1.0, -7.5, 2.0, 0.0}, Dtype::f64),
+                                 Tensor::from_values({2}, std::vector<double>{1.0, std::nan("")}, Dtype::f64),
+                                 Tensor::from_values({0}, std::vector<double>{}, Dtype::f64)};
+    std::vector<Tensor> params, peak, total;
+    for (const Tensor& grad : grads) {
+      params.push_back(Tensor::zeros(grad.shape(), Dtype::f64));
+      peak.push_back(Tensor::zeros({1}, Dtype::f64));
+      total.push_back(Tensor::zeros({1}, Dtype::f64));
+    }
+    ListArguments args;
+    args.slot_names = {"param", "grad", "peak", "total"};
+    args.slot_tensors = {params, grads, peak, total};
+    args.group_of = {0, 0, 0};
+    if (compiled) {
+      const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
+      bool hit = false;
+      std::unique_ptr<Executable> code = backend_for(cpu).load(r, cpu, CompileOptions{}, hit);
+      code->bind(args);
+      code->launch();
+    } else {
+      interpret(g, args);
+    }
+    CHECK(peak[0].item(0) == 7.5);
+    CHECK(total[0].item(0) == -4.5);
+    CHECK(std::isnan(peak[1].item(0)));
+    CHECK(std::isnan(total[1].item(0)));
+    CHECK(peak[2].item(0) == -INFINITY);
+    CHECK(total[2].item(0) == 0.0);
+  }
+}
+
+TEST_CASE("reductions: the builder refuses a reduction of a per-tensor value, and a kernel that uses its own sum") {
+  CHECK_THROWS_WITH_AS(parse_graph(R"(graph @bad f64 {
+  slot "param" : param tensor f64
+  %0 = constant 2 : pt f64
+  %1 = reduce_sum %0 : pt f64
+}
+)"),
+                       doctest::Contains("a reduction reduces an element value over each tensor"), Error);
+  Graph g = parse_graph(R"(graph @own f64 {
+  slot "param" : param tensor f64
+  slot "total" : state scalar f64
+  %0 = tensor "param" : el f64
+  %1 = reduce_sum %0 : pt f64
+  store_scalar "total" %1
+}
+)");
+  CHECK_THROWS_WITH_AS(make_kernel_plan("own_k0", g, {}), doctest::Contains("in the kernel that computes it"), Error);
+}
