@@ -26,6 +26,8 @@ public:
   virtual void set_hyper(const std::vector<double>& values_by_group) = 0;
   // Runs the step's kernels, in order, over the bound arguments.
   virtual void launch() = 0;
+  // After a launch: the plan's carried value `name` (a carry store of the traced graph itself), one per list entry.
+  virtual std::vector<double> carried(const std::string& name) const = 0;
   // CUDA graphs captured so far (CompileOptions::cuda_graphs).
   virtual int64_t graph_captures() const { return 0; }
 };

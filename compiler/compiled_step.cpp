@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
 
 namespace optjit {
 
@@ -20,6 +23,9 @@ struct BucketProgram {
   std::unique_ptr<Executable> code; // the pipeline's kernels on the target, bound to the members with grads
   std::string grad_slot;            // the slot of role grad: what a replaced grad buffer repoints
   bool launched = false;            // whether any member had a grad at the last bind
+  // Gradient clipping: the bucket's grad-norm graph (StepSource::trace_grad_norm), run before the update.
+  std::optional<PipelineResult> norm_pipeline;
+  std::unique_ptr<Executable> norm_code;
 };
 
 // The bucket's members whose grads are present now: the list its kernel walks this step.
@@ -107,7 +113,13 @@ struct CompiledStep::Impl {
       OPTJIT_ASSERT(!bp.grad_slot.empty(), "the graph of " + source.name() + " declares no grad slot");
       bool hit = false;
       bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, hit);
-      ++(hit ? metrics.cache_hits : metrics.kernels_generated);
+      (hit ? metrics.cache_hits : metrics.kernels_generated) += static_cast<int64_t>(bp.pipeline.kernels.size());
+      if (source.clips_grads()) {
+        bp.norm_pipeline = run_pipeline(source.trace_grad_norm(bucket));
+        bp.norm_code = backend_for(bp.target).load(*bp.norm_pipeline, bp.target, options, hit);
+        (hit ? metrics.cache_hits : metrics.kernels_generated) +=
+            static_cast<int64_t>(bp.norm_pipeline->kernels.size());
+      }
       OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {}, {}, {})", source.name(),
                  hit ? "from cache" : "compiled", bucket.members.size(), bucket.device.to_string(),
                  dtype_name(bucket.dtype), bucket.structure_key, bp.target.isa);
@@ -181,6 +193,8 @@ struct CompiledStep::Impl {
       const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
       BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
       bp.code->repoint(bp.grad_slot, entry, source.kernel_grad(i)); // a staging copy, or the grad's real view
+      if (bp.norm_code)
+        bp.norm_code->repoint(bp.grad_slot, entry, source.kernel_grad(i));
       program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.impl()->layout_id;
     }
     ++metrics.rebinds;
@@ -198,6 +212,8 @@ struct CompiledStep::Impl {
       if (!bp.launched)
         continue;
       bp.code->bind(source.list_arguments(present));
+      if (bp.norm_code)
+        bp.norm_code->bind(source.grad_arguments(present));
       for (std::size_t t = 0; t < present.members.size(); ++t)
         program.entry_of_flat[static_cast<std::size_t>(present.members[t].flat)] = {static_cast<int>(b),
                                                                                     static_cast<int64_t>(t)};
@@ -235,14 +251,18 @@ struct CompiledStep::Impl {
       checked_slot_epoch = slot_epoch;
     }
     Program& program = *current;
-    const std::vector<double> hyper = source.hyper_values();
-    for (BucketProgram& bp : program.buckets)
-      if (bp.launched)
-        bp.code->set_hyper(hyper);
+    std::vector<double> hyper = source.hyper_values();
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     source.stage_in();
+    if (source.clips_grads()) {
+      source.set_total_grad_norm(total_grad_norm(program, hyper)); // may throw: nothing is written yet
+      hyper = source.hyper_values();                               // with the step's clip coefficient
+    }
+    for (BucketProgram& bp : program.buckets)
+      if (bp.launched)
+        bp.code->set_hyper(hyper);
     for (BucketProgram& bp : program.buckets)
       if (bp.launched) {
         const int64_t captured = bp.code->graph_captures();
@@ -252,6 +272,28 @@ struct CompiledStep::Impl {
     source.stage_out(); // staged params are CPU params: their launches have finished
     source.after_step();
     ++metrics.steps;
+  }
+
+  // Every bucket's grad-norm pass, then the total over all of them: every tensor's value combined in bucket order,
+  // then list order (a sum of squares for the 2-norm, the largest for the infinity norm), so the result does not
+  // depend on the thread count. No grad at all gives 0, as clip_grad_norm_ does.
+  double total_grad_norm(Program& program, const std::vector<double>& hyper) {
+    const bool l2 = source.clip_norm_type() == 2.0;
+    double total = l2 ? 0.0 : -std::numeric_limits<double>::infinity();
+    bool any = false;
+    for (BucketProgram& bp : program.buckets) {
+      if (!bp.launched)
+        continue;
+      bp.norm_code->set_hyper(hyper);
+      bp.norm_code->launch();
+      for (double v : bp.norm_code->carried(kGradNormCarry)) {
+        total = l2 ? total + v : (std::isnan(v) || std::isnan(total) ? std::nan("") : std::max(total, v));
+        any = true;
+      }
+    }
+    if (!any)
+      return 0.0;
+    return l2 ? std::sqrt(total) : total;
   }
 
   Program& program_now() {
@@ -291,8 +333,11 @@ int CompiledStep::kernel_count() {
   int count = 0;
   Impl& impl = live();
   for (const BucketProgram& bp : impl.program_now().buckets)
-    if (!members_with_grads(impl.source, bp.bucket).members.empty())
+    if (!members_with_grads(impl.source, bp.bucket).members.empty()) {
       count += backend_for(bp.target).kernel_count(bp.pipeline);
+      if (bp.norm_pipeline)
+        count += backend_for(bp.target).kernel_count(*bp.norm_pipeline);
+    }
   return count;
 }
 
@@ -307,6 +352,8 @@ std::string CompiledStep::dump(Stage stage, int gpu_sm) {
       text += print_graph(bp.pipeline.optimized);
       break;
     case Stage::Fused:
+      if (bp.norm_pipeline)
+        text += print_fused(*bp.norm_pipeline);
       text += print_fused(bp.pipeline);
       break;
     case Stage::LLVM:

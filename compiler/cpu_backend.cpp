@@ -8,6 +8,7 @@
 #include "runtime/launch.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace optjit {
 namespace {
@@ -38,7 +39,8 @@ public:
 
   void bind(const ListArguments& args) override {
     const std::size_t n_carry = kernels_.front().plan.carries.size();
-    carry_.assign(std::max<std::size_t>(1, n_carry * static_cast<std::size_t>(args.n_tensors())), 0);
+    n_tensors_ = static_cast<std::size_t>(args.n_tensors());
+    carry_.assign(std::max<std::size_t>(1, n_carry * n_tensors_), 0);
     for (BoundCpuKernel& k : kernels_) {
       k.binding.bind(k.plan, args, shape_);
       k.binding.set_carry(carry_.data(), static_cast<int64_t>(n_carry));
@@ -59,8 +61,20 @@ public:
                         k.binding.tensor_grain(), k.binding.item_grain());
   }
 
+  std::vector<double> carried(const std::string& name) const override {
+    const std::vector<std::string>& carries = kernels_.front().plan.carries;
+    auto it = std::find(carries.begin(), carries.end(), name);
+    OPTJIT_ASSERT(it != carries.end(), "the plan carries no value '" + name + "'");
+    const auto k = static_cast<std::size_t>(it - carries.begin());
+    std::vector<double> values(n_tensors_);
+    for (std::size_t t = 0; t < n_tensors_; ++t)
+      values[t] = std::bit_cast<double>(carry_[t * carries.size() + k]);
+    return values;
+  }
+
 private:
   std::vector<BoundCpuKernel> kernels_;
+  std::size_t n_tensors_ = 0;
   LaunchShape shape_;
   std::vector<uint64_t> carry_;
 };

@@ -53,6 +53,10 @@ public:
     for (BoundGpuKernel& k : kernels_)
       k.binding.launch(*k.module, cuda_graphs_);
   }
+  // GPU plans have no reductions yet (codegen refuses them), so no carried value is the driver's to read.
+  std::vector<double> carried(const std::string& name) const override {
+    throw Error("carried value '" + name + "' of a GPU plan: GPU kernels of reductions are not built yet");
+  }
   int64_t graph_captures() const override {
     int64_t captures = 0;
     for (const BoundGpuKernel& k : kernels_)

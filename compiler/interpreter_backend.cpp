@@ -22,11 +22,17 @@ public:
         tensor;
   }
   void set_hyper(const std::vector<double>& values_by_group) override { args_.hyper = values_by_group; }
-  void launch() override { interpret(graph_, args_); }
+  void launch() override { interpret(graph_, args_, &carried_); }
+  std::vector<double> carried(const std::string& name) const override {
+    auto it = carried_.find(name);
+    OPTJIT_ASSERT(it != carried_.end(), "carried value '" + name + "' read before a launch wrote it");
+    return it->second;
+  }
 
 private:
   Graph graph_;
   ListArguments args_;
+  CarriedValues carried_;
 };
 
 class InterpreterBackend final : public Backend {

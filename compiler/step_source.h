@@ -29,6 +29,9 @@ struct ParamBucket {
   std::vector<BucketMember> members;
 };
 
+// The carried value a grad-norm graph stores each tensor's contribution in.
+inline constexpr const char* kGradNormCarry = "grad_norm";
+
 class StepSource {
 public:
   virtual ~StepSource() = default;
@@ -53,6 +56,18 @@ public:
   virtual ListArguments list_arguments(const ParamBucket& bucket) const = 0;
   // This step's hyperparameters: groups x names, in list_arguments' hyper_names order.
   virtual std::vector<double> hyper_values() const = 0;
+
+  // Gradient clipping: whether this step clips its grads by their total norm. When it does, the driver runs each
+  // bucket's grad-norm graph (one per-tensor reduction of the grads, stored as the carried value kGradNormCarry)
+  // before the update, combines every tensor's value over all buckets in a fixed order (a sum for the 2-norm, the
+  // largest for the infinity norm) and hands the total to set_total_grad_norm, before reading hyper_values().
+  virtual bool clips_grads() const = 0;
+  virtual double clip_norm_type() const = 0; // 2 or infinity
+  virtual Graph trace_grad_norm(const ParamBucket& bucket) const = 0;
+  // The grads of the bucket's members, the grad-norm graph's only slot, with this step's hyperparameters.
+  virtual ListArguments grad_arguments(const ParamBucket& bucket) const = 0;
+  // Takes the total norm (sqrt applied) of a clipping step; may throw optjit::Error (error_if_nonfinite).
+  virtual void set_total_grad_norm(double total) = 0;
 
   // Step-time checks, run before anything changes; they throw optjit::Error.
   virtual void check_hyperparameters() const = 0;

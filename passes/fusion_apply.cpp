@@ -30,7 +30,10 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
   // Values handed on, in order of their producers' first use elsewhere: value id -> carry name.
   std::map<ValueId, std::string> carry_of;
   std::vector<std::pair<ValueId, std::string>> carried_values; // in carry order
-  std::vector<std::string> carries;
+  std::vector<std::string> carries; // the graph's own carry stores (values the driver reads), then the plan's
+  for (const Store& s : graph.stores)
+    if (s.kind == StoreKind::Carry)
+      carries.push_back(s.name);
   const auto hand_on = [&](ValueId in, int k) {
     if (in_kernel(in, k) || repeated_per_kernel(graph.node(in)) || carry_of.count(in))
       return;

@@ -89,7 +89,7 @@ FusionPlan plan_fusion(const Graph& graph) {
     plan.kernel_of[static_cast<std::size_t>(id)] = phase[static_cast<std::size_t>(id)] - (reduction ? 1 : 0);
   }
   for (const Store& s : graph.stores)
-    plan.store_kernel.push_back(first_kernel_to_store(graph, plan, s.value));
+    plan.store_kernel.push_back(first_kernel_to_store(graph, plan, s));
   plan.kernel_count = 1 + *std::max_element(plan.store_kernel.begin(), plan.store_kernel.end());
   place_tensor_stores(graph, plan);
 

@@ -12,15 +12,17 @@
 
 namespace optjit {
 
-// The first kernel that can store value `id`: its own, or for a reduction the next (its value exists only once the
-// pass that accumulates it has ended).
-inline int first_kernel_to_store(const Graph& graph, const FusionPlan& plan, ValueId id) {
-  return plan.kernel_of[static_cast<std::size_t>(id)] + (op_has_trait(graph.node(id).op, kReduction) ? 1 : 0);
+// The first kernel that can perform `store`: its value's, or for a reduction's value the next (the value exists only
+// once the pass that accumulates it has ended), unless it only hands the value on (a carry store, which the kernel's
+// finish phase performs).
+inline int first_kernel_to_store(const Graph& graph, const FusionPlan& plan, const Store& store) {
+  const bool after_pass = op_has_trait(graph.node(store.value).op, kReduction) && store.kind != StoreKind::Carry;
+  return plan.kernel_of[static_cast<std::size_t>(store.value)] + (after_pass ? 1 : 0);
 }
 
 // The kernel that performs store `s` of `graph`.
 inline int store_kernel(const Graph& graph, const FusionPlan& plan, std::size_t s) {
-  return plan.store_kernel.empty() ? first_kernel_to_store(graph, plan, graph.stores[s].value) : plan.store_kernel[s];
+  return plan.store_kernel.empty() ? first_kernel_to_store(graph, plan, graph.stores[s]) : plan.store_kernel[s];
 }
 
 // computes[k][id]: kernel k computes node id.

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -185,6 +186,16 @@ ReplayResult replay_golden_text(std::string_view text, const std::string& name, 
       found_inf = Tensor::zeros({1}, Dtype::f32, device);
       opt->set_grad_scaling(Tensor::full({1}, c["grad_scale"].get<double>(), Dtype::f32, device), found_inf);
     }
+    // Grad-norm clipping (FORMAT_NEXT): clip_grad_norm_(params, max_norm, norm_type) before every step, fused.
+    if (c.contains("clip_grad_norm")) {
+      const json& clip = c["clip_grad_norm"];
+      const json& norm_type = clip.at("norm_type");
+      if (!(norm_type.is_number() || norm_type == "inf"))
+        throw Error("clip_grad_norm's norm_type is " + json_value_text(norm_type) + ", not a number or \"inf\"");
+      opt->set_grad_clipping(Optimizer::GradClipping{
+          clip.at("max_norm").get<double>(),
+          norm_type.is_number() ? norm_type.get<double>() : std::numeric_limits<double>::infinity(), false});
+    }
     if (mode == ReplayMode::Compiled)
       compiled.emplace(compile(*opt));
 
@@ -217,6 +228,9 @@ ReplayResult replay_golden_text(std::string_view text, const std::string& name, 
         (*compiled)();
       else
         opt->step();
+      if (opt->grad_clipping() &&
+          !check.values(at_step + ", total_norm", {opt->total_grad_norm()}, json::array({rec.at("total_norm")})))
+        throw Error(check.failure);
       for (std::size_t i = 0; i < params.size(); ++i) {
         const std::string where = at_step + ", param " + std::to_string(i);
         if (!check.stored_values(where, params[i].real_view().to_vector(), rec.at("expect_params")[i]))

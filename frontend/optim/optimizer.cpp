@@ -1,6 +1,7 @@
 #include "frontend/optim/optimizer.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/interpreter.h"
+#include "compiler/ir/op_semantics.h"
 #include "frontend/optim/validation.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -257,6 +258,8 @@ std::vector<double> Optimizer::hyper_values() const {
       values.push_back(group.get(name));
     if (grad_scale_.defined())
       values.push_back(scale);
+    if (clipping_)
+      values.push_back(clip_coefficient_);
     if (rounding)
       values.push_back(counter);
   }
@@ -267,6 +270,8 @@ std::vector<std::string> Optimizer::step_hyper_names() const {
   std::vector<std::string> names = hyper_names();
   if (grad_scale_.defined())
     names.emplace_back("grad_scale");
+  if (clipping_)
+    names.emplace_back(kClipCoefficient);
   if (any_stochastic_rounding())
     names.emplace_back(kRoundingCounter);
   return names;
@@ -284,6 +289,7 @@ void Optimizer::after_step() { ++rounding_steps_; }
 Structure Optimizer::traced_structure(const ParamGroup& group) const {
   Structure s = structure(group);
   s.set("grad_scale", grad_scale_.defined());
+  s.set("clip_grad_norm", clipping_.has_value());
   s.set("unscaled_grads_stored", stores_unscaled_grads());
   s.set("master_weights", group.get("master_weights") != 0);
   s.set("stochastic_rounding", group.get("stochastic_rounding") != 0);
@@ -333,16 +339,46 @@ void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfter
 bool Optimizer::step_skipped() const { return found_inf_.defined() && found_inf_.item() != 0; }
 
 // A copy of `grad` in the compute dtype, divided by `scale` there (torch's fused optimizers unscale in opmath).
-static Tensor unscaled(const Tensor& grad, double scale) {
+// A copy of `grad` in its compute dtype with every element f(element, number) (the forloop's unscaling and clipping).
+template <class F> static Tensor transformed(const Tensor& grad, double number, F f) {
   Tensor g = grad.to(compute_dtype(grad.dtype()));
   if (g.same(grad))
     g = grad.clone();
   visit_compute_dtype(g.dtype(), [&]<class T>() {
     T* values = g.data_as<T>();
     for (int64_t i = 0; i < g.numel(); ++i)
-      values[i] = values[i] / static_cast<T>(scale);
+      values[i] = f(values[i], static_cast<T>(number));
   });
   return g;
+}
+
+static Tensor unscaled(const Tensor& grad, double scale) {
+  return transformed(grad, scale, [](auto v, auto s) { return v / s; });
+}
+
+static Tensor clipped(const Tensor& grad, double coefficient) {
+  return transformed(grad, coefficient, [](auto v, auto c) { return v * c; });
+}
+
+// The forloop's total grad norm: each grad's sum of squares (or largest |element|) in f64, combined in param order.
+static double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
+  const bool l2 = norm_type == 2.0;
+  double total = l2 ? 0.0 : -std::numeric_limits<double>::infinity();
+  bool any = false;
+  for (const Tensor& grad : grads) {
+    if (!grad.defined())
+      continue;
+    any = true;
+    const Tensor g = grad.real_view().to(compute_dtype(grad.real_view().dtype()));
+    visit_compute_dtype(g.dtype(), [&]<class T>() {
+      const T* values = g.data_as<T>();
+      for (int64_t i = 0; i < g.numel(); ++i) {
+        const double v = static_cast<double>(values[i]);
+        total = l2 ? total + v * v : max_propagating_nan(total, std::fabs(v));
+      }
+    });
+  }
+  return !any ? 0.0 : l2 ? std::sqrt(total) : total;
 }
 
 void Optimizer::check_grad(int64_t flat) const {
@@ -586,12 +622,63 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   Tracer tracer(graph_name, compute_dtype(bucket.dtype), slots(s, bucket));
   if (s["grad_scale"])
     tracer.divide_grads_by("grad_scale", s["unscaled_grads_stored"]);
+  if (s["clip_grad_norm"])
+    tracer.multiply_grads_by(kClipCoefficient);
   if (s["master_weights"])
     tracer.update_through_master(kMasterParam);
   if (s["stochastic_rounding"])
     tracer.round_stochastically(kRoundingCounter, kRoundingStream);
   trace(tracer, s);
   return tracer.finish();
+}
+
+void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
+  if (clipping) {
+    if (!(std::isfinite(clipping->max_norm) && clipping->max_norm > 0))
+      throw Error("max_grad_norm is " + python_float(clipping->max_norm) + ": it must be a positive, finite number");
+    if (clipping->norm_type != 2.0 && clipping->norm_type != std::numeric_limits<double>::infinity())
+      throw Error("norm_type is " + python_float(clipping->norm_type) + ": fused clipping takes 2 or inf");
+  }
+  clipping_ = clipping;
+}
+
+Graph Optimizer::trace_grad_norm(const ParamBucket& bucket) const {
+  OPTJIT_ASSERT(clipping_.has_value(), "trace_grad_norm without clipping");
+  const Structure s = traced_structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
+  std::vector<Slot> grad_slot;
+  for (const Slot& slot : slots(s, bucket))
+    if (slot.role == SlotRole::Grad)
+      grad_slot.push_back(slot);
+  Tracer tracer("grad_norm", compute_dtype(bucket.dtype), grad_slot);
+  if (s["grad_scale"])
+    tracer.divide_grads_by("grad_scale", false);
+  Sym grads = tracer.tensors(grad_slot.front().name);
+  tracer.store_carry(kGradNormCarry, clipping_->norm_type == 2.0 ? sum(grads * grads) : max_of(abs(grads)));
+  return tracer.finish();
+}
+
+ListArguments Optimizer::grad_arguments(const ParamBucket& bucket) const {
+  ListArguments args;
+  args.hyper_names = step_hyper_names();
+  args.hyper = hyper_values();
+  args.slot_names = {"grad"};
+  args.slot_tensors.emplace_back();
+  for (const BucketMember& m : bucket.members) {
+    args.slot_tensors.front().push_back(kernel_grad(m.flat));
+    args.group_of.push_back(m.group);
+  }
+  return args;
+}
+
+void Optimizer::set_total_grad_norm(double total) {
+  OPTJIT_ASSERT(clipping_.has_value(), "set_total_grad_norm without clipping");
+  if (clipping_->error_if_nonfinite && !std::isfinite(total))
+    throw Error("The total norm of order " + python_float(clipping_->norm_type) +
+                " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and "
+                "scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`");
+  total_grad_norm_ = total;
+  const double coefficient = clipping_->max_norm / (total + 1e-6);
+  clip_coefficient_ = std::isnan(coefficient) ? coefficient : std::min(coefficient, 1.0); // torch's clamp(max=1)
 }
 
 ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
@@ -752,22 +839,33 @@ void Optimizer::eager_update() {
       throw Error(name_ + ": param " + std::to_string(i) + " is on " + p.device().to_string() +
                   ", and eager and forloop steps run on the CPU: compile the step (optjit::compile) to run it on "
                   "the GPU");
-  ensure_state();
   if (!foreach_) {
+    std::vector<Tensor> used(static_cast<std::size_t>(param_count())); // what each step reads as its grad
+    for (int64_t i = 0; i < param_count(); ++i)
+      if (const Tensor g = flat_param(i).grad(); g.defined())
+        used[static_cast<std::size_t>(i)] = grad_scale_.defined() ? unscaled(g.real_view(), grad_scale_.item()) : g;
+    const std::vector<Tensor> unclipped = used;
+    if (clipping_) {
+      set_total_grad_norm(forloop_grad_norm(used, clipping_->norm_type)); // may throw: nothing changed yet
+      for (Tensor& g : used)
+        if (g.defined())
+          g = clipped(g.real_view(), clip_coefficient_);
+    }
+    ensure_state();
     for (int64_t i = 0; i < param_count(); ++i) {
       const Tensor& p = flat_param(i);
       Tensor g = p.grad();
       if (!g.defined())
         continue;
-      const Tensor used = grad_scale_.defined() ? unscaled(g.real_view(), grad_scale_.item()) : g;
-      forloop_step_in_compute_dtype(groups_[static_cast<std::size_t>(group_of_flat(i))], p, used,
-                                    states_[static_cast<std::size_t>(i)]);
+      forloop_step_in_compute_dtype(groups_[static_cast<std::size_t>(group_of_flat(i))], p,
+                                    used[static_cast<std::size_t>(i)], states_[static_cast<std::size_t>(i)]);
       if (stores_unscaled_grads())
-        g.real_view().copy_from(used.to(component_dtype(g.dtype())));
+        g.real_view().copy_from(unclipped[static_cast<std::size_t>(i)].to(component_dtype(g.dtype())));
     }
     after_step();
     return;
   }
+  ensure_state();
   if (!eager_step_) {
     CompileOptions interpreted;
     interpreted.execution = Execution::Interpreted;

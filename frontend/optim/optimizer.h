@@ -15,6 +15,7 @@
 #include "runtime/tensor.h"
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -220,6 +221,23 @@ public:
   void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled);
   const Tensor& grad_scale() const { return grad_scale_; }
 
+  // Gradient clipping fused into the step: exactly torch.nn.utils.clip_grad_norm_(params with grads, max_norm,
+  // norm_type, error_if_nonfinite) before every step, over every group, dtype and device together (one norm for the
+  // model): total = the 2-norm of all grads (norm_type 2) or their largest |element| (infinity); every grad is
+  // multiplied by min(max_norm / (total + 1e-6), 1) inside the step, and the grads themselves are never written. The
+  // norm is a reduction pass of its own over the grads (compiled and eager steps: a kernel per bucket before the
+  // update), so a clipped step is two passes over the grads. A grad_scale divides the grads before the norm.
+  // std::nullopt turns it off; switching it on or off traces the step again, max_norm is a value.
+  struct GradClipping {
+    double max_norm = 1.0;
+    double norm_type = 2.0; // 2 or infinity
+    bool error_if_nonfinite = false;
+  };
+  void set_grad_clipping(std::optional<GradClipping> clipping);
+  const std::optional<GradClipping>& grad_clipping() const { return clipping_; }
+  // The total norm of the last clipped step, before clipping (what clip_grad_norm_ returns); NaN before one.
+  double total_grad_norm() const { return total_grad_norm_; }
+
   // Stochastic rounding (group option stochastic_rounding, bf16 params): the bits of element e of param p's slot s at
   // this optimizer's n-th step are rounding_bits(rounding_counter(seed, n), p x 16 + s, e), the same in every mode
   // and on every device. `n` counts the steps taken (skipped ones excluded) and is not part of state_dict: a resumed
@@ -245,6 +263,12 @@ public:
   // entry in its storage dtype.
   std::vector<Slot> slots(const Structure& structure, const ParamBucket& bucket) const;
   ListArguments list_arguments(const ParamBucket& bucket) const override;
+  // Gradient clipping (compiler/step_source.h).
+  bool clips_grads() const override { return clipping_.has_value(); }
+  double clip_norm_type() const override { return clipping_ ? clipping_->norm_type : 2.0; }
+  Graph trace_grad_norm(const ParamBucket& bucket) const override;
+  ListArguments grad_arguments(const ParamBucket& bucket) const override;
+  void set_total_grad_norm(double total) override;
   // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale).
   std::vector<double> hyper_values() const override;
   // hyper_names(), and "grad_scale" while gradient scaling is on (the same value in every group).
@@ -326,6 +350,9 @@ private:
   std::vector<ParamState> states_;
   std::optional<Dtype> scalar_state_dtype_;
   Tensor grad_scale_, found_inf_;
+  std::optional<GradClipping> clipping_;
+  double total_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
+  double clip_coefficient_ = 1.0; // of this step: min(max_norm / (total + 1e-6), 1)
   uint64_t rounding_seed_ = 0, rounding_steps_ = 0;
   // Whether a step writes the unscaled grads back (gradient scaling with GradsAfterStep::Unscaled).
   bool stores_unscaled_grads() const { return grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled; }
@@ -381,5 +408,7 @@ inline const std::string kMasterParam = "master_param";
 // The hidden state entry holding a param's stochastic rounding stream (its flat index), and the step's counter.
 inline const std::string kRoundingStream = "_rounding_stream";
 inline const std::string kRoundingCounter = "rounding_counter";
+// The hyperparameter a clipping step multiplies its grads by: min(max_norm / (total norm + 1e-6), 1).
+inline const std::string kClipCoefficient = "clip_coef";
 
 } // namespace optjit

@@ -4,6 +4,7 @@
 #include "frontend/optim/adam.h"
 #include "frontend/optim/adamax.h"
 #include "frontend/optim/asgd.h"
+#include "frontend/optim/lamb.h"
 #include "frontend/optim/lion.h"
 #include "frontend/optim/nadam.h"
 #include "frontend/optim/radam.h"
@@ -64,7 +65,8 @@ Registry& registry() {
                   {"RMSprop", optimizer_factory<RMSprop>("RMSprop")},
                   {"Rprop", optimizer_factory<Rprop>("Rprop")},
                   {"ASGD", optimizer_factory<ASGD>("ASGD")},
-                  {"Lion", optimizer_factory<Lion>("Lion")}};
+                  {"Lion", optimizer_factory<Lion>("Lion")},
+                  {"LAMB", optimizer_factory<LAMB>("LAMB")}};
     return r;
   }();
   return *table;

@@ -8,8 +8,13 @@ namespace {
 Sym binary(Op op, Sym a, Sym b) { return a.tracer().wrap(a.tracer().builder().binary(op, a.id(), b.id())); }
 Sym unary(Op op, Sym a) { return a.tracer().wrap(a.tracer().builder().unary(op, a.id())); }
 Sym lift(Sym like, double value) { return like.tracer().constant(value); }
+Sym reduce(Op op, Sym a) { return a.tracer().wrap(a.tracer().builder().reduce(op, a.id())); }
 
 } // namespace
+
+Sym sum(Sym a) { return reduce(Op::reduce_sum, a); }
+Sym max_of(Sym a) { return reduce(Op::reduce_max, a); }
+Sym foreach_norm(Sym a) { return sqrt(sum(a * a)); }
 
 bool Tracer::is_param_through_master(const std::string& slot) const {
   return !master_slot_.empty() && builder_.slot(slot).role == SlotRole::Param;
@@ -40,15 +45,19 @@ Sym Tracer::tensors(const std::string& slot) {
   if (is_param_through_master(slot))
     return wrap(builder_.tensor(master_slot_));
   Sym stored = wrap(builder_.tensor(slot));
-  if (grad_divisor_.empty() || builder_.slot(slot).role != SlotRole::Grad)
+  if (builder_.slot(slot).role != SlotRole::Grad)
     return stored;
-  return stored / hyper(grad_divisor_);
+  if (!grad_divisor_.empty())
+    stored = stored / hyper(grad_divisor_);
+  if (!grad_multiplier_.empty())
+    stored = stored * hyper(grad_multiplier_);
+  return stored;
 }
 
 Graph Tracer::finish() {
   if (store_unscaled_grads_)
     for (const std::string& slot : grad_slots_)
-      store(slot, tensors(slot));
+      store(slot, wrap(builder_.tensor(slot)) / hyper(grad_divisor_)); // unscaled, never clipped
   return builder_.finish();
 }
 

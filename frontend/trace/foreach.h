@@ -45,6 +45,13 @@ public:
     grad_divisor_ = std::move(hyper_name);
     store_unscaled_grads_ = store_unscaled;
   }
+  // Gradient clipping: every read of the grad slot (after divide_grads_by) is multiplied by hyperparameter
+  // `hyper_name`, the step's clip coefficient.
+  void multiply_grads_by(std::string hyper_name) { grad_multiplier_ = std::move(hyper_name); }
+  // Hands per-tensor value `value` on as carried value `name` (what a later kernel, or the driver, reads).
+  void store_carry(const std::string& name, Sym value) {
+    builder_.add_store(Store{StoreKind::Carry, name, value.id()});
+  }
   // Master weights: every read of the param slot reads `master_slot` (a copy in the compute dtype), and every store
   // to the param slot stores to the master and, rounded to the param's storage dtype, to the param: the one pass
   // that updates the master writes the low-precision param, so an optimizer's trace keeps master weights unaware.
@@ -83,7 +90,8 @@ private:
   bool is_param_through_master(const std::string& slot) const;
   Sym rounded_for(const std::string& slot, Sym value); // what a store to `slot` writes
   GraphBuilder builder_;
-  std::string grad_divisor_; // empty: grads are read as stored
+  std::string grad_divisor_;    // empty: grads are read as stored
+  std::string grad_multiplier_; // empty: grads are not clipped
   bool store_unscaled_grads_ = false;
   std::vector<std::string> grad_slots_;            // the slots of role grad
   std::string master_slot_;                        // empty: the param is read and written as stored
@@ -115,6 +123,12 @@ Sym less(Sym a, Sym b);
 Sym greater(Sym a, Sym b);
 Sym equal(Sym a, Sym b);
 Sym where(Sym condition, Sym if_true, Sym if_false);
+
+// Reductions over each tensor of a list: one per-tensor f64 value per list entry. A value that uses one exists only
+// after a whole pass over the data, so it runs in the step's next kernel (the planner splits there).
+Sym sum(Sym a);          // the sum of the elements (0 for an empty tensor)
+Sym max_of(Sym a);       // the largest element, NaN-propagating (-inf for an empty tensor)
+Sym foreach_norm(Sym a); // torch._foreach_norm(a): the L2 norm of each tensor, sqrt(sum(a * a))
 
 // torch._foreach_* with torch's evaluation order.
 Sym foreach_add(Sym self, Sym other, Sym alpha);          // self + alpha * other
