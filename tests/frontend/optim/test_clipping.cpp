@@ -1,0 +1,177 @@
+// Grad-norm clipping fused into the step, and LAMB: the norm is one reduction pass over the grads before the update
+// (Adam + clipping: 2 kernels), one norm over every bucket, the grads never written, the same result in every mode
+// and for every thread count, and error_if_nonfinite refusing a step before anything changes.
+#include "frontend/optim/lamb.h"
+#include "helpers.h"
+#include "runtime/thread_pool.h"
+
+#include <limits>
+
+using namespace optjit;
+using optjit::test::make_single_group;
+
+namespace {
+
+std::vector<Tensor> params_of(Dtype dtype, uint64_t seed) {
+  std::vector<Tensor> params;
+  int k = 0;
+  for (const Shape& shape : std::vector<Shape>{{300, 70}, {7}, {0}, {}}) {
+    std::vector<double> p(static_cast<std::size_t>(shape_numel(shape))), g(p.size());
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p[i] = std::sin(0.01 * static_cast<double>(i + seed) + k);
+      g[i] = 3 * std::cos(0.07 * static_cast<double>(i) + k);
+    }
+    params.push_back(Tensor::from_values(shape, p, dtype));
+    params.back().set_grad(Tensor::from_values(shape, g, dtype));
+    ++k;
+  }
+  return params;
+}
+
+std::vector<double> flat_values(const std::vector<Tensor>& tensors) {
+  std::vector<double> all;
+  for (const Tensor& t : tensors)
+    for (double v : t.to_vector())
+      all.push_back(v);
+  return all;
+}
+
+enum class Mode { Forloop, Eager, Compiled };
+
+// Three clipped steps of `name`; returns params and the total norms.
+std::pair<std::vector<double>, std::vector<double>> clipped_run(const std::string& name, Mode mode, double norm_type,
+                                                                Dtype dtype = Dtype::f64) {
+  std::vector<Tensor> params = params_of(dtype, 1);
+  auto opt = make_single_group(name, params, {{"lr", {0.01}}}, mode != Mode::Forloop);
+  opt->set_grad_clipping(Optimizer::GradClipping{2.5, norm_type, false});
+  std::optional<CompiledStep> step;
+  if (mode == Mode::Compiled)
+    step.emplace(compile(*opt));
+  std::vector<double> norms;
+  for (int s = 0; s < 3; ++s) {
+    step ? (*step)() : opt->step();
+    norms.push_back(opt->total_grad_norm());
+  }
+  return {flat_values(params), norms};
+}
+
+} // namespace
+
+TEST_CASE("clipping: the total norm is clip_grad_norm_'s, the grads are not written, and every mode agrees") {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double norm_type : {2.0, inf}) {
+    CAPTURE(norm_type);
+    std::vector<Tensor> params = params_of(Dtype::f64, 1);
+    const std::vector<double> grads_before = flat_values({params[0].grad(), params[1].grad()});
+    double expected = 0;
+    for (const Tensor& p : params)
+      for (double g : p.grad().to_vector())
+        expected = norm_type == 2.0 ? expected + g * g : std::max(expected, std::fabs(g));
+    expected = norm_type == 2.0 ? std::sqrt(expected) : expected;
+    auto opt = make_single_group("adam", params, {{"lr", {0.01}}}, true);
+    opt->set_grad_clipping(Optimizer::GradClipping{2.5, norm_type, false});
+    CompiledStep step = compile(*opt);
+    step();
+    CHECK(opt->total_grad_norm() == doctest::Approx(expected).epsilon(1e-12));
+    CHECK(flat_values({params[0].grad(), params[1].grad()}) == grads_before);
+    CHECK(step.kernel_count() == 2); // the norm pass, then Adam
+
+    const auto [forloop_params, forloop_norms] = clipped_run("adam", Mode::Forloop, norm_type);
+    for (Mode mode : {Mode::Eager, Mode::Compiled}) {
+      const auto [values, norms] = clipped_run("adam", mode, norm_type);
+      for (std::size_t i = 0; i < norms.size(); ++i)
+        CHECK(norms[i] == doctest::Approx(forloop_norms[i]).epsilon(1e-12));
+      for (std::size_t i = 0; i < values.size(); ++i)
+        REQUIRE(values[i] == doctest::Approx(forloop_params[i]).epsilon(1e-10));
+    }
+  }
+}
+
+TEST_CASE("clipping: one norm over every bucket, bitwise the same for every thread count") {
+  ThreadPool& pool = ThreadPool::global();
+  const int threads = pool.size();
+  std::vector<std::vector<double>> runs;
+  for (int active : {1, threads}) {
+    pool.set_active_threads(active);
+    std::vector<Tensor> f32 = params_of(Dtype::f32, 1), f64 = params_of(Dtype::f64, 2);
+    std::vector<Tensor> all = f32;
+    all.insert(all.end(), f64.begin(), f64.end());
+    auto opt = make_single_group("sgd", all, {{"lr", {0.1}}, {"momentum", {0.9}}}, true);
+    opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, false});
+    CompiledStep step = compile(*opt);
+    step();
+    step();
+    runs.push_back(flat_values(all));
+    runs.back().push_back(opt->total_grad_norm());
+    double expected = 0;
+    for (const Tensor& p : all)
+      for (double g : p.grad().to_vector())
+        expected += g * g;
+    CHECK(opt->total_grad_norm() == doctest::Approx(std::sqrt(expected)).epsilon(1e-6));
+  }
+  pool.set_active_threads(threads);
+  CHECK(runs[0] == runs[1]);
+}
+
+TEST_CASE("clipping: error_if_nonfinite refuses the step before anything changes, in every mode") {
+  for (Mode mode : {Mode::Forloop, Mode::Eager, Mode::Compiled}) {
+    CAPTURE(static_cast<int>(mode));
+    std::vector<Tensor> params = params_of(Dtype::f32, 1);
+    auto opt = make_single_group("adam", params, {{"lr", {0.01}}}, mode != Mode::Forloop);
+    opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, true});
+    std::optional<CompiledStep> step;
+    if (mode == Mode::Compiled)
+      step.emplace(compile(*opt));
+    step ? (*step)() : opt->step();
+    const std::vector<double> before = flat_values(params);
+    params[1].grad().set_item(3, std::numeric_limits<double>::infinity());
+    test::check_error_contains([&] { step ? (*step)() : opt->step(); },
+                               "for gradients from `parameters` is non-finite, so it cannot be clipped");
+    CHECK(flat_values(params) == before);
+    CHECK(opt->visible_state(params[0]).front().second.item() == 1); // the step counter did not move
+  }
+  std::vector<Tensor> params = params_of(Dtype::f32, 1);
+  auto opt = make_single_group("adam", params, {}, true);
+  test::check_error(
+      [&] {
+        opt->set_grad_clipping(Optimizer::GradClipping{-1.0, 2.0, false});
+      },
+      "max_grad_norm is -1.0: it must be a positive, finite number");
+  test::check_error(
+      [&] {
+        opt->set_grad_clipping(Optimizer::GradClipping{1.0, 1.0, false});
+      },
+      "norm_type is 1.0: fused clipping takes 2 or inf");
+}
+
+TEST_CASE("lamb: two kernels, the three modes agree, and its norms do not depend on the thread count") {
+  ThreadPool& pool = ThreadPool::global();
+  const int threads = pool.size();
+  std::vector<std::vector<double>> compiled;
+  for (int active : {1, threads}) {
+    pool.set_active_threads(active);
+    std::vector<Tensor> params = params_of(Dtype::f32, 3);
+    auto opt = make_single_group("LAMB", params, {{"lr", {0.01}}, {"weight_decay", {0.1}}}, true);
+    CompiledStep step = compile(*opt);
+    for (int s = 0; s < 3; ++s)
+      step();
+    CHECK(step.kernel_count() == 2);
+    compiled.push_back(flat_values(params));
+  }
+  pool.set_active_threads(threads);
+  CHECK(compiled[0] == compiled[1]);
+  for (bool foreach : {false, true}) {
+    std::vector<Tensor> params = params_of(Dtype::f32, 3);
+    auto opt = make_single_group("LAMB", params, {{"lr", {0.01}}, {"weight_decay", {0.1}}}, foreach);
+    for (int s = 0; s < 3; ++s)
+      opt->step();
+    const std::vector<double> values = flat_values(params);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      REQUIRE(values[i] == doctest::Approx(compiled[0][i]).epsilon(1e-5));
+  }
+  test::check_error(
+      [&] {
+        LAMB(params_of(Dtype::f32, 1), {.betas = {1.0, 0.9}});
+      },
+      "Invalid beta parameter at index 0: 1.0");
+}
