@@ -42,6 +42,7 @@ struct ShapeCase {
   double goal;              // 0: none
   Dtype dtype = Dtype::f32; // of the params and grads
   bool f32_state = false;   // tensor state (and master weights) in f32 whatever the params' dtype
+  bool clip = false;        // fused grad-norm clipping (max_norm 1, 2-norm): one more pass that reads the grads
 };
 
 // Replaces every param's state with f32 tensors (master weights start as the param's values).
@@ -99,10 +100,14 @@ json bench_shape(const ShapeCase& c) {
   auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{params, {}}}, options);
   if (c.f32_state)
     adopt_f32_state(*opt);
+  if (c.clip)
+    opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, false});
   CompiledStep step = compile(*opt);
   const std::vector<int64_t> numels(static_cast<std::size_t>(c.count), c.numel);
-  const bool mixed = c.dtype != Dtype::f32 || c.f32_state;
-  const std::vector<TrafficProbe::Array> arrays = arrays_of(*opt); // the step's single bucket
+  const bool mixed = c.dtype != Dtype::f32 || c.f32_state || c.clip;
+  std::vector<TrafficProbe::Array> arrays = arrays_of(*opt); // the step's single bucket
+  if (c.clip) // the bound the issue sets: the update's bytes and one more read of the grads (the norm's pass)
+    arrays.push_back({static_cast<int>(dtype_size(c.dtype)), true, false});
   const auto [reads, writes] = traffic_of(arrays);
   TrafficProbe probe = mixed ? TrafficProbe(numels, arrays) : TrafficProbe(numels, reads, writes);
   for (int i = 0; i < 3; ++i) { // compile, create state, fault every page in
@@ -121,8 +126,10 @@ json bench_shape(const ShapeCase& c) {
   pool.set_active_threads(pool.size());
   const int64_t elements = c.count * c.numel;
   std::string described = c.options.empty() ? "default" : config_name(c.options);
-  if (mixed)
+  if (c.dtype != Dtype::f32 || c.f32_state)
     described += std::string(" ") + std::string(dtype_name(c.dtype)) + (c.f32_state ? "+f32 state" : "");
+  if (c.clip)
+    described += " +clip";
   return {{"optimizer", opt->name()},
           {"options", described},
           {"shape", std::to_string(c.count) + "x" + std::to_string(c.numel)},
@@ -216,6 +223,8 @@ int run_bench(const BenchOptions& options) {
     cases.push_back({"adam", {}, count, numel, threads, goal, Dtype::bf16, false});
     cases.push_back({"adam", {{"master_weights", {1}}}, count, numel, threads, goal, Dtype::bf16, true});
   }
+  // Adam with fused grad-norm clipping against Adam's bytes plus one more read of the grads (goal 1.25).
+  cases.push_back({"adam", {}, 1000, 10'000, 0, 1.25, Dtype::f32, false, true});
   json rows = json::array();
   if (!options.json)
     std::printf("optjit bench: compiled steps (f32, foreach) vs a traffic probe of the same bytes per element "

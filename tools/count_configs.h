@@ -12,11 +12,16 @@ namespace optjit {
 struct CountConfig {
   std::string optimizer; // torch's class name in lower case
   KeywordOptions options;
+  double clip_norm_type = 0; // 2 or infinity: the step clips its grads (clip_grad_norm_ fused); 0: it does not
 };
 
 std::vector<CountConfig> torch_optim_configs();
 // The configurations of optjit's own optimizers, which torch.optim does not have (Lion): no Inductor count.
 std::vector<CountConfig> own_optimizer_configs();
+
+// Steps with reductions, which plan into several kernels: LAMB, and optimizers with fused grad-norm clipping. No
+// Inductor count is recorded for them (reference/ has none).
+std::vector<CountConfig> reducing_configs();
 
 // Inductor's kernels per step for a configuration on the CPU (reference: inductor-kernel-counts.md).
 int inductor_cpu_kernels(const CountConfig& config, bool foreach);

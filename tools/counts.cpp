@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <limits>
 
 namespace optjit {
 
@@ -105,6 +106,12 @@ std::vector<CountConfig> own_optimizer_configs() {
           {"lion", {{"betas", {0.95, 0.98}}}}};
 }
 
+std::vector<CountConfig> reducing_configs() {
+  const double inf = std::numeric_limits<double>::infinity();
+  return {{"lamb", {}},       {"lamb", {{"weight_decay", {0.1}}}}, {"adam", {}, 2.0}, {"adam", {{"amsgrad", {1}}}, inf},
+          {"adamw", {}, 2.0}, {"sgd", {{"momentum", {0.9}}}, 2.0}, {"lion", {}, 2.0}, {"lamb", {}, 2.0}};
+}
+
 // Every CPU run is Inductor's "singletensor" case (8 kernels) unless an override row names the configuration.
 int inductor_cpu_kernels(const CountConfig& c, bool foreach) {
   auto has = [&](const char* key) { return c.options.count(key) > 0; };
@@ -133,6 +140,8 @@ int run_counts(bool json_output) {
   const std::size_t torch_count = configs.size();
   for (const CountConfig& c : own_optimizer_configs())
     configs.push_back(c);
+  for (const CountConfig& c : reducing_configs())
+    configs.push_back(c);
   for (std::size_t k = 0; k < configs.size(); ++k) {
     const CountConfig& c = configs[k];
     const bool in_torch = k < torch_count; // optjit's own optimizers have no Inductor count
@@ -141,17 +150,22 @@ int run_counts(bool json_output) {
       KeywordOptions options = c.options;
       options["foreach"] = {foreach ? 1.0 : 0.0};
       auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{params, {}}}, options);
+      if (c.clip_norm_type != 0)
+        opt->set_grad_clipping(Optimizer::GradClipping{1.0, c.clip_norm_type, false});
       CompiledStep step = compile(*opt);
       const int kernels = step.kernel_count();
       const nlohmann::json inductor = in_torch ? nlohmann::json(inductor_cpu_kernels(c, foreach)) : nlohmann::json();
+      std::string config = config_name(c.options);
+      if (c.clip_norm_type != 0)
+        config += c.clip_norm_type == 2.0 ? " + clip_grad_norm(2)" : " + clip_grad_norm(inf)";
       rows.push_back({{"optimizer", c.optimizer},
-                      {"config", config_name(c.options)},
+                      {"config", config},
                       {"foreach", foreach},
                       {"kernels", kernels},
                       {"inductor_kernels", inductor}});
       if (!json_output)
-        std::printf("%-9s %-50s %-8s %8d %17s\n", c.optimizer.c_str(), config_name(c.options).c_str(),
-                    foreach ? "true" : "false", kernels, in_torch ? inductor.dump().c_str() : "- (not in torch)");
+        std::printf("%-9s %-50s %-8s %8d %17s\n", c.optimizer.c_str(), config.c_str(), foreach ? "true" : "false",
+                    kernels, in_torch ? inductor.dump().c_str() : "- (no count)");
     }
   }
   if (json_output)

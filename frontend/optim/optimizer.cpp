@@ -634,8 +634,8 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
 
 void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
   if (clipping) {
-    if (!(std::isfinite(clipping->max_norm) && clipping->max_norm > 0))
-      throw Error("max_grad_norm is " + python_float(clipping->max_norm) + ": it must be a positive, finite number");
+    if (!(std::isfinite(clipping->max_norm) && clipping->max_norm >= 0))
+      throw Error("max_grad_norm is " + python_float(clipping->max_norm) + ": it must be a finite number >= 0");
     if (clipping->norm_type != 2.0 && clipping->norm_type != std::numeric_limits<double>::infinity())
       throw Error("norm_type is " + python_float(clipping->norm_type) + ": fused clipping takes 2 or inf");
   }

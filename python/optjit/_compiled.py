@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import math
 import threading
 import weakref
 from itertools import chain
@@ -22,11 +23,17 @@ class CompiledStep:
     Hyperparameters are read from opt.param_groups at every call (a float or a tensor lr), so LR schedulers and
     edits never recompile; options that change the algorithm (amsgrad, momentum != 0, ...) recompile and say why
     (metrics()["recompile_reasons"], OPTJIT_LOG=recompiles). The state stays torch's: state_dict(),
-    load_state_dict() and add_param_group() keep working before and after compiling."""
+    load_state_dict() and add_param_group() keep working before and after compiling.
 
-    def __init__(self, opt):
+    With max_grad_norm, every step first applies exactly torch.nn.utils.clip_grad_norm_(params with grads,
+    max_grad_norm, norm_type, error_if_nonfinite) over all param groups, fused: the norm is one reduction pass over
+    the grads, the update reads each grad times the clip coefficient, and the grads themselves are not written.
+    total_norm is the norm of the last step, before clipping (what clip_grad_norm_ returns)."""
+
+    def __init__(self, opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
         self._cls = _torch_optim.optimizer_class(opt)
         _torch_optim.check_supported(opt, self._cls)
+        self._clipping = _clipping(max_grad_norm, norm_type, error_if_nonfinite)
         self._opt = opt  # held, as torch.compile(opt.step) holds it
         self._lock = _step_lock(opt)
         self._retired = []  # metrics of the compiled steps replaced by add_param_group
@@ -85,6 +92,15 @@ class CompiledStep:
         for post_hook in chain(opt._optimizer_step_post_hooks.values(), _global_optimizer_post_hooks.values()):
             post_hook(opt, args, kwargs)
         return loss
+
+    @property
+    def total_norm(self):
+        """The total grad norm of the last step (before clipping), as clip_grad_norm_ returns it; None before a
+        clipped step, or when the step does not clip."""
+        if self._clipping[0] is None or self._cxx is None:
+            return None
+        norm = self._cxx.total_grad_norm()
+        return None if norm != norm else torch.tensor(norm, dtype=torch.float64)  # NaN: no clipped step yet
 
     @property
     def kernel_count(self):
@@ -155,6 +171,7 @@ class CompiledStep:
         ]
         self._scalar_dtype = _torch_optim.scalar_state_dtype(opt)
         self._cxx = TorchStep(self._cls.__name__, opt.param_groups, defaults, group_options, self._scalar_dtype)
+        self._cxx.set_grad_clipping(*self._clipping)
         self._params = [p for group in opt.param_groups for p in group["params"]]
         self._groups_seen = groups
         self._state_seen = None  # adopt torch's state afresh
@@ -203,17 +220,36 @@ def _mark_state_replaced(step_ref, opt):
         step._state_seen = None
 
 
-def compile(opt):
-    """opt's step as a compiled callable (compiles on the first call); see CompiledStep."""
-    return CompiledStep(opt)
+def _clipping(max_grad_norm, norm_type, error_if_nonfinite):
+    """(max_norm or None, norm_type as a float, error_if_nonfinite), checked as clip_grad_norm_ takes them."""
+    if isinstance(norm_type, str) and norm_type == "inf":
+        norm_type = float("inf")
+    if not isinstance(norm_type, (int, float)) or float(norm_type) not in (2.0, float("inf")):
+        raise Error(f"norm_type is {norm_type!r}: fused clipping takes 2 or inf (the 2-norm or the largest |grad|)")
+    if max_grad_norm is not None:
+        if isinstance(max_grad_norm, torch.Tensor):
+            max_grad_norm = max_grad_norm.item()
+        if isinstance(max_grad_norm, bool) or not isinstance(max_grad_norm, (int, float)):
+            raise Error(f"max_grad_norm is {max_grad_norm!r}, not a number")
+        max_grad_norm = float(max_grad_norm)
+        if not (math.isfinite(max_grad_norm) and max_grad_norm >= 0):
+            raise Error(f"max_grad_norm is {max_grad_norm!r}: it must be a finite number >= 0")
+    return (max_grad_norm, float(norm_type), bool(error_if_nonfinite))
 
 
-def patch(opt):
+def compile(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
+    """opt's step as a compiled callable (compiles on the first call); see CompiledStep. With max_grad_norm, each
+    step clips the grads first, exactly as torch.nn.utils.clip_grad_norm_(params, max_grad_norm, norm_type,
+    error_if_nonfinite) would, fused into the step."""
+    return CompiledStep(opt, max_grad_norm, norm_type, error_if_nonfinite)
+
+
+def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
     """Makes opt.step itself the compiled step, so that loops calling opt.step() (or GradScaler.step(opt)) need no
-    change. Returns the CompiledStep; optjit.unpatch(opt) undoes it."""
+    change. Returns the CompiledStep; optjit.unpatch(opt) undoes it. max_grad_norm and the rest: as compile."""
     if getattr(opt, "_optjit_unpatch", None) is not None:
         return opt.step.compiled
-    compiled = CompiledStep(opt)
+    compiled = CompiledStep(opt, max_grad_norm, norm_type, error_if_nonfinite)
     saved_step = vars(opt).get("step")
     saved_amp = vars(opt).get("_step_supports_amp_scaling")
     had_amp = "_step_supports_amp_scaling" in vars(opt)

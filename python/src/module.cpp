@@ -5,6 +5,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -24,6 +25,9 @@ NB_MODULE(_optjit, m) {
       .def("sync", &TorchStep::sync, nb::arg("param_groups"))
       .def("sync_grad_scaling", &TorchStep::sync_grad_scaling, nb::arg("grad_scale").none(),
            nb::arg("found_inf").none())
+      .def("set_grad_clipping", &TorchStep::set_grad_clipping, nb::arg("max_norm").none(), nb::arg("norm_type"),
+           nb::arg("error_if_nonfinite"))
+      .def("total_grad_norm", &TorchStep::total_grad_norm)
       .def("step_skipped", &TorchStep::step_skipped)
       .def("params_without_state", &TorchStep::params_without_state)
       .def("new_state", &TorchStep::new_state, nb::arg("flat"))

@@ -143,6 +143,13 @@ void TorchStep::sync_grad_scaling(nb::object grad_scale, nb::object found_inf) {
   optimizer_->set_grad_scaling(scale, inf, Optimizer::GradsAfterStep::Unscaled); // as torch's fused kernels leave them
 }
 
+void TorchStep::set_grad_clipping(std::optional<double> max_norm, double norm_type, bool error_if_nonfinite) {
+  if (!max_norm)
+    optimizer_->set_grad_clipping(std::nullopt);
+  else
+    optimizer_->set_grad_clipping(Optimizer::GradClipping{*max_norm, norm_type, error_if_nonfinite});
+}
+
 std::vector<int64_t> TorchStep::params_without_state() const {
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < param_count(); ++i)

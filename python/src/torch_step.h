@@ -39,6 +39,11 @@ public:
   // GradScaler's `optimizer.grad_scale` and `optimizer.found_inf` (each a 1-element CPU tensor, or None) for this
   // step: optjit divides the grads by the scale inside the kernel and skips a step whose found_inf is non-zero.
   void sync_grad_scaling(nb::object grad_scale, nb::object found_inf);
+  // Gradient clipping fused into the step (torch.nn.utils.clip_grad_norm_ over every param with a grad, before the
+  // update): `max_norm` None turns it off; `norm_type` 2 or inf.
+  void set_grad_clipping(std::optional<double> max_norm, double norm_type, bool error_if_nonfinite);
+  // The total grad norm of the last clipped step (NaN before one).
+  double total_grad_norm() const { return optimizer_->total_grad_norm(); }
   // Whether this step changes nothing (found_inf is non-zero): the Python side then creates no state either.
   bool step_skipped() const { return optimizer_->step_skipped(); }
   // Params with a grad and no state yet, by flat index (group order): the Python side creates their state.

@@ -1,0 +1,89 @@
+"""Grad-norm clipping fused into the compiled step: optjit.compile(opt, max_grad_norm=...) against
+torch.nn.utils.clip_grad_norm_ followed by torch's own step, for every optimizer, both norm types, f32 and f64, over
+several param groups: params, state and the total norm agree, the grads are never written, Adam + clipping is two
+kernels, and error_if_nonfinite refuses a step before anything changes."""
+
+import pytest
+import torch
+
+import optjit
+from conftest import EVERY_OPTIMIZER, assert_close, assert_same_state, clone_params, make_params, set_grads
+
+NORMS = [2.0, float("inf")]
+# Shapes without an empty tensor: torch refuses the inf norm of one.
+SHAPES = [(4, 3), (), (7,), (2, 3, 2)]
+
+
+def _groups(params, options):
+    return [{"params": params[:2]}, {"params": params[2:], "lr": options["lr"] * 0.5}]
+
+
+@pytest.mark.parametrize("norm_type", NORMS, ids=["l2", "inf"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("cls,options", EVERY_OPTIMIZER, ids=lambda c: getattr(c, "__name__", ""))
+def test_clipping_matches_clip_grad_norm_then_step(cls, options, dtype, norm_type):
+    reference = make_params(dtype, seed=3, shapes=SHAPES)
+    ours = clone_params(reference)
+    torch_opt = cls(_groups(reference, options), **options)
+    opt = cls(_groups(ours, options), **options)
+    step = optjit.compile(opt, max_grad_norm=1.5, norm_type=norm_type)
+    for t in range(6):
+        set_grads(t, reference, ours, seed=3, none_every=4)
+        scale = (0.1, 3.0, 0.5, 10.0, 0.01, 2.0)[t]  # clipping active on some steps, not on others
+        for p in reference + ours:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        grads_before = [None if p.grad is None else p.grad.clone() for p in ours]
+        expected_norm = torch.nn.utils.clip_grad_norm_(reference, 1.5, norm_type=norm_type)
+        torch_opt.step()
+        step()
+        assert_close(step.total_norm.to(dtype), expected_norm, dtype, f"step {t} total_norm")
+        for i, (p, q) in enumerate(zip(ours, reference)):
+            assert_close(p.detach(), q.detach(), dtype, f"step {t} param {i}")
+            if grads_before[i] is not None:
+                assert torch.equal(p.grad, grads_before[i]), f"step {t}: the grad of param {i} was written"
+        assert_same_state(opt, ours, torch_opt, reference, dtype)
+    assert step.metrics()["compiles"] == 1
+
+
+def test_adam_with_clipping_is_two_kernels_and_patch_takes_it():
+    params = make_params(torch.float32, shapes=SHAPES)
+    opt = torch.optim.Adam(params, lr=0.01)
+    compiled = optjit.patch(opt, max_grad_norm=1.0)
+    set_grads(0, params, none_every=0)
+    opt.step()
+    assert compiled.kernel_count == 2  # the norm pass, then Adam
+    assert compiled.total_norm is not None
+    assert optjit.compile(torch.optim.Adam(params), max_grad_norm=None).total_norm is None
+    optjit.unpatch(opt)
+
+
+def test_error_if_nonfinite_changes_nothing():
+    params = make_params(torch.float32, shapes=SHAPES)
+    opt = torch.optim.Adam(params, lr=0.01)
+    step = optjit.compile(opt, max_grad_norm=1.0, error_if_nonfinite=True)
+    set_grads(0, params, none_every=0)
+    step()
+    before = [p.detach().clone() for p in params]
+    state_before = {k: v.clone() for k, v in opt.state[params[0]].items()}
+    params[2].grad[3] = float("nan")
+    with pytest.raises(optjit.Error, match="is non-finite, so it cannot be clipped"):
+        step()
+    for p, b in zip(params, before):
+        assert torch.equal(p.detach(), b)
+    for k, v in opt.state[params[0]].items():
+        assert torch.equal(v, state_before[k]), k
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(max_grad_norm=-1.0), "max_grad_norm is -1.0: it must be a finite number >= 0"),
+        (dict(max_grad_norm="big"), "max_grad_norm is 'big', not a number"),
+        (dict(max_grad_norm=1.0, norm_type=1), "norm_type is 1: fused clipping takes 2 or inf"),
+    ],
+)
+def test_bad_clipping_arguments(kwargs, message):
+    opt = torch.optim.SGD(make_params(torch.float32), lr=0.1)
+    with pytest.raises(optjit.Error, match=message):
+        optjit.compile(opt, **kwargs)
