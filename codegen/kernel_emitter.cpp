@@ -239,6 +239,12 @@ public:
                              param(GpuParam::carry),
                              param(GpuParam::n_carry),
                              t};
+    // Each thread's accumulator of each reduction over the elements it visits.
+    std::vector<llvm::AllocaInst*> thread_acc;
+    for (std::size_t r = 0; r < reduction_count(); ++r) {
+      thread_acc.push_back(b.CreateAlloca(b.getDoubleTy()));
+      b.CreateStore(identity(b, reduction_op(r)), thread_acc.back());
+    }
     std::vector<Value*> values = emit_prologue(b, in);
     std::vector<Value*> bases;
     for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
@@ -259,12 +265,14 @@ public:
       Value* vector_end = b.CreateAdd(first, b.CreateSelect(aligned, whole, b.getInt64(0)));
       emit_loop(b, b.CreateAdd(first, b.CreateMul(thread, b.getInt64(lanes_))), vector_end,
                 b.CreateMul(threads, b.getInt64(lanes_)), "vec",
-                [&](Value* j) { emit_gpu_vector_body(b, bases, values, j); });
+                [&](Value* j) { emit_gpu_vector_body(b, bases, values, j, thread_acc); });
       scalar_begin = vector_end;
     }
     emit_loop(b, b.CreateAdd(scalar_begin, thread), last, threads, "elem",
-              [&](Value* j) { emit_body(b, bases, values, j, 1); });
-    emit_gpu_per_tensor_stores(b, fn, values, in, {items_of_tensor, done, thread});
+              [&](Value* j) { emit_body(b, bases, values, j, 1, thread_acc); });
+    std::vector<Value*> block_partials = emit_block_reduction(b, fn, thread_acc, thread, threads);
+    emit_gpu_per_tensor_stores(b, fn, values, in, {items_of_tensor, done, thread},
+                               {block, block_partials, param(GpuParam::partials), param(GpuParam::first_item)});
     b.CreateRetVoid();
   }
 
@@ -285,7 +293,7 @@ private:
   // `lanes_` elements from index j with one vector load per slot read and one vector store per slot written (128
   // bits for slots stored in the compute dtype); the arithmetic runs lane by lane (device math is scalar).
   void emit_gpu_vector_body(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& per_tensor,
-                            Value* j) {
+                            Value* j, const std::vector<llvm::AllocaInst*>& thread_acc) {
     const auto vector_of = [&](int slot) { return vector_type(tensor_slot_dtype(slot), lanes_); };
     const auto align_of = [&](int slot) {
       return llvm::Align(static_cast<uint64_t>(lanes_) * dtype_size(tensor_slot_dtype(slot)));
@@ -305,6 +313,7 @@ private:
       };
       std::vector<Value*> values =
           evaluate_elements(b, per_tensor, load, element_type(), b.CreateAdd(j, b.getInt64(lane)));
+      accumulate(b, values, thread_acc); // lane by lane, in element order
       for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
         const Store& s = graph_.stores[k];
         if (s.kind != StoreKind::Tensor)
@@ -321,6 +330,59 @@ private:
         const int slot = index_in(plan_.abi.tensor_slots, graph_.stores[k].name);
         b.CreateAlignedStore(stored[k], vector_at(slot), align_of(slot));
       }
+  }
+
+  // Adds the evaluated elements `values` (scalars or vectors) to each reduction's accumulator (of the same lanes, f64).
+  void accumulate(IRBuilder<>& b, const std::vector<Value*>& values, const std::vector<llvm::AllocaInst*>& acc) {
+    for (std::size_t r = 0; r < acc.size(); ++r) {
+      const Node& n = graph_.node(plan_.reductions_begin + static_cast<ValueId>(r));
+      Value* v = values[static_cast<std::size_t>(n.inputs[0])];
+      Value* wide = b.CreateFPExt(v, with_lanes(b.getDoubleTy(), v->getType()));
+      b.CreateStore(combine(b, n.op, b.CreateLoad(acc[r]->getAllocatedType(), acc[r]), wide), acc[r]);
+    }
+  }
+
+  std::size_t reduction_count() const { return static_cast<std::size_t>(graph_.size() - plan_.reductions_begin); }
+
+  // The block's value of each reduction, valid in thread 0: every thread's accumulator in shared memory, then a tree
+  // that halves the stride from kGpuMaxBlockThreads / 2 (threads past the block's size take no part), so the order
+  // depends only on the block's size.
+  std::vector<Value*> emit_block_reduction(IRBuilder<>& b, llvm::Function* fn,
+                                           const std::vector<llvm::AllocaInst*>& thread_acc, Value* thread,
+                                           Value* threads) {
+    std::vector<Value*> results;
+    if (thread_acc.empty())
+      return results;
+    auto* array = llvm::ArrayType::get(b.getDoubleTy(), static_cast<uint64_t>(kGpuMaxBlockThreads) * thread_acc.size());
+    auto* shared = new llvm::GlobalVariable(module_, array, false, llvm::GlobalValue::InternalLinkage,
+                                            llvm::UndefValue::get(array), plan_.name + "_reduce", nullptr,
+                                            llvm::GlobalValue::NotThreadLocal, 3);
+    shared->setAlignment(llvm::Align(8));
+    const auto cell = [&](std::size_t r, Value* index) {
+      Value* at = b.CreateAdd(b.getInt64(static_cast<int64_t>(r) * kGpuMaxBlockThreads), index);
+      return b.CreateGEP(b.getDoubleTy(), shared, at);
+    };
+    for (std::size_t r = 0; r < thread_acc.size(); ++r)
+      b.CreateStore(b.CreateLoad(b.getDoubleTy(), thread_acc[r]), cell(r, thread));
+    b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    for (int stride = kGpuMaxBlockThreads / 2; stride >= 1; stride /= 2) {
+      auto* add = llvm::BasicBlock::Create(ctx_, "reduce.add", fn);
+      auto* next = llvm::BasicBlock::Create(ctx_, "reduce.next", fn);
+      Value* partner = b.CreateAdd(thread, b.getInt64(stride));
+      b.CreateCondBr(b.CreateAnd(b.CreateICmpULT(thread, b.getInt64(stride)), b.CreateICmpULT(partner, threads)), add,
+                     next);
+      b.SetInsertPoint(add);
+      for (std::size_t r = 0; r < thread_acc.size(); ++r)
+        b.CreateStore(combine(b, reduction_op(r), b.CreateLoad(b.getDoubleTy(), cell(r, thread)),
+                              b.CreateLoad(b.getDoubleTy(), cell(r, partner))),
+                      cell(r, thread));
+      b.CreateBr(next);
+      b.SetInsertPoint(next);
+      b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    }
+    for (std::size_t r = 0; r < thread_acc.size(); ++r)
+      results.push_back(b.CreateLoad(b.getDoubleTy(), cell(r, b.getInt64(0))));
+    return results;
   }
 
   // Reduction r of the kernel (node reductions_begin + r), its identity, and how two partials combine.
@@ -342,12 +404,20 @@ private:
     Value* done;
     Value* thread;
   };
+  // A kernel that ends with reductions: the block's values (thread 0's) and where partials go.
+  struct BlockReductions {
+    Value* block;
+    std::vector<Value*> values;
+    Value* partials;
+    Value* first_item;
+  };
 
   // After the block's elements: thread 0 counts the item as done; the block that finishes tensor t's last item
   // (every other block of t has read the old scalar state by then) writes the new one and the carried values, and
   // resets the count.
   void emit_gpu_per_tensor_stores(IRBuilder<>& b, llvm::Function* fn, const std::vector<Value*>& values,
-                                  const PerTensorInputs& in, const BlockCount& count_in) {
+                                  const PerTensorInputs& in, const BlockCount& count_in,
+                                  const BlockReductions& reductions) {
     bool any = false;
     for (const Store& s : graph_.stores)
       any |= s.kind != StoreKind::Tensor;
@@ -359,6 +429,13 @@ private:
     auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
     b.CreateCondBr(b.CreateICmpEQ(count_in.thread, b.getInt64(0)), count, exit);
     b.SetInsertPoint(count);
+    const auto partial_at = [&](Value* item, std::size_t r) {
+      Value* index = b.CreateAdd(b.CreateMul(item, b.getInt64(static_cast<int64_t>(reductions.values.size()))),
+                                 b.getInt64(static_cast<int64_t>(r)));
+      return b.CreateGEP(b.getDoubleTy(), reductions.partials, index);
+    };
+    for (std::size_t r = 0; r < reductions.values.size(); ++r) // published before the count, by the membar
+      b.CreateStore(reductions.values[r], partial_at(reductions.block, r));
     b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
     Value* counter = b.CreateGEP(b.getInt32Ty(), count_in.done, in.t);
     Value* before = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt32(1), llvm::MaybeAlign(4),
@@ -369,6 +446,27 @@ private:
     b.SetInsertPoint(write);
     b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
     emit_per_tensor_stores(b, values, in);
+    if (!reductions.values.empty()) {
+      // Tensor t's partials, combined in item order, handed on as its carried values.
+      std::vector<llvm::AllocaInst*> acc;
+      IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin()); // a static slot promotes to a register
+      for (std::size_t r = 0; r < reductions.values.size(); ++r) {
+        acc.push_back(entry.CreateAlloca(b.getDoubleTy()));
+        b.CreateStore(identity(b, reduction_op(r)), acc.back());
+      }
+      Value* items_begin = b.CreateLoad(i64_, b.CreateGEP(i64_, reductions.first_item, in.t));
+      Value* items_end = b.CreateLoad(i64_, b.CreateGEP(i64_, reductions.first_item, b.CreateAdd(in.t, b.getInt64(1))));
+      emit_loop(b, items_begin, items_end, b.getInt64(1), "partial", [&](Value* item) {
+        for (std::size_t r = 0; r < acc.size(); ++r)
+          b.CreateStore(combine(b, reduction_op(r), b.CreateLoad(b.getDoubleTy(), acc[r]),
+                                b.CreateLoad(b.getDoubleTy(), partial_at(item, r))),
+                        acc[r]);
+      });
+      for (const Store& s : graph_.stores)
+        if (s.value >= plan_.reductions_begin)
+          b.CreateStore(b.CreateLoad(b.getDoubleTy(), acc[static_cast<std::size_t>(s.value - plan_.reductions_begin)]),
+                        carry_address(b, in, s.name));
+    }
     b.CreateStore(b.getInt32(0), counter);
     b.CreateBr(exit);
     b.SetInsertPoint(exit);
@@ -500,12 +598,7 @@ private:
       index = b.CreateAdd(b.CreateVectorSplat(static_cast<unsigned>(lanes), j), llvm::ConstantVector::get(offsets));
     }
     std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type, index);
-    for (std::size_t r = 0; r < accumulators.size(); ++r) {
-      const Node& n = graph_.node(plan_.reductions_begin + static_cast<ValueId>(r));
-      Value* wide = b.CreateFPExt(values[static_cast<std::size_t>(n.inputs[0])], with_lanes(b.getDoubleTy(), type));
-      llvm::AllocaInst* acc = accumulators[r];
-      b.CreateStore(combine(b, n.op, b.CreateLoad(acc->getAllocatedType(), acc), wide), acc);
-    }
+    accumulate(b, values, accumulators);
     for (const Store& s : graph_.stores) {
       if (s.kind != StoreKind::Tensor)
         continue;
@@ -754,10 +847,6 @@ EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, cons
 }
 
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol) {
-  if (plan.reductions_begin < plan.graph.size())
-    throw Error("kernel " + plan.name +
-                " ends with a reduction: reductions compile for the CPU so far; GPU kernels of reductions are not "
-                "built yet (run this optimizer's params on the CPU)");
   Emitter emitter(plan, module, kGpuVectorBytes / static_cast<int>(dtype_size(plan.graph.dtype)),
                   /*device_math=*/true);
   emitter.emit_gpu_kernel(symbol);

@@ -30,6 +30,8 @@ public:
   }
   const std::vector<int64_t>& group_of() const { return group_of_; }
   const std::vector<WorkItem>& items() const { return items_; }
+  const std::vector<int64_t>& first_item() const { return first_item_; }
+  int64_t n_reduce() const { return args_.n_reduce; }
   const std::vector<void*>& slots() const { return slots_; }
   const std::vector<double>& hyper() const { return hyper_; }
   const KernelArgs& args() const { return args_; }

@@ -359,6 +359,8 @@ std::string CompiledStep::dump(Stage stage, int gpu_sm) {
     case Stage::LLVM:
     case Stage::PTX: {
       const Target target = code_target(bp.target, stage, gpu_sm);
+      if (bp.norm_pipeline)
+        text += backend_for(target).code(*bp.norm_pipeline, target, stage);
       text += backend_for(target).code(bp.pipeline, target, stage);
       break;
     }

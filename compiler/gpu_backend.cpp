@@ -37,6 +37,7 @@ public:
         std::max<std::size_t>(8, kernels_.front().plan.carries.size() * static_cast<std::size_t>(args.n_tensors()) * 8);
     if (carry_.bytes() < carry_bytes)
       carry_ = DeviceBuffer(device_, carry_bytes);
+    n_tensors_ = static_cast<std::size_t>(args.n_tensors());
     for (BoundGpuKernel& k : kernels_)
       k.binding.bind(k.plan, args, device_, carry_.address());
   }
@@ -53,9 +54,18 @@ public:
     for (BoundGpuKernel& k : kernels_)
       k.binding.launch(*k.module, cuda_graphs_);
   }
-  // GPU plans have no reductions yet (codegen refuses them), so no carried value is the driver's to read.
+  // A synchronous copy to the host, which waits for the launches before it (the launch stream is ordered with the
+  // legacy default stream): the one host wait of a clipping step on the GPU.
   std::vector<double> carried(const std::string& name) const override {
-    throw Error("carried value '" + name + "' of a GPU plan: GPU kernels of reductions are not built yet");
+    const std::vector<std::string>& carries = kernels_.front().plan.carries;
+    auto it = std::find(carries.begin(), carries.end(), name);
+    OPTJIT_ASSERT(it != carries.end(), "the plan carries no value '" + name + "'");
+    std::vector<double> all(std::max<std::size_t>(1, carries.size() * n_tensors_));
+    cuda::copy_to_host(device_, all.data(), carry_.address(), carries.size() * n_tensors_ * 8);
+    std::vector<double> values(n_tensors_);
+    for (std::size_t t = 0; t < n_tensors_; ++t)
+      values[t] = all[t * carries.size() + static_cast<std::size_t>(it - carries.begin())];
+    return values;
   }
   int64_t graph_captures() const override {
     int64_t captures = 0;
@@ -69,6 +79,7 @@ private:
   int device_;
   bool cuda_graphs_;
   DeviceBuffer carry_;
+  std::size_t n_tensors_ = 0;
 };
 
 class GpuBackend final : public Backend {

@@ -85,11 +85,20 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   }
   block_threads_ = gpu_block_threads(elements / std::max<int64_t>(1, n_items()));
 
-  // One device allocation: slots | group_of | items | items_of_tensor | done | hyper, each 16-byte aligned.
-  const std::size_t sizes[] = {host_.slots().size() * 8, n * 8, host_.items().size() * sizeof(WorkItem), n * 8, n * 4,
-                               host_.hyper().size() * 8};
-  std::size_t offsets[6], total = 0;
-  for (int k = 0; k < 6; ++k) {
+  // One device allocation: slots | group_of | items | items_of_tensor | done | hyper | first_item | partials, each
+  // 16-byte aligned.
+  const std::size_t n_partials = host_.items().size() * static_cast<std::size_t>(host_.n_reduce());
+  const std::size_t sizes[] = {host_.slots().size() * 8,
+                               n * 8,
+                               host_.items().size() * sizeof(WorkItem),
+                               n * 8,
+                               n * 4,
+                               host_.hyper().size() * 8,
+                               host_.first_item().size() * 8,
+                               std::max<std::size_t>(1, n_partials) * 8};
+  constexpr int kRegions = 8;
+  std::size_t offsets[kRegions], total = 0;
+  for (int k = 0; k < kRegions; ++k) {
     offsets[k] = total;
     total += align16(sizes[k]);
   }
@@ -99,6 +108,7 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   std::memcpy(image.data() + offsets[2], host_.items().data(), sizes[2]);
   std::memcpy(image.data() + offsets[3], items_of_tensor.data(), sizes[3]);
   std::memcpy(image.data() + offsets[5], host_.hyper().data(), sizes[5]);
+  std::memcpy(image.data() + offsets[6], host_.first_item().data(), sizes[6]);
   if (table_.bytes() < total)
     table_ = DeviceBuffer(device, total);
   cuda::copy_to_device(device, table_.address(), image.data(), total);
@@ -110,6 +120,8 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   params_.done = base + offsets[4];
   params_.hyper = base + offsets[5];
   params_.carry = carry;
+  params_.first_item = base + offsets[6];
+  params_.partials = base + offsets[7];
   params_.n_tensors = static_cast<int64_t>(n);
   params_.n_hyper = static_cast<int64_t>(plan.abi.hypers.size());
   params_.n_carry = static_cast<int64_t>(plan.carries.size());

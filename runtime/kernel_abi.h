@@ -44,7 +44,9 @@ static_assert(sizeof(KernelArgs) == static_cast<unsigned>(KernelArg::count) * 8,
 // to kGpuMaxBlockThreads: the kernel strides by the block's size), with the parameters of runtime/kernel_abi.def.
 // Every block computes tensor t's per-tensor scalars from the old scalar state; the last block of t to finish
 // (counted in `done`) writes the new scalar state and the carried values, so no block reads a value another has
-// already replaced.
+// already replaced. A kernel that ends with reductions has each block reduce its item (every thread its elements,
+// then a fixed tree over the threads in shared memory) into `partials`, and the last block of t combines t's partials
+// in item order: a fixed order, as on the CPU.
 struct GpuKernelParams {
 #define OPTJIT_GPU_PARAM(name, type, kind) type name;
 #include "runtime/kernel_abi.def"
