@@ -2,15 +2,19 @@
 // else is python/optjit/.
 #include "runtime/error.h"
 #include "torch_step.h"
+#include "torch_step_function.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 namespace nb = nanobind;
+using optjit::python::StepInstruction;
 using optjit::python::TorchStep;
+using optjit::python::TorchStepFunction;
 
 NB_MODULE(_optjit, m) {
   m.doc() = "optjit's compiled optimizer steps (the C++ side of the optjit package)";
@@ -37,4 +41,22 @@ NB_MODULE(_optjit, m) {
       .def("metrics", &TorchStep::metrics)
       .def("dump", &TorchStep::dump, nb::arg("stage"), nb::arg("gpu_sm") = 0)
       .def_prop_ro("param_count", &TorchStep::param_count);
+
+  nb::class_<StepInstruction>(m, "StepInstruction")
+      .def(nb::init<>())
+      .def(
+          "__init__",
+          [](StepInstruction* self, std::string op, std::vector<int> inputs, std::string name, double number) {
+            new (self) StepInstruction{std::move(op), std::move(inputs), std::move(name), number};
+          },
+          nb::arg("op"), nb::arg("inputs"), nb::arg("name") = "", nb::arg("number") = 0.0);
+  nb::class_<TorchStepFunction>(m, "TorchStepFunction")
+      .def(nb::init<const std::string&, std::vector<StepInstruction>,
+                    const std::vector<std::pair<std::string, nb::list>>&, const std::vector<std::string>&,
+                    const std::map<std::string, double>&>(),
+           nb::arg("name"), nb::arg("program"), nb::arg("lists"), nb::arg("scalar_lists"), nb::arg("hypers"))
+      .def("__call__", &TorchStepFunction::call, nb::arg("hypers"))
+      .def("kernel_count", &TorchStepFunction::kernel_count)
+      .def("dump", &TorchStepFunction::dump, nb::arg("stage"), nb::arg("gpu_sm") = 0)
+      .def("compiles", &TorchStepFunction::compiles);
 }

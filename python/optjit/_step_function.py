@@ -1,0 +1,322 @@
+"""@optjit.step_function: a step written with torch's own foreach calls on lists of tensors, compiled by optjit.
+
+The function runs once on symbolic lists (each element a _SymTensor, which takes torch's calls through
+__torch_function__) and symbolic hyperparameters (_SymScalar, with Python's arithmetic), which records it as a
+program of list ops; optjit compiles that program (compile_step) to as few kernels as the data allows and runs it in
+place on the caller's tensors. The undecorated function (`fn.eager`) still runs eagerly on torch tensors.
+
+    @optjit.step_function
+    def lion(params, grads, exp_avgs, *, lr, beta1, beta2, weight_decay):
+        update = torch._foreach_lerp(exp_avgs, grads, 1 - beta1)
+        torch._foreach_sign_(update)
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+        torch._foreach_add_(params, update, alpha=-lr)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta2)
+
+    lion(params, grads, exp_avgs, lr=1e-4, beta1=0.9, beta2=0.99, weight_decay=0.1)   # compiled, in place
+
+Positional arguments are tensor lists: the params first, their grads second, then state lists, one tensor per param
+(a list of 0-d tensors beside params that are not all 0-d is per-tensor scalar state, such as a step count). Keyword
+arguments are hyperparameters (numbers): new values never recompile. An op outside the vocabulary raises optjit.Error
+naming it."""
+
+import functools
+import inspect
+
+import torch
+
+from ._optjit import Error, StepInstruction, TorchStepFunction
+
+
+class _Program:
+    def __init__(self):
+        self.instructions = []
+
+    def emit(self, op, *inputs, name="", number=0.0):
+        self.instructions.append(StepInstruction(op, [i for i in inputs], name, float(number)))
+        return len(self.instructions) - 1
+
+
+class _Value:
+    """A recorded value: a whole list (per element) or one per-tensor scalar per list entry."""
+
+    def __init__(self, program, vid):
+        self.program, self.id = program, vid
+
+
+def _operand(program, x):
+    """The recorded value of an operand: a symbolic list or scalar, or a Python number (a constant)."""
+    if isinstance(x, (_SymTensor, _SymScalar)):
+        return x.id
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise Error(f"a step function's operand is {x!r}: optjit records tensor lists, hyperparameters and numbers")
+    return program.emit("constant", number=x)
+
+
+class _SymScalar:
+    """A hyperparameter, a constant, or Python arithmetic on them: one value per list entry."""
+
+    def __init__(self, program, vid):
+        self.program, self.id = program, vid
+
+    def _binary(self, op, other, reverse=False):
+        a, b = self.id, _operand(self.program, other)
+        return _SymScalar(self.program, self.program.emit(op, *((b, a) if reverse else (a, b))))
+
+    def __add__(self, o):
+        return self._binary("add", o)
+
+    def __radd__(self, o):
+        return self._binary("add", o, True)
+
+    def __sub__(self, o):
+        return self._binary("sub", o)
+
+    def __rsub__(self, o):
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o):
+        return self._binary("mul", o)
+
+    def __rmul__(self, o):
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o):
+        return self._binary("div", o)
+
+    def __rtruediv__(self, o):
+        return self._binary("div", o, True)
+
+    def __pow__(self, o):
+        return self._binary("pow", o)
+
+    def __rpow__(self, o):
+        return self._binary("pow", o, True)
+
+    def __neg__(self):
+        return _SymScalar(self.program, self.program.emit("neg", self.id))
+
+    def __gt__(self, o):
+        return self._binary("gt", o)
+
+    def __lt__(self, o):
+        return self._binary("lt", o)
+
+    def __bool__(self):
+        raise Error("a step function branches on a hyperparameter's value: optjit records one program for every value")
+
+    __float__ = __bool__
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+
+class _SymTensor:
+    """One element of a symbolic list; every element of a list holds the list's current value (in-place foreach
+    ops repoint them all)."""
+
+    def __init__(self, program, vid):
+        self.program, self.id = program, vid
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+
+def _list_id(program, value, what):
+    """The recorded value of a list argument (all its elements share it), of a scalar list, or of a scalar."""
+    if isinstance(value, (list, tuple)):
+        ids = {_operand(program, v) if not isinstance(v, (int, float)) else None for v in value}
+        if len(ids) != 1 or None in ids:
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and len(set(value)) == 1:
+                return program.emit("constant", number=value[0])
+            raise Error(f"{what}: optjit records whole lists, and this list mixes values")
+        return ids.pop()
+    return _operand(program, value)
+
+
+def _result(program, vid, like):
+    return [_SymTensor(program, vid) for _ in like]
+
+
+def _assign(target, vid):
+    for element in target:
+        element.id = vid
+
+
+# torch._foreach_* ops by name (without the trailing _ of the in-place form): each records its value from the
+# recorded value of the first list and the call's other arguments, in torch's order of evaluation (add_scaled,
+# addcmul, addcdiv and lerp are the C++ vocabulary's foreach_add, foreach_addcmul, foreach_addcdiv, foreach_lerp).
+def _binary_op(op):
+    def record(p, self, other, alpha=None):
+        if alpha is None:
+            return p.emit(op, self, _list_id(p, other, op))
+        if op not in ("add", "sub"):
+            raise TypeError(f"{op} takes no alpha")
+        scale = _operand(p, alpha)
+        return p.emit("add_scaled", self, _list_id(p, other, op), scale if op == "add" else p.emit("neg", scale))
+
+    return record
+
+
+def _lerp(p, self, end, weight):
+    return p.emit("lerp", self, _list_id(p, end, "lerp"), _list_id(p, weight, "lerp weight"))
+
+
+def _addc(op):
+    def record(p, self, t1, t2, value=1):
+        return p.emit(op, self, _list_id(p, t1, op), _list_id(p, t2, op), _list_id(p, value, op))
+
+    return record
+
+
+def _unary(op):
+    return lambda p, self: p.emit(op, self)
+
+
+def _reciprocal(p, self):
+    return p.emit("div", p.emit("constant", number=1.0), self)
+
+
+def _clamp(op):
+    return lambda p, self, scalar: p.emit(op, self, _list_id(p, scalar, op))
+
+
+_OPS = {
+    "add": _binary_op("add"),
+    "sub": _binary_op("sub"),
+    "mul": _binary_op("mul"),
+    "div": _binary_op("div"),
+    "maximum": _binary_op("maximum"),
+    "minimum": _binary_op("minimum"),
+    "pow": _binary_op("pow"),
+    "clamp_min": _clamp("maximum"),
+    "clamp_max": _clamp("minimum"),
+    "lerp": _lerp,
+    "addcmul": _addc("addcmul"),
+    "addcdiv": _addc("addcdiv"),
+    "sqrt": _unary("sqrt"),
+    "neg": _unary("neg"),
+    "abs": _unary("abs"),
+    "sign": _unary("sign"),
+    "exp": _unary("exp"),
+    "log": _unary("log"),
+    "reciprocal": _reciprocal,
+}
+
+
+def _dispatch(func, args, kwargs):
+    name = getattr(func, "__name__", str(func))
+    if not name.startswith("_foreach_"):
+        raise Error(f"{name} is outside optjit's step-function vocabulary (torch._foreach_* ops on whole lists)")
+    op = name[len("_foreach_") :]
+    inplace = op.endswith("_")
+    op = op.rstrip("_")
+    self_list = args[0]
+    if not (isinstance(self_list, (list, tuple)) and self_list and isinstance(self_list[0], _SymTensor)):
+        raise Error(f"torch.{name}: its first argument must be one of the step function's lists")
+    program = self_list[0].program
+    self_id = _list_id(program, self_list, name)
+    if op == "copy":
+        vid = _list_id(program, args[1], name)
+    elif op == "norm":
+        order = kwargs.get("ord", args[1] if len(args) > 1 else 2)
+        if order not in (2, 2.0, float("inf")):
+            raise Error(f"torch.{name}(ord={order!r}): optjit records the 2-norm and the inf-norm")
+        vid = program.emit("norm", self_id) if order in (2, 2.0) else program.emit("max", program.emit("abs", self_id))
+        return [_SymScalar(program, vid) for _ in self_list]
+    elif op in _OPS:
+        try:
+            vid = _OPS[op](program, self_id, *args[1:], **kwargs)
+        except TypeError as e:
+            raise Error(f"torch.{name}: arguments optjit does not record: {e}") from None
+    else:
+        raise Error(f"torch.{name} is outside optjit's step-function vocabulary")
+    if inplace:
+        _assign(self_list, vid)
+        return self_list
+    return _result(program, vid, self_list)
+
+
+class StepFunction:
+    """A step function compiled by optjit; call it with torch tensor lists and hyperparameters."""
+
+    def __init__(self, fn, name=None):
+        functools.update_wrapper(self, fn)
+        self.eager = fn
+        self._name = name or fn.__name__
+        self._program = None  # (instructions, list names, scalar list names)
+        self._cxx = None
+        self._key = None
+
+    def _record(self, lists, hypers):
+        params = inspect.signature(self.eager).parameters
+        positional = [n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(lists) < 2 or len(lists) > len(positional):
+            raise Error(
+                f"step function {self._name} takes {len(positional)} tensor lists (params, grads, then state); "
+                f"called with {len(lists)}"
+            )
+        names = ["param", "grad"] + positional[2 : len(lists)]
+        params0 = lists[0]
+        scalar = {
+            names[k]
+            for k in range(2, len(lists))
+            if all(t.dim() == 0 for t in lists[k]) and not all(t.dim() == 0 for t in params0)
+        }
+        program = _Program()
+        sym_lists = []
+        for name in names:
+            vid = program.emit("scalar_state" if name in scalar else "tensors", name=name)
+            cls = _SymScalar if name in scalar else _SymTensor
+            sym_lists.append([cls(program, vid) for _ in params0])
+        initial = [lst[0].id for lst in sym_lists]
+        sym_hypers = {k: _SymScalar(program, program.emit("hyper", name=k)) for k in hypers}
+        self.eager(*sym_lists, **sym_hypers)
+        for name, lst, first in zip(names, sym_lists, initial):
+            if lst[0].id != first:
+                program.emit("store_scalar" if name in scalar else "store", lst[0].id, name=name)
+        return program.instructions, names, sorted(scalar)
+
+    def __call__(self, *lists, **hypers):
+        lists = [list(lst) for lst in lists]
+        if not lists or any(len(lst) != len(lists[0]) for lst in lists):
+            raise Error(f"step function {self._name}: give tensor lists of one tensor per param")
+        for k, v in hypers.items():
+            if isinstance(v, torch.Tensor):
+                hypers[k] = v.item()
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise Error(f"step function {self._name}: hyperparameter {k} is {v!r}, not a number")
+        key = (
+            tuple((id(t), t.data_ptr(), tuple(t.shape), t.dtype, t.device) for lst in lists for t in lst),
+            tuple(sorted(hypers)),
+        )
+        if self._program is None or key[1] != self._key[1] or len(lists) != len(self._program[1]):
+            self._program = self._record(lists, hypers)
+            self._cxx = None
+        if self._cxx is None or key != self._key:
+            instructions, names, scalar = self._program
+            self._cxx = TorchStepFunction(
+                self._name, instructions, list(zip(names, lists)), scalar, {k: float(v) for k, v in hypers.items()}
+            )
+        self._key = key
+        self._cxx({k: float(v) for k, v in hypers.items()})
+
+    @property
+    def kernel_count(self):
+        """Kernels the last call's step launches."""
+        return None if self._cxx is None else self._cxx.kernel_count()
+
+    def dump(self, stage="fused"):
+        """The last call's step at one stage: "traced", "optimized", "fused", "llvm" or "ptx"."""
+        if self._cxx is None:
+            raise Error(f"step function {self._name} has not been called yet: nothing is compiled")
+        return self._cxx.dump(stage)
+
+
+def step_function(fn=None, *, name=None):
+    """Decorates a step written with torch's foreach calls so that calling it runs optjit's compiled step."""
+    if fn is None:
+        return lambda f: StepFunction(f, name)
+    return StepFunction(fn, name)

@@ -1,0 +1,50 @@
+// @optjit.step_function's C++ side: a step function recorded in Python (torch's foreach calls on symbolic lists,
+// python/optjit/_step_function.py) as a program of list ops, compiled with compile_step over zero-copy views of the
+// caller's torch tensors. The program is replayed into the tracer whenever the step traces a bucket.
+#pragma once
+
+#include "frontend/optim/step_function.h"
+#include "torch_tensors.h"
+
+#include <nanobind/nanobind.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace optjit::python {
+
+// One instruction of a recorded program: `op` over earlier instructions' results `inputs`; `name` (a slot or a
+// hyperparameter) and `number` (a constant) where the op takes them. Ops: tensors, scalar_state, hyper, constant,
+// the unary and binary ops of the IR by name (add, sub, mul, div, maximum, minimum, pow, lt, gt, eq, neg, sqrt, abs,
+// sign, exp, log), torch's foreach forms add_scaled (self + alpha * other), lerp, addcmul and addcdiv, select, sum,
+// max, norm, and the effects store and store_scalar (their result is the stored value).
+struct StepInstruction {
+  std::string op;
+  std::vector<int> inputs;
+  std::string name;
+  double number = 0;
+};
+
+class TorchStepFunction {
+public:
+  // `lists`: the slot names with their torch tensor lists, "param" and "grad" first; `scalar_lists`: the names of
+  // lists of per-tensor scalars (one 1-element tensor per param); `hypers`: every hyperparameter's first value.
+  TorchStepFunction(const std::string& name, std::vector<StepInstruction> program,
+                    const std::vector<std::pair<std::string, nb::list>>& lists,
+                    const std::vector<std::string>& scalar_lists, const std::map<std::string, double>& hypers);
+
+  // One step with these hyperparameters, in place on the tensors, without the GIL.
+  void call(const std::map<std::string, double>& hypers);
+  int kernel_count() { return step_->kernel_count(); }
+  std::string dump(const std::string& stage, int gpu_sm) { return step_->dump(parse_stage(stage), gpu_sm); }
+  int64_t compiles() const { return step_->metrics().compiles; }
+
+private:
+  TorchTensors torch_;
+  std::vector<nb::object> held_; // the torch tensors the views point into
+  std::optional<StepFunction> step_;
+};
+
+} // namespace optjit::python

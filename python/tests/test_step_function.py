@@ -1,0 +1,124 @@
+"""@optjit.step_function: steps written with torch's own foreach calls, recorded on symbolic lists and compiled.
+Each runs compiled in place and agrees with the same function run eagerly by torch (fn.eager) on copies: a Lion, a
+foreach_map-style Adam against torch.optim.Adam, a LAMB-like step with torch._foreach_norm (two kernels), and the
+Shampoo seed's layout (.t() views of one buffer). An op outside the vocabulary is an optjit.Error naming it."""
+
+import pytest
+import torch
+
+import optjit
+from conftest import assert_close
+
+
+def _lists(dtype, seed, count, shapes=((33, 7), (5,), (4, 4, 3))):
+    generator = torch.Generator().manual_seed(seed)
+    return [[torch.randn(s, generator=generator, dtype=dtype) for s in shapes] for _ in range(count)]
+
+
+def _clone(lists):
+    return [[t.clone() for t in lst] for lst in lists]
+
+
+@optjit.step_function
+def lion(params, grads, exp_avgs, *, lr, beta1, beta2, weight_decay):
+    update = torch._foreach_lerp(exp_avgs, grads, 1 - beta1)
+    torch._foreach_sign_(update)
+    torch._foreach_mul_(params, 1 - lr * weight_decay)
+    torch._foreach_add_(params, update, alpha=-lr)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_lion_is_one_kernel_and_follows_torch(dtype):
+    ours = _lists(dtype, 1, 3)
+    reference = _clone(ours)
+    for step in range(4):
+        hypers = dict(lr=1e-2 * (step + 1), beta1=0.9, beta2=0.99, weight_decay=0.1)
+        lion(*ours, **hypers)
+        lion.eager(*reference, **hypers)
+        for lst, ref, what in zip(ours, reference, ("params", "grads", "exp_avgs")):
+            for k, (a, b) in enumerate(zip(lst, ref)):
+                assert_close(a, b, dtype, f"step {step} {what}[{k}]")
+    assert lion.kernel_count == 1
+    assert lion._cxx.compiles() == 1  # new lrs never recompile
+
+
+def test_foreach_map_style_adam_matches_torch_optim_adam():
+    @optjit.step_function
+    def adam_step(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1, beta2, eps, bias1, bias2):
+        # torch's _multi_tensor_adam with the bias corrections as hyperparameters (their step powers are host math)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, bias2**0.5)
+        torch._foreach_add_(denom, eps)
+        torch._foreach_addcdiv_(params, exp_avgs, denom, -lr / bias1)
+
+    torch.manual_seed(0)
+    params = [torch.randn(s) for s in ((33, 7), (5,), ())]
+    reference = [torch.nn.Parameter(p.clone()) for p in params]
+    opt = torch.optim.Adam(reference, lr=0.01, foreach=True)
+    exp_avgs = [torch.zeros_like(p) for p in params]
+    exp_avg_sqs = [torch.zeros_like(p) for p in params]
+    for step in range(1, 6):
+        grads = [torch.randn(p.shape) for p in params]
+        for r, g in zip(reference, grads):
+            r.grad = g.clone()
+        opt.step()
+        adam_step(params, grads, exp_avgs, exp_avg_sqs, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8,
+                  bias1=1 - 0.9**step, bias2=1 - 0.999**step)
+        for k, (a, b) in enumerate(zip(params, reference)):
+            assert_close(a, b.detach(), torch.float32, f"step {step} param {k}")
+    assert adam_step.kernel_count == 1
+
+
+def test_norms_split_the_step_into_two_kernels():
+    @optjit.step_function
+    def normalized(params, grads, *, lr):
+        norms = torch._foreach_norm(grads)
+        scaled = torch._foreach_div(grads, norms)
+        torch._foreach_add_(params, scaled, alpha=-lr)
+
+    ours = _lists(torch.float64, 2, 2)
+    reference = _clone(ours)
+    normalized(*ours, lr=0.5)
+    normalized.eager(*reference, lr=0.5)
+    for a, b in zip(ours[0], reference[0]):
+        assert_close(a, b, torch.float64, "params")
+    assert normalized.kernel_count == 2  # the norms' pass, then the update
+
+
+def test_shampoo_layout_transposed_views_of_one_buffer():
+    @optjit.step_function
+    def momentum(params, grads, bufs, *, lr, beta):
+        torch._foreach_mul_(bufs, beta)
+        torch._foreach_add_(bufs, grads)
+        torch._foreach_add_(params, bufs, alpha=-lr)
+
+    buffer = torch.randn(4 * 512 * 128)
+    params = [buffer[k * 512 * 128 : (k + 1) * 512 * 128].view(512, 128).t() for k in range(4)]
+    grads = [torch.randn(128, 512).t().contiguous().t() for _ in range(4)]
+    bufs = [torch.zeros_like(p) for p in params]
+    expected = [p.clone() for p in params]
+    momentum(params, grads, bufs, lr=0.1, beta=0.9)
+    for p, e, g in zip(params, expected, grads):
+        assert_close(p, e - 0.1 * g, torch.float32, "param")
+    assert params[0].data_ptr() == buffer.data_ptr()  # in place, in the buffer
+
+
+def test_an_op_outside_the_vocabulary_is_named():
+    @optjit.step_function
+    def bad(params, grads, *, lr):
+        torch._foreach_erf_(params)
+
+    with pytest.raises(optjit.Error, match="_foreach_erf_ is outside optjit's step-function vocabulary"):
+        bad(*_lists(torch.float32, 3, 2), lr=0.1)
+
+    @optjit.step_function
+    def branches(params, grads, *, lr):
+        if lr > 0:
+            torch._foreach_add_(params, grads)
+
+    with pytest.raises(optjit.Error, match="branches on a hyperparameter"):
+        branches(*_lists(torch.float32, 3, 2), lr=0.1)
