@@ -12,6 +12,7 @@
 #include <set>
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <utility>
 
 namespace optjit {
 
@@ -284,7 +285,10 @@ bool Optimizer::any_stochastic_rounding() const {
   return false;
 }
 
-void Optimizer::after_step() { ++rounding_steps_; }
+void Optimizer::after_step() {
+  ++rounding_steps_;
+  state_created_since_norm_.clear(); // a step that ran keeps the state it made
+}
 
 Structure Optimizer::traced_structure(const ParamGroup& group) const {
   Structure s = structure(group);
@@ -444,6 +448,8 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
       continue;
     ParamState& s = states_[static_cast<std::size_t>(i)];
     const auto g = static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)]);
+    if (s.empty() && clipping_ && clipping_->error_if_nonfinite)
+      state_created_since_norm_.push_back(i); // dropped again if this step's norm refuses the step
     for (const StateSpec& spec : specs_of_group[g]) {
       if (find_state(s, spec.name).defined())
         continue;
@@ -640,6 +646,7 @@ void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
       throw Error("norm_type is " + python_float(clipping->norm_type) + ": fused clipping takes 2 or inf");
   }
   clipping_ = clipping;
+  state_created_since_norm_.clear();
 }
 
 Graph Optimizer::trace_grad_norm(const ParamBucket& bucket) const {
@@ -672,10 +679,16 @@ ListArguments Optimizer::grad_arguments(const ParamBucket& bucket) const {
 
 void Optimizer::set_total_grad_norm(double total) {
   OPTJIT_ASSERT(clipping_.has_value(), "set_total_grad_norm without clipping");
-  if (clipping_->error_if_nonfinite && !std::isfinite(total))
+  const std::vector<int64_t> created = std::exchange(state_created_since_norm_, {});
+  if (clipping_->error_if_nonfinite && !std::isfinite(total)) {
+    for (int64_t i : created) // the step is refused: the state it made for first-time params goes too
+      states_[static_cast<std::size_t>(i)].clear();
+    if (!created.empty())
+      ++state_version_;
     throw Error("The total norm of order " + python_float(clipping_->norm_type) +
                 " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and "
                 "scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`");
+  }
   total_grad_norm_ = total;
   const double coefficient = clipping_->max_norm / (total + 1e-6);
   clip_coefficient_ = std::isnan(coefficient) ? coefficient : std::min(coefficient, 1.0); // torch's clamp(max=1)

@@ -352,7 +352,8 @@ private:
   Tensor grad_scale_, found_inf_;
   std::optional<GradClipping> clipping_;
   double total_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
-  double clip_coefficient_ = 1.0; // of this step: min(max_norm / (total + 1e-6), 1)
+  double clip_coefficient_ = 1.0;                 // of this step: min(max_norm / (total + 1e-6), 1)
+  std::vector<int64_t> state_created_since_norm_; // params given their first state by this step, before its norm
   uint64_t rounding_seed_ = 0, rounding_steps_ = 0;
   // Whether a step writes the unscaled grads back (gradient scaling with GradsAfterStep::Unscaled).
   bool stores_unscaled_grads() const { return grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled; }

@@ -145,9 +145,14 @@ class CompiledStep:
         # GradScaler's fused-optimizer contract: grads divided by opt.grad_scale in the kernel; a step with a non-zero
         # opt.found_inf changes nothing, so it creates no torch state either.
         cxx.sync_grad_scaling(getattr(opt, "grad_scale", None), getattr(opt, "found_inf", None))
-        if not cxx.step_skipped():
-            self._sync(opt, cxx)
-        cxx.update()
+        created = [] if cxx.step_skipped() else self._sync(opt, cxx)
+        try:
+            cxx.update()
+        except Error:
+            for flat in created:  # a refused step (error_if_nonfinite) leaves no state it made behind
+                opt.state.pop(self._params[flat], None)
+                cxx.adopt(flat, {}, False)
+            raise
 
     def _compiled(self, opt):
         """The C++ step, built again when the param groups changed (add_param_group)."""
@@ -179,12 +184,14 @@ class CompiledStep:
 
     def _sync(self, opt, cxx):
         """Hands this step's torch objects to the C++ step: replaced state first, then hyperparameters and grads,
-        then the state torch would create now for params stepping for the first time."""
+        then the state torch would create now for params stepping for the first time (their flat indices are
+        returned)."""
         if self._state_seen is not opt.state:
             for flat, p in enumerate(self._params):
                 cxx.adopt(flat, dict(opt.state[p]) if p in opt.state else {}, True)
             self._state_seen = opt.state
         cxx.sync(opt.param_groups)
+        created = []
         for flat in cxx.params_without_state():
             p = self._params[flat]
             if p in opt.state and len(opt.state[p]) > 0:  # torch's own step made it (an unpatched opt.step())
@@ -193,6 +200,8 @@ class CompiledStep:
             state = _torch_optim.new_state(p, cxx.new_state(flat), self._scalar_dtype)
             cxx.adopt(flat, state, False)
             opt.state[p].update(state)
+            created.append(flat)
+        return created
 
 
 # One lock per torch optimizer, shared by every compiled step made of it (optjit.compile(opt) twice, or patch).

@@ -75,6 +75,23 @@ def test_error_if_nonfinite_changes_nothing():
         assert torch.equal(v, state_before[k]), k
 
 
+def test_a_refused_first_step_leaves_no_state():
+    params = make_params(torch.float32, shapes=SHAPES)
+    opt = torch.optim.Adam(params, lr=0.01)
+    step = optjit.compile(opt, max_grad_norm=1.0, error_if_nonfinite=True)
+    set_grads(0, params, none_every=0)
+    params[0].grad[0, 0] = float("inf")
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(optjit.Error, match="is non-finite"):
+        step()
+    assert all(len(opt.state[p]) == 0 for p in params)
+    for p, b in zip(params, before):
+        assert torch.equal(p.detach(), b)
+    params[0].grad[0, 0] = 0.5
+    step()  # the next step is the first, and runs
+    assert opt.state[params[0]]["step"].item() == 1
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [

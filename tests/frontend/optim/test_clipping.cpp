@@ -130,6 +130,24 @@ TEST_CASE("clipping: error_if_nonfinite refuses the step before anything changes
     CHECK(flat_values(params) == before);
     CHECK(opt->visible_state(params[0]).front().second.item() == 1); // the step counter did not move
   }
+  for (Mode mode : {Mode::Forloop, Mode::Eager, Mode::Compiled}) { // a refused first step leaves no state behind
+    CAPTURE(static_cast<int>(mode));
+    std::vector<Tensor> params = params_of(Dtype::f32, 1);
+    params[0].grad().set_item(0, std::numeric_limits<double>::quiet_NaN());
+    auto opt = make_single_group("adam", params, {{"lr", {0.01}}}, mode != Mode::Forloop);
+    opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, true});
+    std::optional<CompiledStep> step;
+    if (mode == Mode::Compiled)
+      step.emplace(compile(*opt));
+    const std::vector<double> before = flat_values(params);
+    test::check_error_contains([&] { step ? (*step)() : opt->step(); }, "is non-finite");
+    CHECK(flat_values(params) == before);
+    for (const Tensor& p : params)
+      CHECK(opt->visible_state(p).empty());
+    params[0].grad().set_item(0, 0.5); // the next step is the first, and runs
+    step ? (*step)() : opt->step();
+    CHECK(opt->visible_state(params[0]).front().second.item() == 1);
+  }
   std::vector<Tensor> params = params_of(Dtype::f32, 1);
   auto opt = make_single_group("adam", params, {}, true);
   test::check_error(
