@@ -55,10 +55,13 @@ public:
     Value* carry;
     Value* n_carry;
     Value* t;
+    Value* matrix = nullptr; // the CPU's per-tensor extents (extent nodes read it)
   };
 
   Emitter(const KernelPlan& plan, llvm::Module& module, int lanes, bool device_math = false)
       : plan_(plan), graph_(plan.graph), module_(module), ctx_(module.getContext()), lanes_(lanes) {
+    for (ValueId id = plan.reductions_begin; id < plan.graph.size(); ++id)
+      (op_has_trait(plan.graph.node(id).op, kAxis) ? axis_reductions_ : tensor_reductions_).push_back(id);
     if (device_math)
       math_ = define_device_math(module);
     ptr_ = llvm::PointerType::getUnqual(ctx_);
@@ -85,8 +88,22 @@ public:
     Value* n_scratch = field(b, args, KernelArg::n_scratch);
     Value* carry = field(b, args, KernelArg::carry);
     Value* n_carry = field(b, args, KernelArg::n_carry);
+    Value* axis_arrays = field(b, args, KernelArg::axis);
+    Value* row_base = field(b, args, KernelArg::row_base);
+    Value* col_base = field(b, args, KernelArg::col_base);
+    Value* matrix = field(b, args, KernelArg::matrix);
     emit_loop(b, begin, end, b.getInt64(1), "tensor", [&](Value* t) {
-      const PerTensorInputs in{slots, n_tensors, hyper, group_of, n_hyper, carry, n_carry, t};
+      const PerTensorInputs in{slots, n_tensors, hyper, group_of, n_hyper, carry, n_carry, t, matrix};
+      for (ValueId id : axis_reductions_) { // the element phase adds into them
+        Value* base = graph_.node(id).op == Op::row_sum ? row_base : col_base;
+        Value* array = b.CreateLoad(
+            ptr_, b.CreateGEP(ptr_, axis_arrays, b.getInt64(index_in(plan_.carries, carry_of_reduction(id)))));
+        Value* from = b.CreateLoad(i64_, b.CreateGEP(i64_, base, t));
+        Value* to = b.CreateLoad(i64_, b.CreateGEP(i64_, base, b.CreateAdd(t, b.getInt64(1))));
+        emit_loop(b, from, to, b.getInt64(1), "zero", [&](Value* k) {
+          b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), b.CreateGEP(b.getDoubleTy(), array, k));
+        });
+      }
       std::vector<Value*> values = emit_prologue(b, in);
       emit_per_tensor_stores(b, values, in);
       Value* row = b.CreateMul(t, n_scratch);
@@ -111,10 +128,14 @@ public:
     Value* n_reduce = field(b, args, KernelArg::n_reduce);
     // Per reduction: one f64 accumulator per vector lane and one for the scalar tail, reset for every item.
     std::vector<llvm::AllocaInst*> vector_acc, tail_acc;
-    for (ValueId id = plan_.reductions_begin; id < graph_.size(); ++id) {
+    for (std::size_t r = 0; r < tensor_reductions_.size(); ++r) {
       vector_acc.push_back(b.CreateAlloca(vector_type_of(b.getDoubleTy(), lanes_)));
       tail_acc.push_back(b.CreateAlloca(b.getDoubleTy()));
     }
+    Value* matrix = field(b, args, KernelArg::matrix);
+    Value* axis_arrays = field(b, args, KernelArg::axis);
+    Value* row_base = field(b, args, KernelArg::row_base);
+    Value* col_base = field(b, args, KernelArg::col_base);
     emit_loop(b, begin, end, b.getInt64(1), "item", [&](Value* i) {
       auto [t, first, last] = load_work_item(b, items, i);
       // Per-tensor operands: scratch values of this tensor, and constants.
@@ -131,17 +152,27 @@ public:
       std::vector<Value*> bases;
       for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
         bases.push_back(slot_pointer(b, slots, static_cast<int>(s), n_tensors, t, plan_.abi.tensor_slots[s]));
-      // Vector steps over [first, vector_end), then one element at a time.
+      // Vector steps over [first, vector_end), then one element at a time. A kernel that reads or writes rows and
+      // columns walks its (whole-tensor) items one element at a time, in element order.
       Value* count = b.CreateSub(last, first);
-      Value* vector_end = b.CreateAdd(first, b.CreateMul(b.CreateSDiv(count, b.getInt64(lanes_)), b.getInt64(lanes_)));
+      Value* vector_end =
+          plan_.has_axis ? first
+                         : b.CreateAdd(first, b.CreateMul(b.CreateSDiv(count, b.getInt64(lanes_)), b.getInt64(lanes_)));
+      if (plan_.has_axis)
+        axis_ = AxisIndex{
+            b.CreateLoad(i64_, b.CreateGEP(i64_, matrix, b.CreateMul(t, b.getInt64(3)))),
+            b.CreateLoad(i64_, b.CreateGEP(i64_, matrix, b.CreateAdd(b.CreateMul(t, b.getInt64(3)), b.getInt64(1)))),
+            b.CreateLoad(i64_, b.CreateGEP(i64_, row_base, t)), b.CreateLoad(i64_, b.CreateGEP(i64_, col_base, t)),
+            axis_arrays};
       auto splats = splat_all(b, scalars, lanes_);
       for (std::size_t r = 0; r < vector_acc.size(); ++r) {
         const Op op = reduction_op(r);
         b.CreateStore(b.CreateVectorSplat(static_cast<unsigned>(lanes_), identity(b, op)), vector_acc[r]);
         b.CreateStore(identity(b, op), tail_acc[r]);
       }
-      emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec",
-                [&](Value* j) { emit_body(b, bases, splats, j, lanes_, vector_acc); });
+      if (!plan_.has_axis)
+        emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec",
+                  [&](Value* j) { emit_body(b, bases, splats, j, lanes_, vector_acc); });
       emit_loop(b, vector_end, last, b.getInt64(1), "tail",
                 [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
       // The item's partial: the lanes in order, then the tail; a fixed order, whatever thread runs the item.
@@ -176,7 +207,7 @@ public:
                              field(b, args, KernelArg::n_carry),
                              nullptr};
     std::vector<llvm::AllocaInst*> acc;
-    for (ValueId id = plan_.reductions_begin; id < graph_.size(); ++id)
+    for (std::size_t r = 0; r < tensor_reductions_.size(); ++r)
       acc.push_back(b.CreateAlloca(b.getDoubleTy()));
     emit_loop(b, begin, end, b.getInt64(1), "tensor", [&](Value* t) {
       Value* items_begin = b.CreateLoad(i64_, b.CreateGEP(i64_, first_item, t));
@@ -192,16 +223,17 @@ public:
       });
       PerTensorInputs here = in;
       here.t = t;
-      for (const Store& s : graph_.stores)
-        if (s.value >= plan_.reductions_begin) // make_kernel_plan: only carry stores use a reduction
-          b.CreateStore(b.CreateLoad(b.getDoubleTy(), acc[static_cast<std::size_t>(s.value - plan_.reductions_begin)]),
+      for (const Store& s : graph_.stores) // make_kernel_plan: only carry stores use a reduction
+        if (auto r = std::find(tensor_reductions_.begin(), tensor_reductions_.end(), s.value);
+            r != tensor_reductions_.end())
+          b.CreateStore(b.CreateLoad(b.getDoubleTy(), acc[static_cast<std::size_t>(r - tensor_reductions_.begin())]),
                         carry_address(b, here, s.name));
     });
     b.CreateRetVoid();
     (void)fn;
   }
 
-  bool has_reductions() const { return plan_.reductions_begin < graph_.size(); }
+  bool has_reductions() const { return !tensor_reductions_.empty(); }
 
   // The GPU kernel (runtime/kernel_abi.h): block = work item, threads stride over its elements, `lanes` at a
   // time with 128-bit accesses when every slot's address of the item is aligned, one at a time otherwise.
@@ -335,14 +367,36 @@ private:
   // Adds the evaluated elements `values` (scalars or vectors) to each reduction's accumulator (of the same lanes, f64).
   void accumulate(IRBuilder<>& b, const std::vector<Value*>& values, const std::vector<llvm::AllocaInst*>& acc) {
     for (std::size_t r = 0; r < acc.size(); ++r) {
-      const Node& n = graph_.node(plan_.reductions_begin + static_cast<ValueId>(r));
+      const Node& n = graph_.node(tensor_reductions_[r]);
       Value* v = values[static_cast<std::size_t>(n.inputs[0])];
       Value* wide = b.CreateFPExt(v, with_lanes(b.getDoubleTy(), v->getType()));
       b.CreateStore(combine(b, n.op, b.CreateLoad(acc[r]->getAllocatedType(), acc[r]), wide), acc[r]);
     }
   }
 
-  std::size_t reduction_count() const { return static_cast<std::size_t>(graph_.size() - plan_.reductions_begin); }
+  std::size_t reduction_count() const { return tensor_reductions_.size(); }
+
+  // Element j's row (kind Rows) or column (Cols) in its tensor: j / n, or (j / (m n)) n + j % n.
+  Value* axis_index(IRBuilder<>& b, Value* j, SlotKind kind) {
+    OPTJIT_ASSERT(axis_, "kernel " + plan_.name + " reads rows or columns outside an axis element phase");
+    if (kind == SlotKind::Rows)
+      return b.CreateSDiv(j, axis_->n);
+    Value* matrix = b.CreateMul(axis_->m, axis_->n);
+    return b.CreateAdd(b.CreateMul(b.CreateSDiv(j, matrix), axis_->n), b.CreateSRem(j, axis_->n));
+  }
+  // The array of carried axis sum `name`, at element j's row or column.
+  Value* axis_array_address(IRBuilder<>& b, const std::string& name, Value* j, SlotKind kind) {
+    Value* array = b.CreateLoad(ptr_, b.CreateGEP(ptr_, axis_->arrays, b.getInt64(index_in(plan_.carries, name))));
+    Value* base = kind == SlotKind::Rows ? axis_->row_base : axis_->col_base;
+    return b.CreateGEP(b.getDoubleTy(), array, b.CreateAdd(base, axis_index(b, j, kind)));
+  }
+  // The carry a reduction of this kernel hands its value on as.
+  const std::string& carry_of_reduction(ValueId id) const {
+    for (const Store& s : graph_.stores)
+      if (s.value == id && s.kind == StoreKind::Carry)
+        return s.name;
+    OPTJIT_ASSERT(false, "kernel " + plan_.name + ": reduction %" + std::to_string(id) + " is handed on to no kernel");
+  }
 
   // The block's value of each reduction, valid in thread 0: every thread's accumulator in shared memory, then a tree
   // that halves the stride from kGpuMaxBlockThreads / 2 (threads past the block's size take no part), so the order
@@ -386,7 +440,7 @@ private:
   }
 
   // Reduction r of the kernel (node reductions_begin + r), its identity, and how two partials combine.
-  Op reduction_op(std::size_t r) const { return graph_.node(plan_.reductions_begin + static_cast<ValueId>(r)).op; }
+  Op reduction_op(std::size_t r) const { return graph_.node(tensor_reductions_[r]).op; }
   static Value* identity(IRBuilder<>& b, Op op) {
     return llvm::ConstantFP::get(b.getDoubleTy(),
                                  op == Op::reduce_sum ? 0.0 : -std::numeric_limits<double>::infinity());
@@ -463,8 +517,9 @@ private:
                         acc[r]);
       });
       for (const Store& s : graph_.stores)
-        if (s.value >= plan_.reductions_begin)
-          b.CreateStore(b.CreateLoad(b.getDoubleTy(), acc[static_cast<std::size_t>(s.value - plan_.reductions_begin)]),
+        if (auto r = std::find(tensor_reductions_.begin(), tensor_reductions_.end(), s.value);
+            r != tensor_reductions_.end())
+          b.CreateStore(b.CreateLoad(b.getDoubleTy(), acc[static_cast<std::size_t>(r - tensor_reductions_.begin())]),
                         carry_address(b, in, s.name));
     }
     b.CreateStore(b.getInt32(0), counter);
@@ -579,13 +634,19 @@ private:
     return out;
   }
 
+  // Where element j of a tensor slot lives: j itself, or its row or column in a rows or columns slot.
+  Value* element_at(IRBuilder<>& b, int slot, Value* j) {
+    const SlotKind kind = graph_.slot(plan_.abi.tensor_slots[static_cast<std::size_t>(slot)])->kind;
+    return kind == SlotKind::Tensor ? j : axis_index(b, j, kind);
+  }
+
   // The element DAG for `lanes` consecutive elements starting at index j: loads, arithmetic, stores.
   void emit_body(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& per_tensor, Value* j,
                  int lanes, const std::vector<llvm::AllocaInst*>& accumulators = {}) {
     llvm::Type* type = lane_type(lanes);
     auto load = [&](int slot) {
       const Dtype storage = tensor_slot_dtype(slot);
-      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], j);
+      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(b, slot, j));
       Value* v = b.CreateAlignedLoad(vector_type(storage, lanes), address, llvm::Align(dtype_size(storage)),
                                      plan_.abi.tensor_slots[slot]);
       return from_storage(b, v, storage, type);
@@ -599,14 +660,39 @@ private:
     }
     std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type, index);
     accumulate(b, values, accumulators);
+    for (ValueId id : axis_reductions_) { // into the tensor's row or column sums, in element order
+      const Node& n = graph_.node(id);
+      Value* address =
+          axis_array_address(b, carry_of_reduction(id), j, n.op == Op::row_sum ? SlotKind::Rows : SlotKind::Cols);
+      Value* wide = b.CreateFPExt(values[static_cast<std::size_t>(n.inputs[0])], b.getDoubleTy());
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), address), wide), address);
+    }
     for (const Store& s : graph_.stores) {
       if (s.kind != StoreKind::Tensor)
         continue;
       const int slot = index_in(plan_.abi.tensor_slots, s.name);
       const Dtype storage = tensor_slot_dtype(slot);
-      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], j);
-      b.CreateAlignedStore(to_storage(b, values[static_cast<std::size_t>(s.value)], storage), address,
-                           llvm::Align(dtype_size(storage)));
+      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(b, slot, j));
+      Value* stored = to_storage(b, values[static_cast<std::size_t>(s.value)], storage);
+      const SlotKind kind = graph_.slot(s.name)->kind;
+      if (kind == SlotKind::Tensor) {
+        b.CreateAlignedStore(stored, address, llvm::Align(dtype_size(storage)));
+        continue;
+      }
+      // A row (column) is written once, by its last element: every element of it has read the old value by then
+      // (the item is the whole tensor, walked in element order).
+      Value* first =
+          kind == SlotKind::Rows
+              ? b.CreateICmpEQ(b.CreateSRem(j, axis_->n), b.CreateSub(axis_->n, b.getInt64(1)))
+              : b.CreateICmpEQ(b.CreateSRem(b.CreateSDiv(j, axis_->n), axis_->m), b.CreateSub(axis_->m, b.getInt64(1)));
+      llvm::Function* fn = b.GetInsertBlock()->getParent();
+      auto* write = llvm::BasicBlock::Create(ctx_, "store." + s.name, fn);
+      auto* after = llvm::BasicBlock::Create(ctx_, "stored." + s.name, fn);
+      b.CreateCondBr(first, write, after);
+      b.SetInsertPoint(write);
+      b.CreateAlignedStore(stored, address, llvm::Align(dtype_size(storage)));
+      b.CreateBr(after);
+      b.SetInsertPoint(after);
     }
   }
 
@@ -620,6 +706,9 @@ private:
       Value* v;
       if (n.op == Op::tensor) {
         v = load(index_in(plan_.abi.tensor_slots, n.name));
+      } else if (n.op == Op::carried_rows || n.op == Op::carried_cols) {
+        const SlotKind kind = n.op == Op::carried_rows ? SlotKind::Rows : SlotKind::Cols;
+        v = convert(b, b.CreateLoad(b.getDoubleTy(), axis_array_address(b, n.name, index, kind)), type);
       } else {
         std::vector<Value*> operands;
         for (ValueId in : n.inputs)
@@ -663,6 +752,13 @@ private:
       case Op::carried:
         v = b.CreateLoad(value_type(n.dtype), carry_address(b, in, n.name), n.name);
         break;
+      case Op::extent: {
+        OPTJIT_ASSERT(in.matrix, "kernel " + plan_.name + " reads an extent without the matrix argument");
+        const int64_t k = n.name == "m" ? 0 : n.name == "n" ? 1 : 2;
+        Value* at = b.CreateAdd(b.CreateMul(in.t, b.getInt64(3)), b.getInt64(k));
+        v = b.CreateSIToFP(b.CreateLoad(i64_, b.CreateGEP(i64_, in.matrix, at)), b.getDoubleTy(), n.name);
+        break;
+      }
       default:
         std::vector<Value*> operands;
         for (ValueId input : n.inputs)
@@ -759,6 +855,11 @@ private:
     case Op::sround:     // needs the element index: emit_stochastic_round
     case Op::reduce_sum: // accumulated by the element phase (emit_body), combined by the finish phase
     case Op::reduce_max:
+    case Op::row_sum: // accumulated into the tensor's rows or columns by the element phase
+    case Op::col_sum:
+    case Op::carried_rows:
+    case Op::carried_cols:
+    case Op::extent:
     case Op::constant:
     case Op::hyper:
     case Op::scalar_state:
@@ -813,7 +914,17 @@ private:
   llvm::Module& module_;
   llvm::LLVMContext& ctx_;
   int lanes_;
-  std::optional<DeviceMath> math_; // set for targets without libm
+  std::optional<DeviceMath> math_;                           // set for targets without libm
+  std::vector<ValueId> tensor_reductions_, axis_reductions_; // the kernel's reductions, per tensor and along an axis
+  // Rows and columns of the item the element phase is in (kernels with has_axis): m, n and the tensor's bases.
+  struct AxisIndex {
+    Value* m;
+    Value* n;
+    Value* row_base;
+    Value* col_base;
+    Value* arrays; // the axis argument
+  };
+  std::optional<AxisIndex> axis_;
   llvm::PointerType* ptr_;
   llvm::Type* i64_;
   llvm::StructType* args_type_;
@@ -847,6 +958,10 @@ EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, cons
 }
 
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol) {
+  if (plan.has_axis)
+    throw Error("kernel " + plan.name +
+                " reads or writes rows and columns (row_sum, col_sum, rows or cols slots): those compile for the CPU; "
+                "their GPU kernels are not built yet, so run these params on the CPU");
   Emitter emitter(plan, module, kGpuVectorBytes / static_cast<int>(dtype_size(plan.graph.dtype)),
                   /*device_math=*/true);
   emitter.emit_gpu_kernel(symbol);

@@ -2,6 +2,7 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace optjit {
 
@@ -25,14 +26,27 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   set_hyper(args.hyper);
   scratch_.assign(std::max<std::size_t>(1, plan.scratch.size() * static_cast<std::size_t>(n)), 0);
 
-  // Work items: every tensor cut into chunks; the element phase hands whole items to threads.
+  // Work items: every tensor cut into chunks; the element phase hands whole items to threads. A kernel that adds
+  // into rows and columns walks each tensor as one item, in element order (no two threads add to one row).
   std::vector<int64_t> numels(static_cast<std::size_t>(n), 0);
-  if (!plan.abi.tensor_slots.empty()) {
-    const std::vector<Tensor>& reference = args.slot(plan.abi.tensor_slots.front());
-    for (int64_t t = 0; t < n; ++t)
-      numels[static_cast<std::size_t>(t)] = reference[static_cast<std::size_t>(t)].numel();
+  std::vector<Shape> shapes = args.shapes;
+  OPTJIT_ASSERT(!plan.has_axis || !shapes.empty(), "kernel " + plan.name +
+                                                       " walks rows and columns: its arguments "
+                                                       "must give the params' shapes");
+  if (shapes.empty()) {
+    for (const std::string& name : plan.abi.tensor_slots)
+      if (plan.graph.slot(name)->kind == SlotKind::Tensor) {
+        for (const Tensor& t : args.slot(name))
+          shapes.push_back(t.shape());
+        break;
+      }
   }
-  items_ = make_work_items(numels, shape);
+  for (std::size_t t = 0; t < shapes.size() && t < numels.size(); ++t)
+    numels[t] = shape_numel(shapes[t]);
+  LaunchShape cut = shape;
+  if (plan.has_axis)
+    cut.chunk_elements = std::numeric_limits<int64_t>::max();
+  items_ = make_work_items(numels, cut);
   item_grain_ = items_per_task(items_, shape);
   tensor_grain_ = shape.tensors_per_task;
 
@@ -55,6 +69,23 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   args_.partials = partials_.data();
   args_.n_reduce = static_cast<int64_t>(n_reduce);
   args_.first_item = first_item_.data();
+  // Rows and columns: each tensor's m and n, and where its rows and columns start in an axis array.
+  matrix_.assign(3 * static_cast<std::size_t>(n), 1);
+  row_base_.assign(static_cast<std::size_t>(n) + 1, 0);
+  col_base_.assign(static_cast<std::size_t>(n) + 1, 0);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(n); ++t) {
+    const Shape s = t < shapes.size() ? shapes[t] : Shape{};
+    const int64_t m = s.size() >= 2 ? s[s.size() - 2] : 1, cols = s.empty() ? 1 : s.back();
+    const int64_t batches = m * cols == 0 ? 0 : numels[t] / (m * cols);
+    matrix_[3 * t] = m;
+    matrix_[3 * t + 1] = cols;
+    matrix_[3 * t + 2] = numels[t];
+    row_base_[t + 1] = row_base_[t] + batches * m;
+    col_base_[t + 1] = col_base_[t] + batches * cols;
+  }
+  args_.matrix = matrix_.data();
+  args_.row_base = row_base_.data();
+  args_.col_base = col_base_.data();
 }
 
 void Binding::set_hyper(const std::vector<double>& values_by_group) {

@@ -31,6 +31,11 @@ public:
   const std::vector<int64_t>& group_of() const { return group_of_; }
   const std::vector<WorkItem>& items() const { return items_; }
   const std::vector<int64_t>& first_item() const { return first_item_; }
+  // Rows (columns) of every tensor together: the length of a rows (columns) array of the plan.
+  int64_t total_rows() const { return row_base_.back(); }
+  int64_t total_cols() const { return col_base_.back(); }
+  // The plan's axis arrays, by carry index (null for a per-tensor carry), shared by every kernel of the plan.
+  void set_axis(double* const* arrays) { args_.axis = arrays; }
   int64_t n_reduce() const { return args_.n_reduce; }
   const std::vector<void*>& slots() const { return slots_; }
   const std::vector<double>& hyper() const { return hyper_; }
@@ -46,8 +51,10 @@ private:
   int64_t source_hyper_count_ = 0;
   std::vector<uint64_t> scratch_;
   std::vector<WorkItem> items_;
-  std::vector<double> partials_;    // partials[i * n_reduce + r]
-  std::vector<int64_t> first_item_; // per tensor, and one past the last
+  std::vector<double> partials_;             // partials[i * n_reduce + r]
+  std::vector<int64_t> first_item_;          // per tensor, and one past the last
+  std::vector<int64_t> matrix_;              // per tensor: m, n
+  std::vector<int64_t> row_base_, col_base_; // per tensor, and one past the last
   KernelArgs args_{};
   int64_t item_grain_ = 1, tensor_grain_ = 1;
 };

@@ -45,6 +45,20 @@ public:
       k.binding.bind(k.plan, args, shape_);
       k.binding.set_carry(carry_.data(), static_cast<int64_t>(n_carry));
     }
+    // Axis sums: one array per carried row or column sum, with every tensor's rows (columns) in it.
+    const KernelPlan& first = kernels_.front().plan;
+    axis_.assign(first.carries.size(), {});
+    axis_pointers_.assign(std::max<std::size_t>(1, first.carries.size()), nullptr);
+    for (std::size_t c = 0; c < first.carries.size(); ++c) {
+      if (first.carry_kinds[c] == CarryKind::PerTensor)
+        continue;
+      const Binding& b = kernels_.front().binding;
+      const int64_t length = first.carry_kinds[c] == CarryKind::Rows ? b.total_rows() : b.total_cols();
+      axis_[c].assign(static_cast<std::size_t>(length) + 1, 0.0);
+      axis_pointers_[c] = axis_[c].data();
+    }
+    for (BoundCpuKernel& k : kernels_)
+      k.binding.set_axis(axis_pointers_.data());
   }
   void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) override {
     for (BoundCpuKernel& k : kernels_)
@@ -77,6 +91,8 @@ private:
   std::size_t n_tensors_ = 0;
   LaunchShape shape_;
   std::vector<uint64_t> carry_;
+  std::vector<std::vector<double>> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)
+  std::vector<double*> axis_pointers_;
 };
 
 class CpuBackend final : public Backend {

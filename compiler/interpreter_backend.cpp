@@ -24,8 +24,8 @@ public:
   void set_hyper(const std::vector<double>& values_by_group) override { args_.hyper = values_by_group; }
   void launch() override { interpret(graph_, args_, &carried_); }
   std::vector<double> carried(const std::string& name) const override {
-    auto it = carried_.find(name);
-    OPTJIT_ASSERT(it != carried_.end(), "carried value '" + name + "' read before a launch wrote it");
+    auto it = carried_.per_tensor.find(name);
+    OPTJIT_ASSERT(it != carried_.per_tensor.end(), "carried value '" + name + "' read before a launch wrote it");
     return it->second;
   }
 

@@ -37,7 +37,7 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
   const auto hand_on = [&](ValueId in, int k) {
     if (in_kernel(in, k) || repeated_per_kernel(graph.node(in)) || carry_of.count(in))
       return;
-    OPTJIT_ASSERT(graph.node(in).level == Level::PerTensor,
+    OPTJIT_ASSERT(graph.node(in).level == Level::PerTensor || op_has_trait(graph.node(in).op, kAxis),
                   "fusion plan hands element value %" + std::to_string(in) + " to another kernel");
     std::string name = "c"; // appended, not "c" + ...: GCC 12 warns wrongly on that form (PR 105651)
     name += std::to_string(carries.size());
@@ -55,6 +55,21 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
         hand_on(graph.stores[s].value, k);
   }
 
+  // What each carried value is: one per tensor, or an array of the tensor's row or column sums.
+  std::vector<CarryKind> carry_kinds;
+  for (const std::string& name : carries) {
+    CarryKind kind = CarryKind::PerTensor;
+    for (const auto& [value, carried] : carried_values)
+      if (carried == name && graph.node(value).op == Op::row_sum)
+        kind = CarryKind::Rows;
+      else if (carried == name && graph.node(value).op == Op::col_sum)
+        kind = CarryKind::Cols;
+    for (const Store& s : graph.stores)
+      if (s.kind == StoreKind::Carry && s.name == name && op_has_trait(graph.node(s.value).op, kAxis))
+        kind = graph.node(s.value).op == Op::row_sum ? CarryKind::Rows : CarryKind::Cols;
+    carry_kinds.push_back(kind);
+  }
+
   std::vector<KernelPlan> kernels;
   std::set<std::string> stored_by_earlier;
   for (int k = 0; k < plan.kernel_count; ++k) {
@@ -67,18 +82,30 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
       if (auto it = local.find(in); it != local.end())
         return it->second;
       Node copy = graph.node(in);
-      if (!repeated_per_kernel(copy))
+      if (copy.op == Op::row_sum || copy.op == Op::col_sum) // an array of the tensor's rows or columns
+        copy = Node{copy.op == Op::row_sum ? Op::carried_rows : Op::carried_cols,
+                    Level::Element,
+                    copy.dtype,
+                    {},
+                    0,
+                    carry_of.at(in)};
+      else if (!repeated_per_kernel(copy))
         copy = Node{Op::carried, Level::PerTensor, copy.dtype, {}, 0, carry_of.at(in)};
       return local[in] = b.add(std::move(copy));
     };
-    // Values from other kernels first: they are per-tensor, and the kernel must stay hoisted.
+    // Per-tensor values from other kernels first, so the kernel stays hoisted (carried axis sums are element values:
+    // they come with the element nodes that read them).
+    const auto early = [&](ValueId in) {
+      if (!op_has_trait(graph.node(in).op, kAxis))
+        operand(in);
+    };
     for (ValueId id = 0; id < graph.size(); ++id)
       if (in_kernel(id, k))
         for (ValueId in : graph.node(id).inputs)
-          operand(in);
+          early(in);
     for (std::size_t s = 0; s < graph.stores.size(); ++s)
       if (store_kernel(graph, plan, s) == k)
-        operand(graph.stores[s].value);
+        early(graph.stores[s].value);
     const auto is_reduction = [&](ValueId id) { return op_has_trait(graph.node(id).op, kReduction); };
     const auto copy_node = [&](ValueId id) {
       const Node& n = graph.node(id);
@@ -94,6 +121,9 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
       for (ValueId id = 0; id < graph.size(); ++id)
         if (in_kernel(id, k) && graph.node(id).level == level && !is_reduction(id))
           copy_node(id);
+    for (std::size_t s = 0; s < graph.stores.size(); ++s) // a stored axis sum of an earlier kernel, read here
+      if (store_kernel(graph, plan, s) == k && op_has_trait(graph.node(graph.stores[s].value).op, kAxis))
+        operand(graph.stores[s].value);
     for (ValueId id = 0; id < graph.size(); ++id)
       if (in_kernel(id, k) && is_reduction(id))
         copy_node(id);
@@ -108,7 +138,8 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
     Graph kernel_graph = b.finish();
     for (const Store& s : kernel_graph.stores)
       stored_by_earlier.insert(s.name);
-    kernels.push_back(make_kernel_plan(graph.name + "_k" + std::to_string(k), std::move(kernel_graph), carries));
+    kernels.push_back(
+        make_kernel_plan(graph.name + "_k" + std::to_string(k), std::move(kernel_graph), carries, carry_kinds));
   }
   return kernels;
 }

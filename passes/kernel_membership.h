@@ -37,7 +37,9 @@ inline std::vector<std::vector<char>> kernel_membership(const Graph& graph, cons
                                  " before kernel " + std::to_string(home) + " computes it");
     // Constants and hyperparameters are cheaper to repeat than to carry: each kernel that uses one reads its own.
     const bool repeated = n.op == Op::constant || n.op == Op::hyper;
-    const int at = n.level == Level::Element || repeated ? k : home;
+    // A reduction (an axis one's result is an element value too) is accumulated once, by its own kernel.
+    const bool recomputed = n.level == Level::Element && !op_has_trait(n.op, kReduction);
+    const int at = recomputed || repeated ? k : home;
     char& flag = computes[static_cast<std::size_t>(at)][static_cast<std::size_t>(id)];
     if (!flag) {
       flag = 1;

@@ -15,6 +15,7 @@ struct ListArguments {
   std::vector<std::string> hyper_names;
   std::vector<double> hyper;     // [group * hyper_names.size() + k]
   std::vector<int64_t> group_of; // [tensor]: the param group of each list entry
+  std::vector<Shape> shapes;     // [tensor]: the shape the kernels walk (the param's); empty: the first slot's
 
   int64_t n_tensors() const { return static_cast<int64_t>(group_of.size()); }
   // The tensors of slot `name`; throws optjit::Error when the slot is not bound.

@@ -15,12 +15,12 @@ std::string describe(const Graph& graph, ValueId id) {
          (n.level == Level::PerTensor ? "pt " : "el ") + std::string(dtype_name(n.dtype)) + ")";
 }
 
-// Slot `name` must be declared, of `kind`.
+// Slot `name` must be declared, of `kind` (SlotKind::Tensor: any slot element values read and write).
 void check_slot_kind(const Graph& graph, const std::string& name, SlotKind kind, const std::string& what) {
   const Slot* slot = graph.slot(name);
   if (!slot)
     throw Error(what + " uses slot '" + name + "', which graph @" + graph.name + " does not declare");
-  if (slot->kind != kind)
+  if (kind == SlotKind::Tensor ? !is_element_slot(slot->kind) : slot->kind != kind)
     throw Error(what + " uses slot '" + name + "' as a " + std::string(slot_kind_name(kind)) + " slot, but it is a " +
                 std::string(slot_kind_name(slot->kind)) + " slot");
 }
@@ -54,6 +54,27 @@ void check_and_type(const Graph& graph, Node& node) {
     if (node.name.empty())
       throw Error(what + " needs a carried value's name");
     node.level = Level::PerTensor;
+    return;
+  case Op::extent:
+    if (node.name != "numel" && node.name != "m" && node.name != "n")
+      throw Error(what + " \"" + node.name + "\": an extent is \"numel\", \"m\" or \"n\" (of a shape [..., m, n])");
+    node.level = Level::PerTensor;
+    node.dtype = Dtype::f64;
+    return;
+  case Op::carried_rows:
+  case Op::carried_cols:
+    if (node.name.empty())
+      throw Error(what + " needs a carried value's name");
+    node.level = Level::Element;
+    node.dtype = graph.dtype;
+    return;
+  case Op::row_sum:
+  case Op::col_sum:
+    if (graph.node(node.inputs[0]).level != Level::Element)
+      throw Error(what + " of " + describe(graph, node.inputs[0]) +
+                  ": an axis reduction reduces an element value along a dimension of each tensor");
+    node.level = Level::Element;
+    node.dtype = graph.dtype;
     return;
   case Op::sround: {
     const Node& value = graph.node(node.inputs[0]);
@@ -228,8 +249,9 @@ void GraphBuilder::add_store(Store store) {
   if (store.kind == StoreKind::Scalar && (value.level != Level::PerTensor || value.dtype != Dtype::f64))
     throw Error("store to scalar slot '" + store.name + "' needs a per-tensor f64 value, got " +
                 describe(graph_, store.value));
-  if (store.kind == StoreKind::Carry && value.level != Level::PerTensor)
-    throw Error("carried value '" + store.name + "' needs a per-tensor value, got " + describe(graph_, store.value));
+  if (store.kind == StoreKind::Carry && value.level != Level::PerTensor && !op_has_trait(value.op, kAxis))
+    throw Error("carried value '" + store.name + "' needs a per-tensor value or an axis sum, got " +
+                describe(graph_, store.value));
   for (const Store& s : graph_.stores)
     if (s.name == store.name)
       throw Error("slot '" + store.name + "' is stored twice; a graph writes each slot once");

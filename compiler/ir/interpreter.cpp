@@ -127,6 +127,72 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
   });
 }
 
+// The shape of list entry t's param: the arguments', or that of the graph's first element slot (param, grad and
+// tensor state share it).
+Shape param_shape(const Graph& graph, const ListArguments& args, std::size_t t) {
+  if (!args.shapes.empty())
+    return args.shapes[t];
+  for (const Slot& s : graph.slots)
+    if (s.kind == SlotKind::Tensor)
+      return args.slot(s.name)[t].shape();
+  throw Error("graph @" + graph.name +
+              " declares no tensor slot and its arguments give no shapes: its rows and "
+              "columns have no shape");
+}
+
+// A tensor of rank >= 2, [..., m, n], as (batches, m, n); an optjit::Error for a lower rank.
+struct Matrix {
+  int64_t batches, m, n;
+};
+Matrix matrix_of(const Shape& shape, const char* what) {
+  if (shape.size() < 2)
+    throw Error(std::string(what) + " of a tensor of rank " + std::to_string(shape.size()) +
+                ": rows and columns need a tensor of rank 2 or more");
+  const int64_t m = shape[shape.size() - 2], n = shape[shape.size() - 1];
+  return {m * n == 0 ? 0 : shape_numel(shape) / (m * n), m, n};
+}
+
+// Row r of element e is e / n; column c is (e / (m n)) n + e % n (contiguous element order).
+int64_t axis_index(const Matrix& x, int64_t e, SlotKind kind) {
+  return kind == SlotKind::Rows ? e / x.n : (e / (x.m * x.n)) * x.n + e % x.n;
+}
+
+// A rows or columns tensor broadcast over the elements of a param of shape `shape`, in `dtype`.
+Tensor broadcast_axis(const Tensor& axis, const Shape& shape, SlotKind kind, Dtype dtype) {
+  const Matrix x = matrix_of(shape, kind == SlotKind::Rows ? "a rows slot" : "a columns slot");
+  const std::vector<double> values = axis.to_vector();
+  std::vector<double> out(static_cast<std::size_t>(shape_numel(shape)));
+  for (int64_t e = 0; e < static_cast<int64_t>(out.size()); ++e)
+    out[static_cast<std::size_t>(e)] = values[static_cast<std::size_t>(axis_index(x, e, kind))];
+  return Tensor::from_values(shape, out, dtype);
+}
+
+// The sums over the rows (or columns) of `x`, in element order in f64, broadcast back over its elements.
+Tensor axis_sum(const Tensor& x, SlotKind kind, Dtype dtype) {
+  const Matrix m = matrix_of(x.shape(), kind == SlotKind::Rows ? "row_sum" : "col_sum");
+  const std::vector<double> values = x.to_vector();
+  std::vector<double> sums(static_cast<std::size_t>(kind == SlotKind::Rows ? m.batches * m.m : m.batches * m.n), 0.0);
+  for (int64_t e = 0; e < static_cast<int64_t>(values.size()); ++e)
+    sums[static_cast<std::size_t>(axis_index(m, e, kind))] += values[static_cast<std::size_t>(e)];
+  std::vector<double> out(values.size());
+  for (int64_t e = 0; e < static_cast<int64_t>(out.size()); ++e)
+    out[static_cast<std::size_t>(e)] = sums[static_cast<std::size_t>(axis_index(m, e, kind))];
+  return Tensor::from_values(x.shape(), out, dtype);
+}
+
+// Stores element values `v` (a param's shape) into a rows or columns tensor: each row (column) from its last element.
+void store_axis(const Tensor& target, const Tensor& v, SlotKind kind) {
+  const Matrix x = matrix_of(v.shape(), "a store to a rows or columns slot");
+  const std::vector<double> values = v.to_vector();
+  std::vector<double> out(static_cast<std::size_t>(target.numel()));
+  for (int64_t e = 0; e < static_cast<int64_t>(values.size()); ++e) {
+    const bool last = kind == SlotKind::Rows ? e % x.n == x.n - 1 : (e / x.n) % x.m == x.m - 1;
+    if (last)
+      out[static_cast<std::size_t>(axis_index(x, e, kind))] = values[static_cast<std::size_t>(e)];
+  }
+  target.copy_from(Tensor::from_values(target.shape(), out, target.dtype()));
+}
+
 // A reduction of element values `in` (one tensor per list entry, in the graph's dtype T) to one f64 per entry: each
 // work item's partial is summed (or maxed) in element order, then a tensor's partials in item order, so the result
 // does not depend on how the items are spread over threads.
@@ -190,16 +256,39 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
     }
     case Op::tensor: {
       // Loads alias the argument (stores replace contents only at the end); a slot stored in another dtype than
-      // the graph computes in (bf16, f16) is loaded as a converted copy.
+      // the graph computes in (bf16, f16) is loaded as a converted copy. A rows or columns slot is broadcast over
+      // its param's elements.
       ElementValues loaded = args.slot(n.name);
-      for (Tensor& t : loaded)
-        t = t.to(graph.dtype);
+      const SlotKind kind = graph.slot(n.name)->kind;
+      for (std::size_t t = 0; t < loaded.size(); ++t)
+        loaded[t] = kind == SlotKind::Tensor
+                        ? loaded[t].to(graph.dtype)
+                        : broadcast_axis(loaded[t], param_shape(graph, args, t), kind, graph.dtype);
       out = std::move(loaded);
       continue;
     }
     case Op::carried: {
-      OPTJIT_ASSERT(carried && carried->count(n.name), "carried value '" + n.name + "' read before a kernel wrote it");
-      out = carried->at(n.name);
+      OPTJIT_ASSERT(carried && carried->per_tensor.count(n.name),
+                    "carried value '" + n.name + "' read before a kernel wrote it");
+      out = carried->per_tensor.at(n.name);
+      continue;
+    }
+    case Op::extent: {
+      PerTensorValues v;
+      for (int64_t t = 0; t < n_tensors; ++t) {
+        const Shape s = param_shape(graph, args, static_cast<std::size_t>(t));
+        v.push_back(static_cast<double>(n.name == "numel" ? shape_numel(s)
+                                        : n.name == "n"   ? (s.empty() ? 1 : s.back())
+                                                          : (s.size() < 2 ? 1 : s[s.size() - 2])));
+      }
+      out = std::move(v);
+      continue;
+    }
+    case Op::carried_rows:
+    case Op::carried_cols: {
+      OPTJIT_ASSERT(carried && carried->arrays.count(n.name),
+                    "carried value '" + n.name + "' read before a kernel wrote it");
+      out = carried->arrays.at(n.name);
       continue;
     }
     default:
@@ -208,6 +297,13 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
     std::vector<const Value*> in;
     for (ValueId operand : n.inputs)
       in.push_back(&values[static_cast<std::size_t>(operand)]);
+    if (op_has_trait(n.op, kAxis)) {
+      ElementValues sums;
+      for (const Tensor& x : std::get<ElementValues>(*in[0]))
+        sums.push_back(axis_sum(x, n.op == Op::row_sum ? SlotKind::Rows : SlotKind::Cols, graph.dtype));
+      out = std::move(sums);
+      continue;
+    }
     if (op_has_trait(n.op, kReduction)) {
       const ElementValues& operand = std::get<ElementValues>(*in[0]);
       out = visit_compute_dtype(graph.dtype, [&]<class T>() { return reduce_elements<T>(n.op, operand); });
@@ -263,13 +359,19 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
     const Value& v = values[static_cast<std::size_t>(s.value)];
     if (s.kind == StoreKind::Carry) {
       OPTJIT_ASSERT(carried, "a kernel hands on '" + s.name + "' but nothing receives it");
-      (*carried)[s.name] = std::get<PerTensorValues>(v);
+      if (auto* arrays = std::get_if<ElementValues>(&v))
+        carried->arrays[s.name] = *arrays;
+      else
+        carried->per_tensor[s.name] = std::get<PerTensorValues>(v);
       continue;
     }
     const std::vector<Tensor>& targets = args.slot(s.name);
+    const SlotKind kind = graph.slot(s.name)->kind;
     for (int64_t t = 0; t < n_tensors; ++t) {
       const Tensor& target = targets[static_cast<std::size_t>(t)];
-      if (s.kind == StoreKind::Scalar) {
+      if (kind == SlotKind::Rows || kind == SlotKind::Cols) {
+        store_axis(target, std::get<ElementValues>(v)[static_cast<std::size_t>(t)], kind);
+      } else if (s.kind == StoreKind::Scalar) {
         target.set_item(0, std::get<PerTensorValues>(v)[static_cast<std::size_t>(t)]);
       } else {
         const Tensor& source = std::get<ElementValues>(v)[static_cast<std::size_t>(t)];

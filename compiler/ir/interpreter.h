@@ -12,8 +12,12 @@
 
 namespace optjit {
 
-// Per-tensor values handed from one kernel of a plan to the next, by name: one value per list entry.
-using CarriedValues = std::map<std::string, std::vector<double>>;
+// Values handed from one kernel of a plan to the next, by name: one per list entry (per_tensor), or an axis sum as
+// the element values it broadcasts to (arrays: one tensor per list entry, of the graph's dtype).
+struct CarriedValues {
+  std::map<std::string, std::vector<double>> per_tensor;
+  std::map<std::string, std::vector<Tensor>> arrays;
+};
 
 // Evaluates every value, then performs the stores (so loads see the values from before the step). `carried`
 // supplies the graph's `carried` inputs and receives its carry stores; a whole graph needs none.

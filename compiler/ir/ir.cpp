@@ -55,6 +55,10 @@ std::string_view slot_kind_name(SlotKind kind) {
     return "tensor";
   case SlotKind::Scalar:
     return "scalar";
+  case SlotKind::Rows:
+    return "rows";
+  case SlotKind::Cols:
+    return "cols";
   }
   __builtin_unreachable();
 }
@@ -68,7 +72,7 @@ GraphSignature signature_of(const Graph& graph) {
       add_unique(sig.scalar_slots, n.name);
     else if (n.op == Op::hyper)
       add_unique(sig.hypers, n.name);
-    else if (n.op == Op::carried)
+    else if (n.op == Op::carried || n.op == Op::carried_rows || n.op == Op::carried_cols)
       add_unique(sig.carried_in, n.name);
   }
   for (const Store& s : graph.stores) {

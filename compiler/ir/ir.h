@@ -18,7 +18,7 @@ enum class Op : uint8_t {
 #undef OPTJIT_OP
 };
 
-enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2, kReduction = 4 };
+enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2, kReduction = 4, kAxis = 8 };
 
 std::string_view op_name(Op op);
 int op_arity(Op op);
@@ -57,8 +57,12 @@ struct Store {
 // What a slot holds for the algorithm. Drivers find a step's grads by role, never by name; an optimizer may read
 // or write any slot it declares.
 enum class SlotRole : uint8_t { Param, Grad, State };
-// Element data with the param's shape, or one per-tensor scalar (a 1-element tensor: `step`).
-enum class SlotKind : uint8_t { Tensor, Scalar };
+// Element data with the param's shape, one per-tensor scalar (a 1-element tensor: `step`), or one value per row
+// (shape [..., m, 1] of a param [..., m, n]) or per column ([..., 1, n]) of a param of rank >= 2: a load reads the
+// element's row or column, a store writes each row or column once (from its last element).
+enum class SlotKind : uint8_t { Tensor, Scalar, Rows, Cols };
+// Whether element values read and write slots of this kind (every kind but Scalar).
+inline bool is_element_slot(SlotKind kind) { return kind != SlotKind::Scalar; }
 
 // A slot of the graph: its name, role, kind and storage dtype (what its tensors hold; loads convert to the
 // compute dtype of the ops that read them, stores round to it).

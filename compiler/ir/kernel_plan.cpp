@@ -23,6 +23,15 @@ std::string scratch_text(const std::vector<ValueId>& scratch) {
   return text.empty() ? "-" : text;
 }
 
+// "c0, c1 (rows), c2 (cols)": an axis sum's array says which.
+std::string carries_text(const KernelPlan& plan) {
+  std::vector<std::string> names = plan.carries;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (plan.carry_kinds[i] != CarryKind::PerTensor)
+      names[i] += plan.carry_kinds[i] == CarryKind::Rows ? " (rows)" : " (cols)";
+  return join(names);
+}
+
 std::string phases_text(const KernelPlan& plan) {
   // Appended, not "%" + ...: GCC 12 warns wrongly on that form (PR 105651).
   const auto range = [](int begin, int end) {
@@ -42,7 +51,7 @@ std::vector<std::pair<std::string, std::string>> header_lines(const KernelPlan& 
   return {{"tensor slots", join(plan.abi.tensor_slots)},
           {"scalar slots", join(plan.abi.scalar_slots)},
           {"hypers", join(plan.abi.hypers)},
-          {"carries", join(plan.carries)},
+          {"carries", carries_text(plan)},
           {"scratch", scratch_text(plan.scratch)},
           {"tensor phase", phases_text(plan)}};
 }
@@ -62,13 +71,17 @@ std::vector<std::string> split_names(std::string_view text) {
 
 } // namespace
 
-KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries) {
+KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries,
+                            std::vector<CarryKind> carry_kinds) {
   check_graph_name(name); // the kernel's name is its graph's and its symbol's (found by the IR fuzzer)
   KernelPlan kp;
   kp.name = std::move(name);
   kp.graph = std::move(graph);
   kp.graph.name = kp.name;
   kp.carries = std::move(carries);
+  kp.carry_kinds = std::move(carry_kinds);
+  kp.carry_kinds.resize(kp.carries.size(), CarryKind::PerTensor);
+
   kp.abi = signature_of(kp.graph);
   // A kernel declares only the slots it uses (a plan's graph declares every slot of the step).
   std::erase_if(kp.graph.slots, [&](const Slot& s) {
@@ -77,6 +90,11 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
     };
     return !used(kp.abi.tensor_slots) && !used(kp.abi.scalar_slots);
   });
+  for (const Node& n : kp.graph.nodes)
+    kp.has_axis = kp.has_axis || op_has_trait(n.op, kAxis) || n.op == Op::carried_rows || n.op == Op::carried_cols ||
+                  n.op == Op::extent;
+  for (const Slot& s : kp.graph.slots)
+    kp.has_axis = kp.has_axis || s.kind == SlotKind::Rows || s.kind == SlotKind::Cols;
   for (const auto* list : {&kp.abi.carried_in, &kp.abi.carried_out})
     for (const std::string& c : *list)
       if (std::find(kp.carries.begin(), kp.carries.end(), c) == kp.carries.end())
@@ -144,10 +162,19 @@ KernelPlan parse_kernel_plan(std::string_view text) {
   const std::string_view title = lines.front().substr(8);
   const std::string name(title.substr(0, title.find(' ')));
   std::vector<std::string> carries;
+  std::vector<CarryKind> kinds;
   for (std::string_view line : lines)
     if (line.starts_with("  carries: "))
       carries = split_names(line.substr(11));
-  KernelPlan plan = make_kernel_plan(name, std::move(graph), std::move(carries));
+  for (std::string& carry : carries) {
+    kinds.push_back(CarryKind::PerTensor);
+    for (const auto& [suffix, kind] : {std::pair{" (rows)", CarryKind::Rows}, std::pair{" (cols)", CarryKind::Cols}})
+      if (carry.ends_with(suffix)) {
+        carry.resize(carry.size() - std::string_view(suffix).size());
+        kinds.back() = kind;
+      }
+  }
+  KernelPlan plan = make_kernel_plan(name, std::move(graph), std::move(carries), std::move(kinds));
   // Every header line must say what the graph implies.
   const std::string expected = print_kernel_plan(plan);
   const std::string_view expected_header = std::string_view(expected).substr(0, expected.find("\ngraph @"));

@@ -25,16 +25,21 @@ struct FusionPlan {
   std::vector<std::string> decisions; // why nodes were grouped (or refused), one line each
 };
 
+// A carried value: one per tensor, or an axis sum's array (one value per row or per column of each tensor).
+enum class CarryKind : uint8_t { PerTensor, Rows, Cols };
+
 struct KernelPlan {
   std::string name;
-  Graph graph;                      // the kernel's nodes (per-tensor prefix, then element nodes) and stores
-  GraphSignature abi;               // slot and hyperparameter order of the kernel's arguments
-  std::vector<ValueId> scratch;     // per-tensor values read by the element phase, in scratch order
-  int prologue_size = 0;            // nodes [0, prologue_size) are per-tensor, then element nodes
-  int reductions_begin = 0;         // nodes [reductions_begin, size) are reductions of element values over each
-                                    // tensor (accumulated by the element phase), whose results go only to carries
-  std::vector<std::string> carries; // every carried value of the plan, in carry-buffer order (the same list in
-                                    // each kernel of a plan)
+  Graph graph;                        // the kernel's nodes (per-tensor prefix, then element nodes) and stores
+  GraphSignature abi;                 // slot and hyperparameter order of the kernel's arguments
+  std::vector<ValueId> scratch;       // per-tensor values read by the element phase, in scratch order
+  int prologue_size = 0;              // nodes [0, prologue_size) are per-tensor, then element nodes
+  int reductions_begin = 0;           // nodes [reductions_begin, size) are reductions of element values over each
+                                      // tensor (accumulated by the element phase), whose results go only to carries
+  std::vector<std::string> carries;   // every carried value of the plan, in carry-buffer order (the same list in
+                                      // each kernel of a plan)
+  std::vector<CarryKind> carry_kinds; // per carried value
+  bool has_axis = false;              // the kernel reads or writes rows or columns (slots, sums, carried sums)
   bool operator==(const KernelPlan&) const = default;
 };
 
@@ -42,7 +47,8 @@ struct KernelPlan {
 // come last and are used only by carry stores: derives its ABI, scratch, prologue and reductions; the graph takes the
 // name `name`, which must be an identifier (check_graph_name). Throws optjit::Error naming the node when the graph is
 // not hoisted or reads or writes a carried value missing from `carries`.
-KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries);
+KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries,
+                            std::vector<CarryKind> carry_kinds = {});
 
 struct KernelStats {
   int kernels = 0;           // launches per step after fusion

@@ -142,8 +142,12 @@ Graph parse_graph(std::string_view text) {
         slot.kind = SlotKind::Tensor;
       else if (kind == slot_kind_name(SlotKind::Scalar))
         slot.kind = SlotKind::Scalar;
+      else if (kind == slot_kind_name(SlotKind::Rows))
+        slot.kind = SlotKind::Rows;
+      else if (kind == slot_kind_name(SlotKind::Cols))
+        slot.kind = SlotKind::Cols;
       else
-        in.fail("slot kind must be tensor or scalar, got '" + kind + "'");
+        in.fail("slot kind must be tensor, scalar, rows or cols, got '" + kind + "'");
       slot.dtype = dtype_or_fail(in);
       if (!in.done())
         in.fail("unexpected text at the end of the line");

@@ -2,7 +2,9 @@
 // the longest path), hands their per-tensor results on as carried values, recomputes element values in the kernel
 // that needs them again, and holds back a tensor store until the last kernel that loads its slot. The plan runs on
 // the CPU backend like the interpreter runs the whole graph, and its sums do not depend on the thread count.
+#include "codegen/codegen.h"
 #include "compiler/backend.h"
+#include "compiler/ir/builder.h"
 #include "compiler/ir/interpreter.h"
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
@@ -235,4 +237,126 @@ TEST_CASE("reductions: the builder refuses a reduction of a per-tensor value, an
 }
 )");
   CHECK_THROWS_WITH_AS(make_kernel_plan("own_k0", g, {}), doctest::Contains("in the kernel that computes it"), Error);
+}
+
+namespace {
+
+// Adafactor's factored second moment: row and column means of g^2 (lerped into rows and cols state), their outer
+// product over the mean of the new row variances, and an update scaled by it.
+Graph factored_graph() {
+  GraphBuilder b("fac", Dtype::f64);
+  b.declare_slot({"param", SlotRole::Param, SlotKind::Tensor, Dtype::f64});
+  b.declare_slot({"grad", SlotRole::Grad, SlotKind::Tensor, Dtype::f64});
+  b.declare_slot({"row_var", SlotRole::State, SlotKind::Rows, Dtype::f64});
+  b.declare_slot({"col_var", SlotRole::State, SlotKind::Cols, Dtype::f64});
+  const ValueId w = b.hyper("w"), lr = b.hyper("lr");
+  const ValueId n = b.add(Node{Op::extent, {}, {}, {}, 0, "n"}), m = b.add(Node{Op::extent, {}, {}, {}, 0, "m"});
+  const ValueId g = b.tensor("grad"), g2 = b.binary(Op::mul, g, g);
+  const auto lerp = [&](ValueId from, ValueId to) {
+    return b.binary(Op::add, from, b.binary(Op::mul, w, b.binary(Op::sub, to, from)));
+  };
+  const ValueId rows = lerp(b.tensor("row_var"), b.binary(Op::div, b.reduce(Op::row_sum, g2), n));
+  const ValueId cols = lerp(b.tensor("col_var"), b.binary(Op::div, b.reduce(Op::col_sum, g2), m));
+  const ValueId row_mean = b.binary(Op::div, b.reduce(Op::col_sum, rows), m);
+  const ValueId v = b.binary(Op::div, b.binary(Op::mul, rows, cols), row_mean);
+  const ValueId update = b.binary(Op::div, g, b.unary(Op::sqrt, v));
+  b.store("param", b.binary(Op::sub, b.tensor("param"), b.binary(Op::mul, lr, update)));
+  b.store("row_var", rows);
+  b.store("col_var", cols);
+  return b.finish();
+}
+
+struct Factored {
+  std::vector<Tensor> param, grad, rows, cols;
+  explicit Factored(const std::vector<Shape>& shapes) {
+    int k = 0;
+    for (const Shape& s : shapes) {
+      std::vector<double> p(static_cast<std::size_t>(shape_numel(s))), g(p.size());
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        p[i] = std::sin(0.3 * static_cast<double>(i) + k);
+        g[i] = std::cos(0.7 * static_cast<double>(i) + 2 * k) + 0.1;
+      }
+      param.push_back(Tensor::from_values(s, p, Dtype::f64));
+      grad.push_back(Tensor::from_values(s, g, Dtype::f64));
+      Shape r = s, c = s;
+      r.back() = 1;
+      c[c.size() - 2] = 1;
+      rows.push_back(Tensor::full(r, 0.5, Dtype::f64));
+      cols.push_back(Tensor::full(c, 0.25, Dtype::f64));
+      ++k;
+    }
+  }
+  ListArguments arguments() const {
+    ListArguments args;
+    args.slot_names = {"param", "grad", "row_var", "col_var"};
+    args.slot_tensors = {param, grad, rows, cols};
+    args.hyper_names = {"w", "lr"};
+    args.hyper = {0.3, 0.01};
+    args.group_of.assign(param.size(), 0);
+    for (const Tensor& p : param)
+      args.shapes.push_back(p.shape());
+    return args;
+  }
+  std::vector<double> values() const {
+    std::vector<double> all;
+    for (const auto* list : {&param, &rows, &cols})
+      for (const Tensor& t : *list)
+        for (double x : t.to_vector())
+          all.push_back(x);
+    return all;
+  }
+};
+
+} // namespace
+
+TEST_CASE("axis reductions: row and column sums split the plan and run on the CPU as the interpreter runs them") {
+  const Graph g = factored_graph();
+  verify(g);
+  const PipelineResult r = run_pipeline(g);
+  REQUIRE(r.kernels.size() == 3); // g^2's row and column sums; the new rows' column sum; the update
+  CHECK(print_kernel_plan(r.kernels[0]).find("(rows)") != std::string::npos);
+  CHECK(print_kernel_plan(r.kernels[1]).find("carried_rows") != std::string::npos);
+  for (const KernelPlan& k : r.kernels)
+    CHECK(parse_kernel_plan(print_kernel_plan(k)) == k);
+  const std::vector<Shape> shapes = {{6, 5}, {2, 3, 4}, {1, 7}, {4, 1}};
+  Factored whole(shapes), by_kernels(shapes), compiled(shapes);
+  const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
+  bool hit = false;
+  std::unique_ptr<Executable> code = backend_for(cpu).load(r, cpu, CompileOptions{}, hit);
+  code->bind(compiled.arguments());
+  for (int step = 0; step < 3; ++step) {
+    interpret(g, whole.arguments());
+    interpret_kernels(r.kernels, by_kernels.arguments());
+    code->launch();
+  }
+  const std::vector<double> expected = whole.values();
+  CHECK(expected != Factored(shapes).values());
+  CHECK(by_kernels.values() == expected);
+  const std::vector<double> got = compiled.values();
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(got[i] == doctest::Approx(expected[i]).epsilon(1e-12));
+  }
+  // Row 0 of the first param's new row variance by hand: lerp(0.5, mean of its g^2, 0.3) after one step.
+  Factored once(shapes);
+  interpret(g, once.arguments());
+  double mean = 0;
+  for (int j = 0; j < 5; ++j)
+    mean += std::pow(std::cos(0.7 * j) + 0.1, 2) / 5;
+  CHECK(once.rows[0].item(0) == doctest::Approx(0.5 + 0.3 * (mean - 0.5)).epsilon(1e-14));
+}
+
+TEST_CASE("axis reductions: a tensor of rank 1 has no rows, and the GPU refuses axis kernels by name") {
+  const Graph g = factored_graph();
+  Factored f({{6, 5}});
+  ListArguments args = f.arguments();
+  args.slot_tensors[0] = {Tensor::zeros({30}, Dtype::f64)};
+  args.slot_tensors[1] = {Tensor::zeros({30}, Dtype::f64)};
+  args.shapes = {{30}};
+  CHECK_THROWS_WITH_AS(interpret(g, args), doctest::Contains("rows and columns need a tensor of rank 2 or more"),
+                       Error);
+  const PipelineResult r = run_pipeline(g);
+  CHECK_THROWS_WITH_AS(compile_gpu_kernel(r.kernels[0], 80), doctest::Contains("their GPU kernels are not built yet"),
+                       Error);
 }
