@@ -1,6 +1,7 @@
 #include "tools/golden.h"
 #include "compiler/compiled_step.h"
 #include "frontend/optim/json_text.h"
+#include "frontend/optim/options.h"
 #include "frontend/optim/registry.h"
 #include "runtime/error.h"
 #include "tools/golden_scheduler.h"
@@ -30,9 +31,11 @@ KeywordOptions keyword_options(const json& object) {
       options[key] = {value.get<bool>() ? 1.0 : 0.0};
     else if (value.is_number())
       options[key] = {value.get<double>()};
-    else if (value.is_array())
-      options[key] = value.get<std::vector<double>>();
-    else
+    else if (value.is_array()) { // a None element (Adafactor's eps1) is kOptionNone
+      std::vector<double>& values = options[key];
+      for (const json& element : value)
+        values.push_back(element.is_null() ? kOptionNone : element.get<double>());
+    } else
       throw Error("option '" + key + "' has a value optjit cannot read: " + json_value_text(value));
   }
   return options;

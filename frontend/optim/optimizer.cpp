@@ -300,6 +300,30 @@ Structure Optimizer::traced_structure(const ParamGroup& group) const {
   return s;
 }
 
+Structure Optimizer::param_traced_structure(int64_t flat) const {
+  Structure s = traced_structure(groups_[static_cast<std::size_t>(group_of_flat(flat))]);
+  param_structure(flat_param(flat), s);
+  return s;
+}
+
+Shape state_shape(StateKind kind, const Shape& param) {
+  switch (kind) {
+  case StateKind::Tensor:
+    return param;
+  case StateKind::Scalar:
+    return {};
+  case StateKind::Rows:
+  case StateKind::Cols: {
+    if (param.size() < 2)
+      throw Error("a state of rows or columns needs a param of rank 2 or more, not " + std::to_string(param.size()));
+    Shape s = param;
+    s[s.size() - (kind == StateKind::Rows ? 1 : 2)] = 1;
+    return s;
+  }
+  }
+  __builtin_unreachable();
+}
+
 std::vector<StateSpec> Optimizer::step_state_specs(const Structure& structure) const {
   std::vector<StateSpec> specs = state_specs(structure);
   if (structure["master_weights"])
@@ -439,25 +463,28 @@ double Optimizer::initial_state_value(const ParamGroup&, const StateSpec& spec) 
 
 bool Optimizer::create_missing_state(bool only_params_with_grads) {
   bool created = false;
-  std::vector<std::vector<StateSpec>> specs_of_group;
-  for (const ParamGroup& group : groups_)
-    specs_of_group.push_back(step_state_specs(traced_structure(group)));
+  std::vector<std::vector<StateSpec>> specs_of_group; // when no param adds flags of its own
+  if (!has_param_structure())
+    for (const ParamGroup& group : groups_)
+      specs_of_group.push_back(step_state_specs(traced_structure(group)));
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
     if (only_params_with_grads && !p.impl()->grad)
       continue;
     ParamState& s = states_[static_cast<std::size_t>(i)];
     const auto g = static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)]);
+    const std::vector<StateSpec> specs =
+        specs_of_group.empty() ? step_state_specs(param_traced_structure(i)) : specs_of_group[g];
     if (s.empty() && clipping_ && clipping_->error_if_nonfinite)
       state_created_since_norm_.push_back(i); // dropped again if this step's norm refuses the step
-    for (const StateSpec& spec : specs_of_group[g]) {
+    for (const StateSpec& spec : specs) {
       if (find_state(s, spec.name).defined())
         continue;
-      Shape shape = spec.kind == StateKind::Scalar ? Shape{} : p.shape();
+      Shape shape = state_shape(spec.kind, p.shape());
       // A complex param's state starts with every component at the value, as torch's optimizers see it through
       // view_as_real (Adagrad's sum is complex(v, v), Rprop's step_size complex(lr, lr)).
       // Tensor state takes its param's layout (torch's preserve_format), so kernels walk both flat.
-      Tensor t = spec.kind == StateKind::Scalar ? Tensor::empty(shape, new_state_dtype(p, spec), p.device())
+      Tensor t = spec.kind != StateKind::Tensor ? Tensor::empty(shape, new_state_dtype(p, spec), p.device())
                                                 : Tensor::empty_like(p, new_state_dtype(p, spec), p.device());
       if (spec.copies_param)
         t.copy_from(p.to(t.dtype())); // master weights start as the param's values
@@ -482,6 +509,14 @@ std::vector<StateSpec> Optimizer::new_state_specs(int group) const {
   return specs;
 }
 
+std::vector<StateSpec> Optimizer::param_state_specs(int64_t flat) const {
+  const ParamGroup& g = groups_.at(static_cast<std::size_t>(group_of_flat(flat)));
+  std::vector<StateSpec> specs = step_state_specs(param_traced_structure(flat));
+  for (StateSpec& spec : specs)
+    spec.initial = initial_state_value(g, spec);
+  return specs;
+}
+
 // The storage dtype of each of the param's state entries, existing or still to be created.
 static std::vector<Dtype> state_dtypes_of(const Optimizer& o, int64_t flat, const std::vector<StateSpec>& specs) {
   std::vector<Dtype> dtypes;
@@ -494,13 +529,17 @@ static std::vector<Dtype> state_dtypes_of(const Optimizer& o, int64_t flat, cons
 
 std::vector<uint64_t> Optimizer::state_dtype_facts() const {
   std::vector<std::vector<StateSpec>> specs_of_group; // once per group: the per-param loop stays cheap
-  for (const ParamGroup& group : groups_)
-    specs_of_group.push_back(step_state_specs(traced_structure(group)));
+  if (!has_param_structure())
+    for (const ParamGroup& group : groups_)
+      specs_of_group.push_back(step_state_specs(traced_structure(group)));
   std::vector<uint64_t> facts;
   facts.reserve(static_cast<std::size_t>(param_count()));
   for (int64_t i = 0; i < param_count(); ++i) {
     uint64_t fact = 0;
-    for (Dtype dtype : state_dtypes_of(*this, i, specs_of_group[static_cast<std::size_t>(group_of_flat(i))]))
+    const std::vector<StateSpec> specs = specs_of_group.empty()
+                                             ? step_state_specs(param_traced_structure(i))
+                                             : specs_of_group[static_cast<std::size_t>(group_of_flat(i))];
+    for (Dtype dtype : state_dtypes_of(*this, i, specs))
       fact = fact * 257 + static_cast<uint64_t>(dtype) + 1; // 8 bits per entry: the fact changes with any of them
     facts.push_back(fact);
   }
@@ -531,7 +570,7 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
   // it, with the hidden entries that go with it at their loaded values. Keys no options keep are refused, and so is
   // a master copy (master_param) in a group without master weights: its presence would change the forloop's math.
   std::set<std::string> known_keys = kept_keys;
-  const Structure every = traced_structure(groups_[static_cast<std::size_t>(group_of_flat(flat))]).with_every_flag();
+  const Structure every = param_traced_structure(flat).with_every_flag();
   const std::vector<StateSpec> every_spec = state_specs(every); // the algorithm's own, without optjit's extras
   bool kept_extra = false;
   for (const StateSpec& spec : every_spec)
@@ -559,13 +598,17 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
   ParamState adopted;
   if (!visible.empty())
     adopted = state_from_entries(
-        param, new_state_specs(group_of_flat(flat)), visible, flat, flat, origin == StateOrigin::Loaded,
+        param, param_state_specs(flat), visible, flat, flat, origin == StateOrigin::Loaded,
         [&](const StateSpec& spec, const Tensor& t) {
           const bool scalar = spec.kind == StateKind::Scalar;
-          if (scalar ? t.numel() != 1 : t.shape() != param.shape())
+          if (scalar ? t.numel() != 1 : t.shape() != state_shape(spec.kind, param.shape()))
             throw Error(fmt::format("state '{}' of param {} is {}, but {}", spec.name, flat, t.describe(),
                                     scalar ? std::string("a scalar state holds one element")
-                                           : "the param is " + param.describe()));
+                                    : spec.kind == StateKind::Tensor
+                                        ? "the param is " + param.describe()
+                                        : fmt::format("it holds the param's rows or "
+                                                      "columns, shape [{}]",
+                                                      fmt::join(state_shape(spec.kind, param.shape()), ", "))));
           if (t.device() != param.device() || !t.is_non_overlapping())
             throw Error(fmt::format("state '{}' of param {} is {}: it must be on the param's device ({}), each element "
                                     "at an address of its own",
@@ -578,20 +621,29 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
 
 std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) const {
   std::vector<Bucket> buckets;
-  std::vector<std::string> keys;
+  std::vector<std::string> keys; // per group, when no param adds flags of its own
   std::vector<std::vector<StateSpec>> specs;
-  for (const ParamGroup& group : groups_) {
-    const Structure s = traced_structure(group);
-    keys.push_back(s.key());
-    specs.push_back(step_state_specs(s));
-  }
+  if (!has_param_structure())
+    for (const ParamGroup& group : groups_) {
+      const Structure s = traced_structure(group);
+      keys.push_back(s.key());
+      specs.push_back(step_state_specs(s));
+    }
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
     if (members == BucketMembers::WithGrads && !p.grad().defined())
       continue;
     int g = flat_group_[static_cast<std::size_t>(i)];
-    const std::string& key = keys[static_cast<std::size_t>(g)];
-    std::vector<Dtype> state_dtypes = state_dtypes_of(*this, i, specs[static_cast<std::size_t>(g)]);
+    std::string key;
+    std::vector<Dtype> state_dtypes;
+    if (keys.empty()) {
+      const Structure s = param_traced_structure(i);
+      key = s.key();
+      state_dtypes = state_dtypes_of(*this, i, step_state_specs(s));
+    } else {
+      key = keys[static_cast<std::size_t>(g)];
+      state_dtypes = state_dtypes_of(*this, i, specs[static_cast<std::size_t>(g)]);
+    }
     Bucket* bucket = nullptr;
     for (Bucket& b : buckets)
       if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key && b.state_dtypes == state_dtypes)
@@ -605,6 +657,20 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
   return buckets;
 }
 
+static SlotKind slot_kind_of(StateKind kind) {
+  switch (kind) {
+  case StateKind::Tensor:
+    return SlotKind::Tensor;
+  case StateKind::Scalar:
+    return SlotKind::Scalar;
+  case StateKind::Rows:
+    return SlotKind::Rows;
+  case StateKind::Cols:
+    return SlotKind::Cols;
+  }
+  __builtin_unreachable();
+}
+
 std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket& bucket) const {
   // Kernels run on real views: a complex bucket's tensors are slots of their component dtype.
   const Dtype stored = component_dtype(bucket.dtype);
@@ -613,9 +679,8 @@ std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket
   const std::vector<StateSpec> specs = step_state_specs(structure);
   OPTJIT_ASSERT(bucket.state_dtypes.size() == specs.size(), "the bucket's state dtypes do not match its state specs");
   for (std::size_t k = 0; k < specs.size(); ++k)
-    slots.push_back({specs[k].name, SlotRole::State,
-                     specs[k].kind == StateKind::Scalar ? SlotKind::Scalar : SlotKind::Tensor,
-                     component_dtype(bucket.state_dtypes[k])});
+    slots.push_back(
+        {specs[k].name, SlotRole::State, slot_kind_of(specs[k].kind), component_dtype(bucket.state_dtypes[k])});
   return slots;
 }
 
@@ -623,7 +688,7 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   std::string graph_name = name_;
   for (char& c : graph_name)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const Structure s = traced_structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
+  const Structure s = param_traced_structure(bucket.members.front().flat); // the bucket's members share it
   // bf16 and f16 compute in f32, complex dtypes in their component dtype
   Tracer tracer(graph_name, compute_dtype(bucket.dtype), slots(s, bucket));
   if (s["grad_scale"])
@@ -651,7 +716,7 @@ void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
 
 Graph Optimizer::trace_grad_norm(const ParamBucket& bucket) const {
   OPTJIT_ASSERT(clipping_.has_value(), "trace_grad_norm without clipping");
-  const Structure s = traced_structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]);
+  const Structure s = param_traced_structure(bucket.members.front().flat); // the bucket's members share it
   std::vector<Slot> grad_slot;
   for (const Slot& slot : slots(s, bucket))
     if (slot.role == SlotRole::Grad)
@@ -673,6 +738,7 @@ ListArguments Optimizer::grad_arguments(const ParamBucket& bucket) const {
   for (const BucketMember& m : bucket.members) {
     args.slot_tensors.front().push_back(kernel_grad(m.flat));
     args.group_of.push_back(m.group);
+    args.shapes.push_back(flat_param(m.flat).real_view().shape());
   }
   return args;
 }
@@ -698,8 +764,7 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   ListArguments args;
   args.hyper_names = step_hyper_names();
   args.hyper = hyper_values();
-  const std::vector<Slot> declared =
-      slots(traced_structure(groups_[static_cast<std::size_t>(bucket.members.front().group)]), bucket);
+  const std::vector<Slot> declared = slots(param_traced_structure(bucket.members.front().flat), bucket);
   for (const Slot& slot : declared) {
     args.slot_names.push_back(slot.name);
     args.slot_tensors.emplace_back();
@@ -708,6 +773,7 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
     const Tensor& p = flat_param(m.flat);
     const bool staged = staging_.is_staged(m.flat); // its kernels run on contiguous copies
     args.group_of.push_back(m.group);
+    args.shapes.push_back(p.real_view().shape());
     for (std::size_t k = 0; k < declared.size(); ++k) {
       Tensor t;
       switch (declared[k].role) {
@@ -732,7 +798,21 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
 
 bool Optimizer::needs_staging(int64_t flat) const {
   const Tensor& p = flat_param(flat);
-  return p.impl()->grad && !LayoutStaging::walkable_flat(p, p.grad(), flat_state(flat));
+  if (!p.impl()->grad)
+    return false;
+  // Rows and columns are found by element order: such a param's kernels walk contiguous tensors.
+  if (param_traced_structure_has_axes(flat) && !(p.is_contiguous() && p.grad().is_contiguous()))
+    return true;
+  return !LayoutStaging::walkable_flat(p, p.grad(), flat_state(flat));
+}
+
+bool Optimizer::param_traced_structure_has_axes(int64_t flat) const {
+  if (!has_param_structure())
+    return false;
+  for (const StateSpec& spec : step_state_specs(param_traced_structure(flat)))
+    if (spec.kind == StateKind::Rows || spec.kind == StateKind::Cols)
+      return true;
+  return false;
 }
 
 void Optimizer::prepare_staging() {
@@ -816,8 +896,12 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
   // Each result rounded once into its storage: to nearest, or stochastically with the kernels' stream (the slot's
   // position among the graph's slots: param, grad, then the state entries in spec order).
   const bool stochastic = group.get("stochastic_rounding") != 0;
-  const std::vector<StateSpec> specs =
-      stochastic ? step_state_specs(traced_structure(group)) : std::vector<StateSpec>{};
+  const std::vector<StateSpec> specs = stochastic ? [&] {
+    Structure s = traced_structure(group);
+    param_structure(complex_or_real_param, s);
+    return step_state_specs(s);
+  }()
+                                                  : std::vector<StateSpec>{};
   const uint64_t counter = rounding_counter(rounding_seed_, rounding_steps_);
   auto store = [&](const Tensor& to, const Tensor& from, const std::string& slot) {
     if (!stochastic || to.dtype() != Dtype::bf16)

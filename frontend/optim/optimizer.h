@@ -70,7 +70,11 @@ private:
   std::vector<std::pair<std::string, bool>> flags_;
 };
 
-enum class StateKind { Tensor, Scalar };
+// Per element (the param's shape), one per tensor, or one per row ([..., m, 1]) or per column ([..., 1, n]) of a param
+// of rank >= 2 (Adafactor's factored second moment).
+enum class StateKind { Tensor, Scalar, Rows, Cols };
+// The shape of a state entry of `kind` for a param of shape `param`.
+Shape state_shape(StateKind kind, const Shape& param);
 
 struct StateSpec {
   std::string name;
@@ -190,6 +194,8 @@ public:
   Dtype number_dtype(Dtype param_dtype) const { return scalar_state_dtype_.value_or(compute_dtype(param_dtype)); }
   // The entries a new state of a param in group `group` gets, in torch's key order, with their starting values.
   std::vector<StateSpec> new_state_specs(int group) const;
+  // The state param `flat` gets (its group's, with its own flags).
+  std::vector<StateSpec> param_state_specs(int64_t flat) const;
   // Where adopted state comes from: made for a first step (hidden entries start at their initial value), or loaded
   // from a checkpoint (hidden entries take the value a loaded state implies).
   enum class StateOrigin { Fresh, Loaded };
@@ -276,6 +282,10 @@ public:
   // The flags a group's step is traced with: the subclass's structure(), whether grads are unscaled and whether
   // the group keeps master weights.
   Structure traced_structure(const ParamGroup& group) const;
+  // The same, with the flags a subclass adds for one param (param_structure): what param `flat` is stepped with.
+  Structure param_traced_structure(int64_t flat) const;
+  // Whether param `flat`'s step keeps rows or columns (its kernels then walk contiguous tensors).
+  bool param_traced_structure_has_axes(int64_t flat) const;
   // The state a param of a group with these flags keeps: the subclass's state_specs(), then `master_param` (an f32
   // copy of a bf16 or f16 param the step updates, rounding the param from it) when master_weights is on, and the
   // hidden `_rounding_stream` (the param's index) when stochastic_rounding is on.
@@ -303,6 +313,11 @@ public:
   int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
 
   virtual Structure structure(const ParamGroup& group) const = 0;
+  // Flags that depend on the param itself, beside its group's (Adafactor factors params of rank >= 2): params whose
+  // flags differ run in buckets, and keep state, of their own.
+  virtual void param_structure(const Tensor& /*param*/, Structure& /*s*/) const {}
+  // Whether param_structure adds anything (else the per-group structures serve every param, computed once).
+  virtual bool has_param_structure() const { return false; }
   virtual std::vector<StateSpec> state_specs(const Structure& structure) const = 0;
   virtual std::vector<std::string> hyper_names() const = 0;
   // The options a step reads and checks for finiteness before anything changes: the hyperparameters, and any option

@@ -28,7 +28,7 @@ std::string Optimizer::repr() const {
       shown[key] = python_value(*this, key, value);
     for (const auto& [key, tensor] : group.tensor_options)
       shown[key] = "tensor(" + python_float(tensor.item()) + ")";
-    for (const char* pair : {"betas", "etas", "step_sizes"}) {
+    for (const char* pair : {"betas", "etas", "step_sizes", "eps"}) {
       const auto* keys = pair_option_keys(pair);
       if (!shown.count(keys->first) || !shown.count(keys->second))
         continue;

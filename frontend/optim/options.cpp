@@ -9,7 +9,8 @@ const std::pair<std::string, std::string>* pair_option_keys(const std::string& n
   static const std::map<std::string, std::pair<std::string, std::string>> pairs = {
       {"betas", {"beta1", "beta2"}},
       {"etas", {"etaminus", "etaplus"}},
-      {"step_sizes", {"step_size_min", "step_size_max"}}};
+      {"step_sizes", {"step_size_min", "step_size_max"}},
+      {"eps", {"eps1", "eps2"}}}; // Adafactor's (eps1, eps2); a single eps (Adam's) is no pair
   auto it = pairs.find(name);
   return it == pairs.end() ? nullptr : &it->second;
 }

@@ -25,6 +25,9 @@ using OptionPair = std::pair<double, double>;
 // torch's pair options and the two group option names each is split into ("betas" -> "beta1", "beta2"); null for
 // an option that is not a pair.
 const std::pair<std::string, std::string>* pair_option_keys(const std::string& name);
+// An option given as None where torch allows it (Adafactor's eps1: the machine epsilon of the param's dtype): held as
+// this value, which no such option takes otherwise (they are >= 0).
+inline constexpr double kOptionNone = -1.0;
 
 // One option into a group option map, by type (pairs split, flags as 0 or 1).
 void put_option(OptionMap& map, const std::string& name, double value);

@@ -1,5 +1,6 @@
 #include "frontend/optim/registry.h"
 #include "frontend/optim/adadelta.h"
+#include "frontend/optim/adafactor.h"
 #include "frontend/optim/adagrad.h"
 #include "frontend/optim/adam.h"
 #include "frontend/optim/adamax.h"
@@ -66,7 +67,8 @@ Registry& registry() {
                   {"Rprop", optimizer_factory<Rprop>("Rprop")},
                   {"ASGD", optimizer_factory<ASGD>("ASGD")},
                   {"Lion", optimizer_factory<Lion>("Lion")},
-                  {"LAMB", optimizer_factory<LAMB>("LAMB")}};
+                  {"LAMB", optimizer_factory<LAMB>("LAMB")},
+                  {"Adafactor", optimizer_factory<Adafactor>("Adafactor")}};
     return r;
   }();
   return *table;
@@ -84,7 +86,7 @@ const std::pair<std::string, OptimizerFactory>* find_entry(const Registry& r, co
 OptionMap group_option_map(const std::string& cls, const KeywordOptions& options) {
   OptionMap map;
   for (const auto& [key, value] : options) {
-    if (const auto* pair = pair_option_keys(key)) {
+    if (const auto* pair = pair_option_keys(key); pair && !(key == "eps" && value.size() == 1)) {
       require_count(cls, key, value, 2);
       map[pair->first] = value[0];
       map[pair->second] = value[1];

@@ -18,7 +18,9 @@ Tensor copy_as(const Tensor& t, const Tensor& param, Dtype dtype) {
   const Tensor converted = t.to(dtype);       // complex converts only to complex: an optjit::Error otherwise
   if (param.device().kind != DeviceKind::cpu) // device tensors are contiguous; never share the saved tensor
     return (converted.same(t) ? t.clone() : converted).to(param.device());
-  Tensor copy = Tensor::empty_like(param, dtype, Device::cpu());
+  // Rows and columns (Adafactor's factored state) have shapes of their own: contiguous.
+  Tensor copy = t.shape() == param.shape() ? Tensor::empty_like(param, dtype, Device::cpu())
+                                           : Tensor::empty(t.shape(), dtype, Device::cpu());
   copy.copy_from(converted.to(Device::cpu()));
   return copy;
 }
@@ -91,13 +93,22 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
     const Tensor& param = flat_param(i);
     const auto g = static_cast<std::size_t>(group_of_flat(i));
     states[static_cast<std::size_t>(i)] = state_from_entries(
-        param, step_state_specs(structures[g]), saved_state, id, i, /*loaded=*/true,
+        param,
+        [&] { // the loaded group's structure, with this param's own flags
+          Structure s = structures[g];
+          param_structure(param, s);
+          return step_state_specs(s);
+        }(),
+        saved_state, id, i, /*loaded=*/true,
         [&](const StateSpec& spec, const Tensor& saved) {
           const bool scalar = spec.kind == StateKind::Scalar;
-          if (scalar ? saved.numel() != 1 : saved.shape() != param.shape())
+          if (scalar ? saved.numel() != 1 : saved.shape() != state_shape(spec.kind, param.shape()))
             throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
                                     scalar ? std::string("a scalar state needs one element")
-                                           : "the param has shape " + shape_text(param.shape())));
+                                    : spec.kind == StateKind::Tensor
+                                        ? "the param has shape " + shape_text(param.shape())
+                                        : "its rows or columns have shape " +
+                                              shape_text(state_shape(spec.kind, param.shape()))));
           if (!scalar && is_complex(saved.dtype()) != is_complex(param.dtype()))
             throw Error(fmt::format("state '{}' of param {} is {}, but the param is {}: a complex param keeps complex "
                                     "state, a real param real state",

@@ -162,7 +162,7 @@ nb::list TorchStep::new_state(int64_t flat) const {
   if (flat < 0 || flat >= param_count())
     throw Error("param " + std::to_string(flat) + " is not one of the " + std::to_string(param_count()) + " params");
   nb::list entries;
-  for (const StateSpec& spec : optimizer_->new_state_specs(optimizer_->group_of_flat(flat)))
+  for (const StateSpec& spec : optimizer_->param_state_specs(flat))
     if (spec.visible)
       entries.append(nb::make_tuple(spec.name, spec.kind == StateKind::Scalar, spec.initial, spec.copies_param));
   return entries;

@@ -1,0 +1,100 @@
+// Adafactor: four kernels for a factored (rank >= 2) param and two for the others, the three modes in agreement on
+// random inputs (a transposed param included, stepped through contiguous copies), state shapes and torch's messages,
+// and its state dict round trip.
+#include "frontend/optim/adafactor.h"
+#include "helpers.h"
+
+#include <limits>
+
+using namespace optjit;
+using optjit::test::make_single_group;
+
+namespace {
+
+std::vector<Tensor> adafactor_params(Dtype dtype, uint64_t seed) {
+  std::vector<Tensor> params = random_params({{6, 5}, {7}, {2, 3, 4}, {}, {4, 1}}, dtype, seed);
+  // A transposed view: rows and columns of the logical shape, in another memory order.
+  static std::vector<Tensor> bases; // the views' memory, alive for the test binary
+  bases.push_back(random_params({{5, 3}}, dtype, seed + 1)[0]);
+  params.push_back(Tensor::from_blob(bases.back().data(), {3, 5}, dtype, {1, 3}));
+  for (Tensor& p : params)
+    p.set_grad(random_params({p.shape()}, dtype, seed + 7)[0]);
+  return params;
+}
+
+std::vector<double> values_of(const std::vector<Tensor>& params, const Optimizer& opt) {
+  std::vector<double> all;
+  for (const Tensor& p : params) {
+    for (double v : p.to_vector())
+      all.push_back(v);
+    for (const auto& [key, t] : opt.visible_state(p))
+      for (double v : t.to_vector())
+        all.push_back(v);
+  }
+  return all;
+}
+
+} // namespace
+
+TEST_CASE("adafactor: factored params take four kernels, the others two, and the three modes agree") {
+  for (Dtype dtype : {Dtype::f32, Dtype::f64}) {
+    CAPTURE(dtype_name(dtype));
+    const KeywordOptions options = {{"lr", {0.5}}, {"weight_decay", {0.1}}, {"maximize", {1}}};
+    std::vector<std::vector<double>> runs;
+    for (int mode = 0; mode < 3; ++mode) {
+      std::vector<Tensor> params = adafactor_params(dtype, 3);
+      auto opt = make_single_group("adafactor", params, options, mode != 0);
+      std::optional<CompiledStep> step;
+      if (mode == 2)
+        step.emplace(compile(*opt));
+      for (int s = 0; s < 4; ++s)
+        step ? (*step)() : opt->step();
+      if (step)
+        CHECK(step->kernel_count() == 4 + 2); // the factored bucket, then the 1-D and 0-d one
+      runs.push_back(values_of(params, *opt));
+      const auto state = opt->visible_state(params[0]);
+      REQUIRE(state.size() == 3);
+      CHECK(state[1].first == "row_var");
+      CHECK(state[1].second.shape() == Shape{6, 1});
+      CHECK(state[2].second.shape() == Shape{1, 5});
+      CHECK(opt->visible_state(params[1])[1].first == "variance");
+    }
+    const double rtol = dtype == Dtype::f32 ? 1e-5 : 1e-11;
+    for (int mode = 1; mode < 3; ++mode)
+      for (std::size_t i = 0; i < runs[0].size(); ++i) {
+        CAPTURE(mode);
+        CAPTURE(i);
+        REQUIRE(runs[static_cast<std::size_t>(mode)][i] == doctest::Approx(runs[0][i]).epsilon(rtol));
+      }
+  }
+}
+
+TEST_CASE("adafactor: torch's messages, complex refused at the step, eps1 None by default, state dict round trip") {
+  std::vector<Tensor> params = adafactor_params(Dtype::f32, 5);
+  test::check_error([&] { Adafactor(params, {.lr = -1}); }, "Learning rate should be >= 0 but is: -1.0");
+  test::check_error([&] { Adafactor(params, {.beta2_decay = 0.8}); }, "beta2_decay should be <= 0 but is: 0.8");
+  test::check_error([&] { Adafactor(params, {.eps = {-1e-30, 1e-3}}); }, "epsilon1 should be >= 0 but is: -1e-30");
+  test::check_error([&] { Adafactor(params, {.d = 0.0}); }, "Clipping threshold d should be >= 1 but is: 0.0");
+  Tensor complex = Tensor::zeros({3}, Dtype::c64);
+  complex.set_grad(Tensor::zeros({3}, Dtype::c64));
+  Adafactor refused({complex});
+  test::check_error([&] { refused.step(); }, "Adafactor does not support complex parameters");
+
+  Adafactor opt(params, {.lr = 0.1});
+  CHECK(opt.param_groups()[0].get("eps1") == kOptionNone);
+  CompiledStep step = compile(opt);
+  step();
+  const StateDict saved = opt.state_dict();
+  std::vector<Tensor> copies;
+  for (const Tensor& p : params) {
+    Tensor c = p.clone();
+    c.set_grad(p.grad().clone());
+    copies.push_back(c);
+  }
+  Adafactor resumed(copies, {.lr = 0.1});
+  resumed.load_state_dict(saved);
+  CompiledStep resumed_step = compile(resumed);
+  step();
+  resumed_step();
+  CHECK(values_of(copies, resumed) == values_of(params, opt));
+}
