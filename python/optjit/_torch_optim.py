@@ -6,7 +6,7 @@ import inspect
 
 import torch
 
-from ._optjit import Error
+from ._optjit import OPTION_NONE, Error
 
 # torch.optim classes optjit compiles, by the class that defines their step.
 SUPPORTED = {
@@ -23,6 +23,7 @@ SUPPORTED = {
         torch.optim.RMSprop,
         torch.optim.Rprop,
         torch.optim.ASGD,
+        torch.optim.Adafactor,
     )
 }
 
@@ -91,9 +92,13 @@ def _keyword(value, what):
         return [1.0 if value else 0.0]
     if isinstance(value, (int, float)):
         return [float(value)]
-    if isinstance(value, (tuple, list)):
-        return [v for element in value for v in _keyword(element, what)]
+    if isinstance(value, (tuple, list)):  # a pair; None inside is torch's default (Adafactor's eps1)
+        return [v for element in value for v in _keyword_or_none(element, what)]
     raise Error(f"{what} is {value!r}: optjit takes numbers, flags, pairs and 1-element tensors")
+
+
+def _keyword_or_none(value, what):
+    return [OPTION_NONE] if value is None else _keyword(value, what)
 
 
 def keywords(cls, options, where):
@@ -117,18 +122,23 @@ def scalar_state_dtype(opt):
 
 
 def new_state(param, entries, scalar_dtype):
-    """Torch's state for a param on its first step, from optjit's entries (key, is scalar, starting value, copies
-    the param): tensor entries like the param (its dtype, device and memory format), scalar entries 0-d in the scalar
-    dtype on the CPU, as torch makes them for a CPU param. A DTensor param gets DTensor state, as torch's zeros_like
+    """Torch's state for a param on its first step, from optjit's entries (key, kind, starting value, copies the
+    param): tensor entries like the param (its dtype, device and memory format), scalar entries 0-d in the scalar
+    dtype on the CPU, as torch makes them for a CPU param, rows and columns (Adafactor's row_var [..., m, 1] and
+    col_var [..., 1, n]) as the grad's new_zeros. A DTensor param gets DTensor state, as torch's zeros_like
     gives. A complex param's entries start at complex(v, v), as torch's optimizers see them through view_as_real
     (Adagrad's sum, Rprop's step_size). Master weights (`master_param`) start as an f32 copy of the param, in its
     layout."""
     state = {}
-    for key, scalar, initial, copies_param in entries:
+    for key, kind, initial, copies_param in entries:
         if copies_param:
             state[key] = param.detach().to(torch.float32, memory_format=torch.preserve_format, copy=True)
-        elif scalar:
+        elif kind == "scalar":
             state[key] = torch.tensor(float(initial), dtype=scalar_dtype)
+        elif kind in ("rows", "cols"):
+            shape = list(param.shape)
+            shape[-1 if kind == "rows" else -2] = 1
+            state[key] = param.grad.new_full(shape, float(initial))
         else:
             value = complex(initial, initial) if param.is_complex() else initial
             state[key] = torch.full_like(param, value, memory_format=torch.preserve_format)

@@ -1,5 +1,6 @@
 // optjit._optjit: the C++ side of the Python package (nanobind). optjit::Error becomes optjit.Error; everything
 // else is python/optjit/.
+#include "frontend/optim/options.h"
 #include "runtime/error.h"
 #include "torch_step.h"
 #include "torch_step_function.h"
@@ -19,6 +20,7 @@ using optjit::python::TorchStepFunction;
 NB_MODULE(_optjit, m) {
   m.doc() = "optjit's compiled optimizer steps (the C++ side of the optjit package)";
   nb::exception<optjit::Error>(m, "Error", PyExc_RuntimeError);
+  m.attr("OPTION_NONE") = optjit::kOptionNone; // an option torch gives as None (Adafactor's eps1)
 
   nb::class_<TorchStep>(m, "TorchStep")
       .def(nb::init<const std::string&, nb::list, const optjit::python::Keywords&,

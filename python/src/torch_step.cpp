@@ -7,6 +7,23 @@
 #include <nanobind/stl/vector.h>
 
 namespace optjit::python {
+namespace {
+
+const char* state_kind_name(StateKind kind) {
+  switch (kind) {
+  case StateKind::Tensor:
+    return "tensor";
+  case StateKind::Scalar:
+    return "scalar";
+  case StateKind::Rows:
+    return "rows";
+  case StateKind::Cols:
+    return "cols";
+  }
+  __builtin_unreachable();
+}
+
+} // namespace
 
 TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywords& defaults,
                      const std::vector<Keywords>& group_options, nb::handle scalar_dtype)
@@ -71,6 +88,10 @@ void TorchStep::sync_options(std::size_t g) {
     if (!source.tensor.is_none()) { // a tensor option became a number again
       group.tensor_options.erase(source.name);
       source.tensor = nb::none();
+    }
+    if (value.is_none() && source.element >= 0) { // torch's None in a pair (Adafactor's eps1): its default
+      group.set(source.name, kOptionNone);
+      continue;
     }
     const double number = PyFloat_AsDouble(value.ptr());
     if (number == -1.0 && PyErr_Occurred()) {
@@ -164,7 +185,7 @@ nb::list TorchStep::new_state(int64_t flat) const {
   nb::list entries;
   for (const StateSpec& spec : optimizer_->param_state_specs(flat))
     if (spec.visible)
-      entries.append(nb::make_tuple(spec.name, spec.kind == StateKind::Scalar, spec.initial, spec.copies_param));
+      entries.append(nb::make_tuple(spec.name, state_kind_name(spec.kind), spec.initial, spec.copies_param));
   return entries;
 }
 

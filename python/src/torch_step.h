@@ -48,8 +48,8 @@ public:
   bool step_skipped() const { return optimizer_->step_skipped(); }
   // Params with a grad and no state yet, by flat index (group order): the Python side creates their state.
   std::vector<int64_t> params_without_state() const;
-  // The state a new param of `flat`'s group gets, in torch's key order: (key, is scalar, starting value, starts as
-  // an f32 copy of the param), visible entries only.
+  // The state param `flat` gets, in torch's key order: (key, kind: "tensor", "scalar", "rows" or "cols", starting
+  // value, starts as an f32 copy of the param), visible entries only.
   nb::list new_state(int64_t flat) const;
   // Makes torch's `state` tensors (key -> tensor) the state of param `flat`; `loaded`: they come from a checkpoint
   // or an earlier step rather than being made for this one. An empty dict drops the param's state.

@@ -1,0 +1,92 @@
+"""torch.optim.Adafactor compiled by optjit against torch's own, in the same process: every option, f32 and f64,
+factored (rank >= 2) and unfactored params, params starting at zero, with some grads None; params and every state
+entry (keys, shapes, dtypes, values); a state_dict round trip both ways; kernel counts; and clipping."""
+
+import pytest
+import torch
+
+import optjit
+from conftest import assert_same_state, clone_params, make_params, set_grads
+
+# Adafactor's shapes (torch refuses an empty param: the RMS of nothing).
+SHAPES = [(5, 3), (6,), (2, 3, 2), (), (4, 1)]
+CONFIGS = [
+    dict(),
+    dict(lr=0.5, weight_decay=0.1),
+    dict(lr=0.01, maximize=True, weight_decay=0.1),
+    dict(beta2_decay=-1.0),
+    dict(d=1.5, eps=(1e-20, 1e-2)),
+    dict(eps=(None, 1e-4), lr=0.05),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("options", CONFIGS, ids=lambda o: ",".join(o) or "default")
+def test_adafactor_matches_torch(options, dtype):
+    reference = make_params(dtype, seed=4, shapes=SHAPES)
+    with torch.no_grad():
+        reference[1].zero_()  # RMS(p) = 0: alpha = eps2 * rho
+    ours = clone_params(reference)
+    torch_opt = torch.optim.Adafactor(reference, **options)
+    opt = torch.optim.Adafactor(ours, **options)
+    step = optjit.compile(opt)
+    for t in range(6):
+        set_grads(t, reference, ours, seed=4)
+        torch_opt.step()
+        step()
+        assert_same_state(opt, ours, torch_opt, reference, dtype)
+    metrics = step.metrics()
+    assert metrics["compiles"] == 1 and metrics["recompiles"] == 0
+    assert step.kernel_count == 4 + 2  # the factored params' four passes, the others' two
+
+
+def test_adafactor_state_dict_round_trips_both_ways():
+    reference = make_params(torch.float32, seed=5, shapes=SHAPES)
+    ours = clone_params(reference)
+    torch_opt = torch.optim.Adafactor(reference, lr=0.05)
+    opt = torch.optim.Adafactor(ours, lr=0.05)
+    step = optjit.compile(opt)
+    for t in range(3):
+        set_grads(t, reference, ours, seed=5, none_every=0)
+        torch_opt.step()
+        step()
+    # optjit -> torch: a plain torch Adafactor resumes from optjit's state, and torch -> optjit.
+    resumed_torch = torch.optim.Adafactor(clone_params(ours), lr=0.05)
+    resumed_torch.load_state_dict(opt.state_dict())
+    resumed_ours = torch.optim.Adafactor(clone_params(reference), lr=0.05)
+    resumed_ours.load_state_dict(torch_opt.state_dict())
+    resumed_step = optjit.compile(resumed_ours)
+    for t in range(3, 5):
+        for params in (resumed_torch.param_groups[0]["params"], resumed_ours.param_groups[0]["params"]):
+            set_grads(t, params, seed=5, none_every=0)
+        resumed_torch.step()
+        resumed_step()
+    assert_same_state(
+        resumed_ours,
+        resumed_ours.param_groups[0]["params"],
+        resumed_torch,
+        resumed_torch.param_groups[0]["params"],
+        torch.float32,
+    )
+
+
+def test_adafactor_with_clipping():
+    reference = make_params(torch.float64, seed=6, shapes=SHAPES)
+    ours = clone_params(reference)
+    torch_opt = torch.optim.Adafactor(reference, lr=0.1)
+    opt = torch.optim.Adafactor(ours, lr=0.1)
+    step = optjit.compile(opt, max_grad_norm=0.5)
+    for t in range(4):
+        set_grads(t, reference, ours, seed=6)
+        torch.nn.utils.clip_grad_norm_(reference, 0.5)
+        torch_opt.step()
+        step()
+    assert_same_state(opt, ours, torch_opt, reference, torch.float64)
+
+
+def test_adafactor_refuses_complex_params_as_torch_does():
+    p = torch.nn.Parameter(torch.zeros(3, dtype=torch.complex64))
+    p.grad = torch.ones_like(p)
+    step = optjit.compile(torch.optim.Adafactor([p]))
+    with pytest.raises(optjit.Error, match="Adafactor does not support complex parameters"):
+        step()
