@@ -49,19 +49,8 @@ LAMB::LAMB(std::vector<ParamGroupSpec> groups, const LAMBOptions& o)
 
 LAMB::LAMB(std::vector<Tensor> params, const LAMBOptions& o) : LAMB(one_param_group(std::move(params)), o) {}
 
-void LAMB::validate_options(const OptionMap& o) const {
-  if (!(o.at("lr") >= 0.0))
-    throw Error("Invalid learning rate: " + python_float(o.at("lr")));
-  if (!(o.at("eps") >= 0.0))
-    throw Error("Invalid epsilon value: " + python_float(o.at("eps")));
-  for (int index : {0, 1}) {
-    const double beta = o.at(index == 0 ? "beta1" : "beta2");
-    if (!(beta >= 0.0 && beta < 1.0))
-      throw Error("Invalid beta parameter at index " + std::to_string(index) + ": " + python_float(beta));
-  }
-  if (!(o.at("weight_decay") >= 0.0))
-    throw Error("Invalid weight_decay value: " + python_float(o.at("weight_decay")));
-}
+// Adam's checks, with torch's messages: lr, eps, betas, weight_decay.
+void LAMB::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
 Structure LAMB::structure(const ParamGroup& group) const {
   Structure s;
