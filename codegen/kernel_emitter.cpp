@@ -173,8 +173,11 @@ public:
       if (!plan_.has_axis)
         emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec",
                   [&](Value* j) { emit_body(b, bases, splats, j, lanes_, vector_acc); });
-      emit_loop(b, vector_end, last, b.getInt64(1), "tail",
-                [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
+      if (plan_.has_axis)
+        emit_axis_loop(b, first, last, [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
+      else
+        emit_loop(b, vector_end, last, b.getInt64(1), "tail",
+                  [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
       // The item's partial: the lanes in order, then the tail; a fixed order, whatever thread runs the item.
       for (std::size_t r = 0; r < vector_acc.size(); ++r) {
         const Op op = reduction_op(r);
@@ -189,6 +192,37 @@ public:
     });
     b.CreateRetVoid();
     (void)fn;
+  }
+
+  // The element loop of a kernel that touches rows and columns: its item is a whole tensor (from element 0), walked
+  // in element order while counting the element's column in its row, its row, its row in its matrix and its
+  // matrix's first column, so that no element divides to find its row or column.
+  void emit_axis_loop(IRBuilder<>& b, Value* first, Value* last, const std::function<void(Value*)>& body) {
+    llvm::Function* fn = b.GetInsertBlock()->getParent();
+    IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    llvm::AllocaInst* col_in_row = entry.CreateAlloca(i64_);
+    llvm::AllocaInst* row = entry.CreateAlloca(i64_);
+    llvm::AllocaInst* row_in_matrix = entry.CreateAlloca(i64_);
+    llvm::AllocaInst* col_base = entry.CreateAlloca(i64_);
+    for (llvm::AllocaInst* counter : {col_in_row, row, row_in_matrix, col_base})
+      b.CreateStore(b.getInt64(0), counter);
+    emit_loop(b, first, last, b.getInt64(1), "elem", [&](Value* j) {
+      axis_->col_in_row = b.CreateLoad(i64_, col_in_row);
+      axis_->row = b.CreateLoad(i64_, row);
+      axis_->row_in_matrix = b.CreateLoad(i64_, row_in_matrix);
+      axis_->col = b.CreateAdd(b.CreateLoad(i64_, col_base), axis_->col_in_row);
+      body(j);
+      Value* next_col = b.CreateAdd(axis_->col_in_row, b.getInt64(1));
+      Value* row_ends = b.CreateICmpEQ(next_col, axis_->n);
+      b.CreateStore(b.CreateSelect(row_ends, b.getInt64(0), next_col), col_in_row);
+      b.CreateStore(b.CreateAdd(axis_->row, b.CreateZExt(row_ends, i64_)), row);
+      Value* next_row = b.CreateAdd(axis_->row_in_matrix, b.CreateZExt(row_ends, i64_));
+      Value* matrix_ends = b.CreateICmpEQ(next_row, axis_->m);
+      b.CreateStore(b.CreateSelect(matrix_ends, b.getInt64(0), next_row), row_in_matrix);
+      b.CreateStore(b.CreateAdd(b.CreateLoad(i64_, col_base), b.CreateSelect(matrix_ends, axis_->n, b.getInt64(0))),
+                    col_base);
+    });
+    axis_->row = axis_->col = axis_->col_in_row = axis_->row_in_matrix = nullptr;
   }
 
   // Kernels that end with reductions: each tensor's partials combined in item order, handed on as carried values.
@@ -379,6 +413,8 @@ private:
   // Element j's row (kind Rows) or column (Cols) in its tensor: j / n, or (j / (m n)) n + j % n.
   Value* axis_index(IRBuilder<>& b, Value* j, SlotKind kind) {
     OPTJIT_ASSERT(axis_, "kernel " + plan_.name + " reads rows or columns outside an axis element phase");
+    if (axis_->row) // counted by the element loop: no division per element
+      return kind == SlotKind::Rows ? axis_->row : axis_->col;
     if (kind == SlotKind::Rows)
       return b.CreateSDiv(j, axis_->n);
     Value* matrix = b.CreateMul(axis_->m, axis_->n);
@@ -681,10 +717,11 @@ private:
       }
       // A row (column) is written once, by its last element: every element of it has read the old value by then
       // (the item is the whole tensor, walked in element order).
-      Value* first =
-          kind == SlotKind::Rows
-              ? b.CreateICmpEQ(b.CreateSRem(j, axis_->n), b.CreateSub(axis_->n, b.getInt64(1)))
-              : b.CreateICmpEQ(b.CreateSRem(b.CreateSDiv(j, axis_->n), axis_->m), b.CreateSub(axis_->m, b.getInt64(1)));
+      Value* col_in_row = axis_->col_in_row ? axis_->col_in_row : b.CreateSRem(j, axis_->n);
+      Value* row_in_matrix =
+          axis_->row_in_matrix ? axis_->row_in_matrix : b.CreateSRem(b.CreateSDiv(j, axis_->n), axis_->m);
+      Value* first = kind == SlotKind::Rows ? b.CreateICmpEQ(col_in_row, b.CreateSub(axis_->n, b.getInt64(1)))
+                                            : b.CreateICmpEQ(row_in_matrix, b.CreateSub(axis_->m, b.getInt64(1)));
       llvm::Function* fn = b.GetInsertBlock()->getParent();
       auto* write = llvm::BasicBlock::Create(ctx_, "store." + s.name, fn);
       auto* after = llvm::BasicBlock::Create(ctx_, "stored." + s.name, fn);
@@ -922,7 +959,11 @@ private:
     Value* n;
     Value* row_base;
     Value* col_base;
-    Value* arrays; // the axis argument
+    Value* arrays;                  // the axis argument
+    Value* row = nullptr;           // the element's row in its tensor (j / n), counted by the element loop
+    Value* col = nullptr;           // its column in its tensor ((j / (m n)) n + j % n)
+    Value* col_in_row = nullptr;    // j % n
+    Value* row_in_matrix = nullptr; // (j / n) % m
   };
   std::optional<AxisIndex> axis_;
   llvm::PointerType* ptr_;

@@ -4,6 +4,7 @@
 #include "codegen/codegen.h"
 #include "compiler/compiled_step.h"
 #include "compiler/kernel_cache.h"
+#include "compiler/pipeline.h"
 #include "frontend/optim/adam.h"
 #include "frontend/optim/registry.h"
 #include "runtime/thread_pool.h"
@@ -24,11 +25,13 @@ namespace {
 
 using json = nlohmann::json;
 
-std::vector<Tensor> constant_params(int64_t count, int64_t numel, Dtype dtype = Dtype::f32) {
+// `count` params of `numel` elements each: vectors, or matrices of `rows` rows when rows > 0.
+std::vector<Tensor> constant_params(int64_t count, int64_t numel, Dtype dtype = Dtype::f32, int64_t rows = 0) {
   std::vector<Tensor> params;
+  const Shape shape = rows > 0 ? Shape{rows, numel / rows} : Shape{numel};
   for (int64_t i = 0; i < count; ++i) {
-    Tensor p = Tensor::full({numel}, 1.0, dtype);
-    p.set_grad(Tensor::full({numel}, 1e-3, dtype));
+    Tensor p = Tensor::full(shape, 1.0, dtype);
+    p.set_grad(Tensor::full(shape, 1e-3, dtype));
     params.push_back(p);
   }
   return params;
@@ -43,6 +46,7 @@ struct ShapeCase {
   Dtype dtype = Dtype::f32; // of the params and grads
   bool f32_state = false;   // tensor state (and master weights) in f32 whatever the params' dtype
   bool clip = false;        // fused grad-norm clipping (max_norm 1, 2-norm): one more pass that reads the grads
+  int64_t rows = 0;         // > 0: matrices of this many rows (Adafactor factors them)
 };
 
 // Replaces every param's state with f32 tensors (master weights start as the param's values).
@@ -62,20 +66,23 @@ void adopt_f32_state(Optimizer& opt) {
   }
 }
 
-// Every tensor slot a compiled step touches per element, at its storage width.
+// Every tensor slot each kernel of a compiled step touches per element, at its storage width: a plan of several
+// kernels (reductions) pays every pass. Rows and columns are left out (one value per row or column, not per element).
 std::vector<TrafficProbe::Array> arrays_of(const Optimizer& opt) {
   std::vector<TrafficProbe::Array> arrays;
-  const Graph graph = opt.trace_bucket(opt.make_buckets().front());
-  for (const Slot& slot : graph.slots) {
-    if (slot.kind != SlotKind::Tensor)
-      continue;
-    TrafficProbe::Array a{static_cast<int>(dtype_size(slot.dtype)), false, false};
-    for (const Node& n : graph.nodes)
-      a.read |= n.op == Op::tensor && n.name == slot.name;
-    for (const Store& s : graph.stores)
-      a.written |= s.kind == StoreKind::Tensor && s.name == slot.name;
-    if (a.read || a.written)
-      arrays.push_back(a);
+  for (const KernelPlan& kernel : run_pipeline(opt.trace_bucket(opt.make_buckets().front())).kernels) {
+    const Graph& graph = kernel.graph;
+    for (const Slot& slot : graph.slots) {
+      if (slot.kind != SlotKind::Tensor)
+        continue;
+      TrafficProbe::Array a{static_cast<int>(dtype_size(slot.dtype)), false, false};
+      for (const Node& n : graph.nodes)
+        a.read |= n.op == Op::tensor && n.name == slot.name;
+      for (const Store& s : graph.stores)
+        a.written |= s.kind == StoreKind::Tensor && s.name == slot.name;
+      if (a.read || a.written)
+        arrays.push_back(a);
+    }
   }
   return arrays;
 }
@@ -94,7 +101,7 @@ json bench_shape(const ShapeCase& c) {
   ThreadPool& pool = ThreadPool::global();
   const int threads = c.threads > 0 ? c.threads : pool.size();
   pool.set_active_threads(threads);
-  std::vector<Tensor> params = constant_params(c.count, c.numel, c.dtype);
+  std::vector<Tensor> params = constant_params(c.count, c.numel, c.dtype, c.rows);
   KeywordOptions options = c.options;
   options["foreach"] = {1};
   auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{params, {}}}, options);
@@ -104,11 +111,12 @@ json bench_shape(const ShapeCase& c) {
     opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, false});
   CompiledStep step = compile(*opt);
   const std::vector<int64_t> numels(static_cast<std::size_t>(c.count), c.numel);
-  const bool mixed = c.dtype != Dtype::f32 || c.f32_state || c.clip;
-  std::vector<TrafficProbe::Array> arrays = arrays_of(*opt); // the step's single bucket
+  std::vector<TrafficProbe::Array> arrays = arrays_of(*opt); // the step's single bucket, every kernel
   if (c.clip) // the bound the issue sets: the update's bytes and one more read of the grads (the norm's pass)
     arrays.push_back({static_cast<int>(dtype_size(c.dtype)), true, false});
   const auto [reads, writes] = traffic_of(arrays);
+  // The f32 model covers one pass of an optimizer's usual traffic; anything else takes the mixed probe.
+  const bool mixed = c.dtype != Dtype::f32 || c.f32_state || c.clip || step.kernel_count() > 1;
   TrafficProbe probe = mixed ? TrafficProbe(numels, arrays) : TrafficProbe(numels, reads, writes);
   for (int i = 0; i < 3; ++i) { // compile, create state, fault every page in
     step();
@@ -130,6 +138,8 @@ json bench_shape(const ShapeCase& c) {
     described += std::string(" ") + std::string(dtype_name(c.dtype)) + (c.f32_state ? "+f32 state" : "");
   if (c.clip)
     described += " +clip";
+  if (c.rows > 0)
+    described += " (" + std::to_string(c.rows) + "-row matrices)";
   return {{"optimizer", opt->name()},
           {"options", described},
           {"shape", std::to_string(c.count) + "x" + std::to_string(c.numel)},
@@ -225,6 +235,8 @@ int run_bench(const BenchOptions& options) {
   }
   // Adam with fused grad-norm clipping against Adam's bytes plus one more read of the grads (goal 1.25).
   cases.push_back({"adam", {}, 1000, 10'000, 0, 1.25, Dtype::f32, false, true});
+  // Adafactor over transformer-shaped matrices (512 x 512, factored: four passes) against a probe of its bytes.
+  cases.push_back({"adafactor", {}, 24, 512 * 512, 0, 0, Dtype::f32, false, false, 512});
   json rows = json::array();
   if (!options.json)
     std::printf("optjit bench: compiled steps (f32, foreach) vs a traffic probe of the same bytes per element "

@@ -5,6 +5,7 @@ time of each compiled mode (its first call), and the ratio to torch's fused step
     python -m optjit.bench                              # Adam and SGD on 1x50M, 1000x10k, 10000x100 and a model
     python -m optjit.bench --shapes 1000x10k --modes optjit,fused --new-grads
     python -m optjit.bench --device cuda                # on a GPU (timed with CUDA events)
+    python -m optjit.bench --optimizers adam --shapes 1000x10k --modes optjit,fused --max-grad-norm 1.0
 
 --new-grads gives every param a new grad tensor before each step (zero_grad(set_to_none=True), torch's default), so
 the time includes optjit's rebinding; the grads are made outside the timed region."""
@@ -60,12 +61,20 @@ class Timer:
         return time.perf_counter() - start
 
 
-def make_step(mode, opt):
+def make_step(mode, opt, params, max_grad_norm):
+    """One step of `mode`; with max_grad_norm, clipped first: fused into optjit's step, and
+    torch.nn.utils.clip_grad_norm_(foreach=True) before torch's."""
     if mode == "optjit":
-        return optjit.compile(opt)
-    if mode == "torch.compile":
-        return torch.compile(opt.step)
-    return opt.step
+        return optjit.compile(opt, max_grad_norm=max_grad_norm)
+    step = torch.compile(opt.step) if mode == "torch.compile" else opt.step
+    if max_grad_norm is None:
+        return step
+
+    def clipped_step():
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+        step()
+
+    return clipped_step
 
 
 def measure(mode, cls, options, shapes, args):
@@ -80,7 +89,7 @@ def measure(mode, cls, options, shapes, args):
         opt = cls(params, **kwargs)
     except RuntimeError as error:  # e.g. no fused kernel for this device
         return {"step_ms": None, "refused": str(error).splitlines()[0]}
-    step = make_step(mode, opt)
+    step = make_step(mode, opt, params, args.max_grad_norm)
     timer = Timer(args.device)
     grads = [p.grad for p in params]
 
@@ -118,6 +127,12 @@ def main(argv=None):
     parser.add_argument("--optimizers", default="adam,sgd", help=f"comma-separated: {', '.join(OPTIMIZERS)}")
     parser.add_argument("--shapes", default="1x50M,1000x10k,10000x100,model", help=f"{', '.join(SHAPES)}, model")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated: {', '.join(MODES)}")
+    parser.add_argument(
+        "--max-grad-norm",
+        type=float,
+        default=None,
+        help="clip the grads first: fused into optjit's step, torch's clip_grad_norm_(foreach=True) before torch's",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=10, help="steps per timed batch")
     parser.add_argument("--batches", type=int, default=5, help="timed batches (the median is reported)")
