@@ -204,6 +204,11 @@ public:
     llvm::AllocaInst* row = entry.CreateAlloca(i64_);
     llvm::AllocaInst* row_in_matrix = entry.CreateAlloca(i64_);
     llvm::AllocaInst* col_base = entry.CreateAlloca(i64_);
+    std::vector<llvm::AllocaInst*> row_sums;
+    for (std::size_t k = 0; k < axis_reductions_.size(); ++k) {
+      row_sums.push_back(entry.CreateAlloca(b.getDoubleTy()));
+      b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), row_sums.back());
+    }
     for (llvm::AllocaInst* counter : {col_in_row, row, row_in_matrix, col_base})
       b.CreateStore(b.getInt64(0), counter);
     emit_loop(b, first, last, b.getInt64(1), "elem", [&](Value* j) {
@@ -211,9 +216,11 @@ public:
       axis_->row = b.CreateLoad(i64_, row);
       axis_->row_in_matrix = b.CreateLoad(i64_, row_in_matrix);
       axis_->col = b.CreateAdd(b.CreateLoad(i64_, col_base), axis_->col_in_row);
-      body(j);
       Value* next_col = b.CreateAdd(axis_->col_in_row, b.getInt64(1));
       Value* row_ends = b.CreateICmpEQ(next_col, axis_->n);
+      axis_->row_ends = row_ends;
+      axis_->row_sums = &row_sums;
+      body(j);
       b.CreateStore(b.CreateSelect(row_ends, b.getInt64(0), next_col), col_in_row);
       b.CreateStore(b.CreateAdd(axis_->row, b.CreateZExt(row_ends, i64_)), row);
       Value* next_row = b.CreateAdd(axis_->row_in_matrix, b.CreateZExt(row_ends, i64_));
@@ -222,7 +229,8 @@ public:
       b.CreateStore(b.CreateAdd(b.CreateLoad(i64_, col_base), b.CreateSelect(matrix_ends, axis_->n, b.getInt64(0))),
                     col_base);
     });
-    axis_->row = axis_->col = axis_->col_in_row = axis_->row_in_matrix = nullptr;
+    axis_->row = axis_->col = axis_->col_in_row = axis_->row_in_matrix = axis_->row_ends = nullptr;
+    axis_->row_sums = nullptr;
   }
 
   // Kernels that end with reductions: each tensor's partials combined in item order, handed on as carried values.
@@ -696,11 +704,26 @@ private:
     }
     std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type, index);
     accumulate(b, values, accumulators);
-    for (ValueId id : axis_reductions_) { // into the tensor's row or column sums, in element order
-      const Node& n = graph_.node(id);
-      Value* address =
-          axis_array_address(b, carry_of_reduction(id), j, n.op == Op::row_sum ? SlotKind::Rows : SlotKind::Cols);
+    for (std::size_t k = 0; k < axis_reductions_.size(); ++k) { // the tensor's row or column sums, element order
+      const Node& n = graph_.node(axis_reductions_[k]);
+      const SlotKind kind = n.op == Op::row_sum ? SlotKind::Rows : SlotKind::Cols;
+      Value* address = axis_array_address(b, carry_of_reduction(axis_reductions_[k]), j, kind);
       Value* wide = b.CreateFPExt(values[static_cast<std::size_t>(n.inputs[0])], b.getDoubleTy());
+      if (kind == SlotKind::Rows && axis_->row_sums) {
+        // A row's elements are consecutive: its sum is kept in a register and stored once, at the row's last element.
+        llvm::AllocaInst* running = axis_->row_sums->at(k);
+        Value* sum = b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), running), wide);
+        b.CreateStore(b.CreateSelect(axis_->row_ends, llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum), running);
+        llvm::Function* fn = b.GetInsertBlock()->getParent();
+        auto* write = llvm::BasicBlock::Create(ctx_, "row_sum.store", fn);
+        auto* after = llvm::BasicBlock::Create(ctx_, "row_sum.stored", fn);
+        b.CreateCondBr(axis_->row_ends, write, after);
+        b.SetInsertPoint(write);
+        b.CreateStore(sum, address);
+        b.CreateBr(after);
+        b.SetInsertPoint(after);
+        continue;
+      }
       b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), address), wide), address);
     }
     for (const Store& s : graph_.stores) {
@@ -964,6 +987,8 @@ private:
     Value* col = nullptr;           // its column in its tensor ((j / (m n)) n + j % n)
     Value* col_in_row = nullptr;    // j % n
     Value* row_in_matrix = nullptr; // (j / n) % m
+    Value* row_ends = nullptr;      // the element is its row's last
+    const std::vector<llvm::AllocaInst*>* row_sums = nullptr; // per axis reduction: its row's running sum
   };
   std::optional<AxisIndex> axis_;
   llvm::PointerType* ptr_;
