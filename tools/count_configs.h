@@ -19,7 +19,7 @@ std::vector<CountConfig> torch_optim_configs();
 // The configurations of optjit's own optimizers, which torch.optim does not have (Lion): no Inductor count.
 std::vector<CountConfig> own_optimizer_configs();
 
-// Steps with reductions, which plan into several kernels: LAMB, and optimizers with fused grad-norm clipping. No
+// Steps with reductions, which plan into several kernels: LAMB, LARS, and optimizers with fused grad-norm clipping. No
 // Inductor count is recorded for them (reference/ has none).
 std::vector<CountConfig> reducing_configs();
 

@@ -6,6 +6,7 @@
 #include "frontend/optim/adamax.h"
 #include "frontend/optim/asgd.h"
 #include "frontend/optim/lamb.h"
+#include "frontend/optim/lars.h"
 #include "frontend/optim/lion.h"
 #include "frontend/optim/nadam.h"
 #include "frontend/optim/radam.h"
@@ -68,7 +69,8 @@ Registry& registry() {
                   {"ASGD", optimizer_factory<ASGD>("ASGD")},
                   {"Lion", optimizer_factory<Lion>("Lion")},
                   {"LAMB", optimizer_factory<LAMB>("LAMB")},
-                  {"Adafactor", optimizer_factory<Adafactor>("Adafactor")}};
+                  {"Adafactor", optimizer_factory<Adafactor>("Adafactor")},
+                  {"LARS", optimizer_factory<LARS>("LARS")}};
     return r;
   }();
   return *table;

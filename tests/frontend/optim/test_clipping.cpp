@@ -193,3 +193,39 @@ TEST_CASE("lamb: two kernels, the three modes agree, and its norms do not depend
       },
       "Invalid beta parameter at index 0: 1.0");
 }
+
+TEST_CASE("lars: the trust ratio by hand, 1-D params excluded by the group option, two kernels, modes agree") {
+  // One step by hand: w = [3, 4] (|w| 5), g = [0.6, 0.8] (|g| 1), lr 0.1, wd 0.01, eta 0.001:
+  // trust = 0.001 * 5 / (1 + 0.05) ; v = lr * trust * (g + wd w) ; w -= v.
+  Tensor w = Tensor::from_values({1, 2}, std::vector<double>{3, 4}, Dtype::f64);
+  w.set_grad(Tensor::from_values({1, 2}, std::vector<double>{0.6, 0.8}, Dtype::f64));
+  auto opt = make_single_group("lars", {w}, {{"lr", {0.1}}, {"weight_decay", {0.01}}}, true);
+  CompiledStep step = compile(*opt);
+  step();
+  const double trust = 0.001 * 5 / (1 + 0.01 * 5);
+  CHECK(w.item(0) == doctest::Approx(3 - 0.1 * trust * (0.6 + 0.03)).epsilon(1e-14));
+  CHECK(w.item(1) == doctest::Approx(4 - 0.1 * trust * (0.8 + 0.04)).epsilon(1e-14));
+  CHECK(step.kernel_count() == 2);
+
+  std::vector<std::vector<double>> runs;
+  for (int mode = 0; mode < 3; ++mode) {
+    std::vector<Tensor> params = params_of(Dtype::f32, 9);
+    auto o =
+        make_single_group("lars", params, {{"lr", {0.5}}, {"weight_decay", {0.1}}, {"exclude_1d", {1}}}, mode != 0);
+    std::optional<CompiledStep> s;
+    if (mode == 2)
+      s.emplace(compile(*o));
+    for (int k = 0; k < 3; ++k)
+      s ? (*s)() : o->step();
+    runs.push_back(flat_values(params));
+  }
+  for (int mode = 1; mode < 3; ++mode)
+    for (std::size_t i = 0; i < runs[0].size(); ++i)
+      REQUIRE(runs[static_cast<std::size_t>(mode)][i] == doctest::Approx(runs[0][i]).epsilon(1e-5));
+  // An excluded 1-D param steps as plain momentum SGD: v = g, w -= lr g on the first step.
+  std::vector<Tensor> one = params_of(Dtype::f64, 9);
+  const double before = one[1].item(0), grad = one[1].grad().item(0);
+  auto excluded = make_single_group("lars", one, {{"lr", {0.5}}, {"weight_decay", {0.1}}, {"exclude_1d", {1}}}, true);
+  excluded->step();
+  CHECK(one[1].item(0) == doctest::Approx(before - 0.5 * grad).epsilon(1e-14));
+}
