@@ -37,13 +37,6 @@ class _Program:
         return len(self.instructions) - 1
 
 
-class _Value:
-    """A recorded value: a whole list (per element) or one per-tensor scalar per list entry."""
-
-    def __init__(self, program, vid):
-        self.program, self.id = program, vid
-
-
 def _operand(program, x):
     """The recorded value of an operand: a symbolic list or scalar, or a Python number (a constant)."""
     if isinstance(x, (_SymTensor, _SymScalar)):
