@@ -3,10 +3,10 @@
 // its argument layout, and the per-tensor values that its element phase reads from scratch. Which kernel computes
 // what follows kernel_membership: a per-tensor value (a reduction's result included) computed in one kernel and
 // used in a later one is handed on — the producing kernel stores it (`store_carry "cN"`) and the using kernel reads
-// it (`carried "cN"`, same dtype); constants and hyperparameters are cheaper to repeat than to carry, so each kernel
-// that uses them gets its own copy; an element value is computed again in every kernel that needs it. Assumes the
-// graph plan_fusion saw. Internal errors (a bad plan): a value used by an earlier kernel than the one computing it,
-// or a kernel loading a slot that an earlier kernel already stored (it would read the new value).
+// it (`carried "cN"`, same dtype); constants, hyperparameters and extents are cheaper to repeat than to carry, so
+// each kernel that uses them gets its own copy; an element value is computed again in every kernel that needs it.
+// Assumes the graph plan_fusion saw. Internal errors (a bad plan): a value used by an earlier kernel than the one
+// computing it, or a kernel loading a slot that an earlier kernel already stored (it would read the new value).
 #include "passes/kernel_membership.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
@@ -18,7 +18,7 @@
 namespace optjit {
 namespace {
 
-bool repeated_per_kernel(const Node& n) { return n.op == Op::constant || n.op == Op::hyper; }
+bool repeated_per_kernel(const Node& n) { return n.op == Op::constant || n.op == Op::hyper || n.op == Op::extent; }
 
 } // namespace
 

@@ -35,8 +35,9 @@ inline std::vector<std::vector<char>> kernel_membership(const Graph& graph, cons
     const int home = plan.kernel_of[static_cast<std::size_t>(id)];
     OPTJIT_ASSERT(home <= k, "fusion plan uses %" + std::to_string(id) + " in kernel " + std::to_string(k) +
                                  " before kernel " + std::to_string(home) + " computes it");
-    // Constants and hyperparameters are cheaper to repeat than to carry: each kernel that uses one reads its own.
-    const bool repeated = n.op == Op::constant || n.op == Op::hyper;
+    // Constants, hyperparameters and extents are cheaper to repeat than to carry: each kernel that uses one reads its
+    // own.
+    const bool repeated = n.op == Op::constant || n.op == Op::hyper || n.op == Op::extent;
     // A reduction (an axis one's result is an element value too) is accumulated once, by its own kernel.
     const bool recomputed = n.level == Level::Element && !op_has_trait(n.op, kReduction);
     const int at = recomputed || repeated ? k : home;
