@@ -9,10 +9,13 @@
 namespace optjit {
 namespace {
 
-// An option's value as Python prints the value torch keeps: True/False for flags, floats in repr form.
+// An option's value as Python prints the value torch keeps: True/False for flags, None where torch keeps None
+// (Adafactor's eps1), floats in repr form.
 std::string python_value(const Optimizer& opt, const std::string& key, double value) {
   if (opt.is_flag(key))
     return value != 0 ? "True" : "False";
+  if (key == "eps1" && value == kOptionNone)
+    return "None";
   return python_float(value);
 }
 

@@ -82,6 +82,7 @@ TEST_CASE("adafactor: torch's messages, complex refused at the step, eps1 None b
 
   Adafactor opt(params, {.lr = 0.1});
   CHECK(opt.param_groups()[0].get("eps1") == kOptionNone);
+  CHECK(opt.repr().find("eps: (None, 0.001)") != std::string::npos); // as torch prints it
   CompiledStep step = compile(opt);
   step();
   const StateDict saved = opt.state_dict();
