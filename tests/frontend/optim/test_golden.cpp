@@ -94,7 +94,10 @@ void check_mutated_case_fails(const std::function<void(nlohmann::json&)>& mutate
   std::ifstream in(std::string(OPTJIT_TEST_GOLDEN_DIR) + "/adam_defaults_foreach.json");
   nlohmann::json c = nlohmann::json::parse(in);
   mutate(c);
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_mutated_case.json";
+  // A file of its own per expected message: ctest runs the test cases that call this in parallel.
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() /
+      ("optjit_mutated_case_" + std::to_string(std::hash<std::string>{}(message)) + ".json");
   std::ofstream(file) << c.dump();
   for (ReplayMode mode : {ReplayMode::Forloop, ReplayMode::Eager, ReplayMode::Compiled}) {
     ReplayResult r = replay_golden_file(file, mode);
