@@ -206,9 +206,10 @@ void Adafactor::forloop_step(const ParamGroup& group, const Tensor& param, const
   // Rows and columns are indexed in element order: a param in another layout steps through contiguous copies.
   const Tensor p = param.is_contiguous() ? param : param.clone();
   const Tensor g = grad.is_contiguous() ? grad : grad.clone();
-  // The reference sees low-precision params in their compute dtype, so its default eps1 is f32's where the compiled
-  // and eager steps take the stored dtype's (torch.finfo(p.dtype).eps); f32 and f64 params agree in every mode.
-  visit_compute_dtype(param.dtype(), [&]<class T>() { adafactor_forloop<T>(group, p, g, state, param.dtype()); });
+  // The default eps1 is the stored dtype's (torch.finfo(p.dtype).eps), though the reference computes a bf16 or f16
+  // param in f32.
+  visit_compute_dtype(param.dtype(),
+                      [&]<class T>() { adafactor_forloop<T>(group, p, g, state, forloop_param_dtype()); });
   if (!p.same(param))
     param.copy_from(p);
 }

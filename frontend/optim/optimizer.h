@@ -329,6 +329,8 @@ public:
   // and a forloop step then throws optjit::Error saying so, before anything changes.
   virtual void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const;
   virtual bool has_forloop_reference() const { return false; }
+  // While forloop_step runs: the storage dtype of its param (forloop_step sees low-precision params in f32).
+  Dtype forloop_param_dtype() const { return forloop_param_dtype_; }
   // Throws optjit::Error with torch's message when a group's options break the optimizer's rules.
   virtual void validate_options(const OptionMap& options) const = 0;
 
@@ -369,6 +371,7 @@ private:
   double total_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   double clip_coefficient_ = 1.0;                 // of this step: min(max_norm / (total + 1e-6), 1)
   std::vector<int64_t> state_created_since_norm_; // params given their first state by this step, before its norm
+  Dtype forloop_param_dtype_ = Dtype::f32;        // the storage dtype of the param the forloop steps now
   uint64_t rounding_seed_ = 0, rounding_steps_ = 0;
   // Whether a step writes the unscaled grads back (gradient scaling with GradsAfterStep::Unscaled).
   bool stores_unscaled_grads() const { return grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled; }

@@ -69,6 +69,26 @@ TEST_CASE("adafactor: factored params take four kernels, the others two, and the
   }
 }
 
+TEST_CASE("adafactor: bf16 params take bf16's machine epsilon as eps1 in every mode") {
+  std::vector<std::vector<double>> runs;
+  for (int mode = 0; mode < 3; ++mode) {
+    // Tiny grads, so that eps1 (bf16's 2^-7, squared) bounds the second moment and the modes would part otherwise.
+    std::vector<Tensor> params = random_params({{6, 5}, {7}}, Dtype::bf16, 11);
+    for (Tensor& p : params)
+      p.set_grad(Tensor::full(p.shape(), 1e-4, Dtype::bf16));
+    auto opt = make_single_group("adafactor", params, {{"lr", {0.5}}}, mode != 0);
+    std::optional<CompiledStep> step;
+    if (mode == 2)
+      step.emplace(compile(*opt));
+    for (int s = 0; s < 3; ++s)
+      step ? (*step)() : opt->step();
+    runs.push_back(values_of(params, *opt));
+  }
+  for (int mode = 1; mode < 3; ++mode)
+    for (std::size_t i = 0; i < runs[0].size(); ++i)
+      REQUIRE(runs[static_cast<std::size_t>(mode)][i] == doctest::Approx(runs[0][i]).epsilon(2e-2));
+}
+
 TEST_CASE("adafactor: torch's messages, complex refused at the step, eps1 None by default, state dict round trip") {
   std::vector<Tensor> params = adafactor_params(Dtype::f32, 5);
   test::check_error([&] { Adafactor(params, {.lr = -1}); }, "Learning rate should be >= 0 but is: -1.0");
