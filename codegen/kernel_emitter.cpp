@@ -89,17 +89,16 @@ public:
     Value* carry = field(b, args, KernelArg::carry);
     Value* n_carry = field(b, args, KernelArg::n_carry);
     Value* axis_arrays = field(b, args, KernelArg::axis);
-    Value* row_base = field(b, args, KernelArg::row_base);
     Value* col_base = field(b, args, KernelArg::col_base);
     Value* matrix = field(b, args, KernelArg::matrix);
     emit_loop(b, begin, end, b.getInt64(1), "tensor", [&](Value* t) {
       const PerTensorInputs in{slots, n_tensors, hyper, group_of, n_hyper, carry, n_carry, t, matrix};
-      for (ValueId id : axis_reductions_) { // the element phase adds into them
-        Value* base = graph_.node(id).op == Op::row_sum ? row_base : col_base;
-        Value* array = b.CreateLoad(
-            ptr_, b.CreateGEP(ptr_, axis_arrays, b.getInt64(index_in(plan_.carries, carry_of_reduction(id)))));
-        Value* from = b.CreateLoad(i64_, b.CreateGEP(i64_, base, t));
-        Value* to = b.CreateLoad(i64_, b.CreateGEP(i64_, base, b.CreateAdd(t, b.getInt64(1))));
+      for (ValueId id : axis_reductions_) { // column sums: the element phase adds into them (row sums are stored)
+        if (graph_.node(id).op != Op::col_sum)
+          continue;
+        Value* array = axis_array(b, axis_arrays, carry_of_reduction(id));
+        Value* from = b.CreateLoad(i64_, b.CreateGEP(i64_, col_base, t));
+        Value* to = b.CreateLoad(i64_, b.CreateGEP(i64_, col_base, b.CreateAdd(t, b.getInt64(1))));
         emit_loop(b, from, to, b.getInt64(1), "zero", [&](Value* k) {
           b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), b.CreateGEP(b.getDoubleTy(), array, k));
         });
@@ -418,21 +417,32 @@ private:
 
   std::size_t reduction_count() const { return tensor_reductions_.size(); }
 
-  // Element j's row (kind Rows) or column (Cols) in its tensor: j / n, or (j / (m n)) n + j % n.
-  Value* axis_index(IRBuilder<>& b, Value* j, SlotKind kind) {
-    OPTJIT_ASSERT(axis_, "kernel " + plan_.name + " reads rows or columns outside an axis element phase");
-    if (axis_->row) // counted by the element loop: no division per element
-      return kind == SlotKind::Rows ? axis_->row : axis_->col;
-    if (kind == SlotKind::Rows)
-      return b.CreateSDiv(j, axis_->n);
-    Value* matrix = b.CreateMul(axis_->m, axis_->n);
-    return b.CreateAdd(b.CreateMul(b.CreateSDiv(j, matrix), axis_->n), b.CreateSRem(j, axis_->n));
+  // The current element's row (kind Rows) or column (Cols) in its tensor, as emit_axis_loop counts them.
+  Value* axis_index(SlotKind kind) const {
+    OPTJIT_ASSERT(axis_ && axis_->row, "kernel " + plan_.name + " reads rows or columns outside emit_axis_loop");
+    return kind == SlotKind::Rows ? axis_->row : axis_->col;
   }
-  // The array of carried axis sum `name`, at element j's row or column.
-  Value* axis_array_address(IRBuilder<>& b, const std::string& name, Value* j, SlotKind kind) {
-    Value* array = b.CreateLoad(ptr_, b.CreateGEP(ptr_, axis_->arrays, b.getInt64(index_in(plan_.carries, name))));
+
+  // `if (condition) *address = value;`
+  void store_if(IRBuilder<>& b, Value* condition, Value* value, Value* address, llvm::Align align) {
+    llvm::Function* fn = b.GetInsertBlock()->getParent();
+    auto* write = llvm::BasicBlock::Create(ctx_, "store", fn);
+    auto* after = llvm::BasicBlock::Create(ctx_, "stored", fn);
+    b.CreateCondBr(condition, write, after);
+    b.SetInsertPoint(write);
+    b.CreateAlignedStore(value, address, align);
+    b.CreateBr(after);
+    b.SetInsertPoint(after);
+  }
+  // The array of carried axis sum `name` (axis[carry index]).
+  Value* axis_array(IRBuilder<>& b, Value* arrays, const std::string& name) {
+    return b.CreateLoad(ptr_, b.CreateGEP(ptr_, arrays, b.getInt64(static_cast<int64_t>(carry_index(plan_, name)))));
+  }
+  // The array of carried axis sum `name`, at the current element's row or column.
+  Value* axis_array_address(IRBuilder<>& b, const std::string& name, SlotKind kind) {
+    Value* array = axis_array(b, axis_->arrays, name);
     Value* base = kind == SlotKind::Rows ? axis_->row_base : axis_->col_base;
-    return b.CreateGEP(b.getDoubleTy(), array, b.CreateAdd(base, axis_index(b, j, kind)));
+    return b.CreateGEP(b.getDoubleTy(), array, b.CreateAdd(base, axis_index(kind)));
   }
   // The carry a reduction of this kernel hands its value on as.
   const std::string& carry_of_reduction(ValueId id) const {
@@ -679,9 +689,9 @@ private:
   }
 
   // Where element j of a tensor slot lives: j itself, or its row or column in a rows or columns slot.
-  Value* element_at(IRBuilder<>& b, int slot, Value* j) {
+  Value* element_at(int slot, Value* j) {
     const SlotKind kind = graph_.slot(plan_.abi.tensor_slots[static_cast<std::size_t>(slot)])->kind;
-    return kind == SlotKind::Tensor ? j : axis_index(b, j, kind);
+    return kind == SlotKind::Tensor ? j : axis_index(kind);
   }
 
   // The element DAG for `lanes` consecutive elements starting at index j: loads, arithmetic, stores.
@@ -690,7 +700,7 @@ private:
     llvm::Type* type = lane_type(lanes);
     auto load = [&](int slot) {
       const Dtype storage = tensor_slot_dtype(slot);
-      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(b, slot, j));
+      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(slot, j));
       Value* v = b.CreateAlignedLoad(vector_type(storage, lanes), address, llvm::Align(dtype_size(storage)),
                                      plan_.abi.tensor_slots[slot]);
       return from_storage(b, v, storage, type);
@@ -707,21 +717,15 @@ private:
     for (std::size_t k = 0; k < axis_reductions_.size(); ++k) { // the tensor's row or column sums, element order
       const Node& n = graph_.node(axis_reductions_[k]);
       const SlotKind kind = n.op == Op::row_sum ? SlotKind::Rows : SlotKind::Cols;
-      Value* address = axis_array_address(b, carry_of_reduction(axis_reductions_[k]), j, kind);
+      Value* address = axis_array_address(b, carry_of_reduction(axis_reductions_[k]), kind);
       Value* wide = b.CreateFPExt(values[static_cast<std::size_t>(n.inputs[0])], b.getDoubleTy());
-      if (kind == SlotKind::Rows && axis_->row_sums) {
+      if (kind == SlotKind::Rows) {
         // A row's elements are consecutive: its sum is kept in a register and stored once, at the row's last element.
+        OPTJIT_ASSERT(axis_->row_sums, "row sums are accumulated by emit_axis_loop's elements only");
         llvm::AllocaInst* running = axis_->row_sums->at(k);
         Value* sum = b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), running), wide);
         b.CreateStore(b.CreateSelect(axis_->row_ends, llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum), running);
-        llvm::Function* fn = b.GetInsertBlock()->getParent();
-        auto* write = llvm::BasicBlock::Create(ctx_, "row_sum.store", fn);
-        auto* after = llvm::BasicBlock::Create(ctx_, "row_sum.stored", fn);
-        b.CreateCondBr(axis_->row_ends, write, after);
-        b.SetInsertPoint(write);
-        b.CreateStore(sum, address);
-        b.CreateBr(after);
-        b.SetInsertPoint(after);
+        store_if(b, axis_->row_ends, sum, address, llvm::Align(8));
         continue;
       }
       b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), address), wide), address);
@@ -731,7 +735,7 @@ private:
         continue;
       const int slot = index_in(plan_.abi.tensor_slots, s.name);
       const Dtype storage = tensor_slot_dtype(slot);
-      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(b, slot, j));
+      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(slot, j));
       Value* stored = to_storage(b, values[static_cast<std::size_t>(s.value)], storage);
       const SlotKind kind = graph_.slot(s.name)->kind;
       if (kind == SlotKind::Tensor) {
@@ -740,19 +744,10 @@ private:
       }
       // A row (column) is written once, by its last element: every element of it has read the old value by then
       // (the item is the whole tensor, walked in element order).
-      Value* col_in_row = axis_->col_in_row ? axis_->col_in_row : b.CreateSRem(j, axis_->n);
-      Value* row_in_matrix =
-          axis_->row_in_matrix ? axis_->row_in_matrix : b.CreateSRem(b.CreateSDiv(j, axis_->n), axis_->m);
-      Value* first = kind == SlotKind::Rows ? b.CreateICmpEQ(col_in_row, b.CreateSub(axis_->n, b.getInt64(1)))
-                                            : b.CreateICmpEQ(row_in_matrix, b.CreateSub(axis_->m, b.getInt64(1)));
-      llvm::Function* fn = b.GetInsertBlock()->getParent();
-      auto* write = llvm::BasicBlock::Create(ctx_, "store." + s.name, fn);
-      auto* after = llvm::BasicBlock::Create(ctx_, "stored." + s.name, fn);
-      b.CreateCondBr(first, write, after);
-      b.SetInsertPoint(write);
-      b.CreateAlignedStore(stored, address, llvm::Align(dtype_size(storage)));
-      b.CreateBr(after);
-      b.SetInsertPoint(after);
+      Value* last_of_it = kind == SlotKind::Rows
+                              ? b.CreateICmpEQ(axis_->col_in_row, b.CreateSub(axis_->n, b.getInt64(1)))
+                              : b.CreateICmpEQ(axis_->row_in_matrix, b.CreateSub(axis_->m, b.getInt64(1)));
+      store_if(b, last_of_it, stored, address, llvm::Align(dtype_size(storage)));
     }
   }
 
@@ -768,7 +763,7 @@ private:
         v = load(index_in(plan_.abi.tensor_slots, n.name));
       } else if (n.op == Op::carried_rows || n.op == Op::carried_cols) {
         const SlotKind kind = n.op == Op::carried_rows ? SlotKind::Rows : SlotKind::Cols;
-        v = convert(b, b.CreateLoad(b.getDoubleTy(), axis_array_address(b, n.name, index, kind)), type);
+        v = convert(b, b.CreateLoad(b.getDoubleTy(), axis_array_address(b, n.name, kind)), type);
       } else {
         std::vector<Value*> operands;
         for (ValueId in : n.inputs)

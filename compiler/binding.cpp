@@ -59,7 +59,7 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   args_.items = items_.data();
   args_.n_items = static_cast<int64_t>(items_.size());
   // Reductions: one partial per item and reduction, and where each tensor's items start.
-  const auto n_reduce = static_cast<std::size_t>(plan.graph.size() - plan.reductions_begin);
+  const auto n_reduce = static_cast<std::size_t>(per_tensor_reductions(plan));
   partials_.assign(std::max<std::size_t>(1, n_reduce * items_.size()), 0.0);
   first_item_.assign(static_cast<std::size_t>(n) + 1, static_cast<int64_t>(items_.size()));
   for (std::size_t i = items_.size(); i-- > 0;)

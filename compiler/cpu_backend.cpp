@@ -76,13 +76,11 @@ public:
   }
 
   std::vector<double> carried(const std::string& name) const override {
-    const std::vector<std::string>& carries = kernels_.front().plan.carries;
-    auto it = std::find(carries.begin(), carries.end(), name);
-    OPTJIT_ASSERT(it != carries.end(), "the plan carries no value '" + name + "'");
-    const auto k = static_cast<std::size_t>(it - carries.begin());
+    const KernelPlan& plan = kernels_.front().plan;
+    const std::size_t k = carry_index(plan, name);
     std::vector<double> values(n_tensors_);
     for (std::size_t t = 0; t < n_tensors_; ++t)
-      values[t] = std::bit_cast<double>(carry_[t * carries.size() + k]);
+      values[t] = std::bit_cast<double>(carry_[t * plan.carries.size() + k]);
     return values;
   }
 

@@ -57,14 +57,13 @@ public:
   // A synchronous copy to the host, which waits for the launches before it (the launch stream is ordered with the
   // legacy default stream): the one host wait of a clipping step on the GPU.
   std::vector<double> carried(const std::string& name) const override {
-    const std::vector<std::string>& carries = kernels_.front().plan.carries;
-    auto it = std::find(carries.begin(), carries.end(), name);
-    OPTJIT_ASSERT(it != carries.end(), "the plan carries no value '" + name + "'");
-    std::vector<double> all(std::max<std::size_t>(1, carries.size() * n_tensors_));
-    cuda::copy_to_host(device_, all.data(), carry_.address(), carries.size() * n_tensors_ * 8);
+    const KernelPlan& plan = kernels_.front().plan;
+    const std::size_t k = carry_index(plan, name), n_carry = plan.carries.size();
+    std::vector<double> all(std::max<std::size_t>(1, n_carry * n_tensors_));
+    cuda::copy_to_host(device_, all.data(), carry_.address(), n_carry * n_tensors_ * 8);
     std::vector<double> values(n_tensors_);
     for (std::size_t t = 0; t < n_tensors_; ++t)
-      values[t] = all[t * carries.size() + static_cast<std::size_t>(it - carries.begin())];
+      values[t] = all[t * n_carry + k];
     return values;
   }
   int64_t graph_captures() const override {

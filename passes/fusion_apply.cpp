@@ -16,11 +16,6 @@
 #include <set>
 
 namespace optjit {
-namespace {
-
-bool repeated_per_kernel(const Node& n) { return n.op == Op::constant || n.op == Op::hyper || n.op == Op::extent; }
-
-} // namespace
 
 std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan) {
   const std::vector<std::vector<char>> computes = kernel_membership(graph, plan);
@@ -30,10 +25,17 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
   // Values handed on, in order of their producers' first use elsewhere: value id -> carry name.
   std::map<ValueId, std::string> carry_of;
   std::vector<std::pair<ValueId, std::string>> carried_values; // in carry order
-  std::vector<std::string> carries; // the graph's own carry stores (values the driver reads), then the plan's
+  std::vector<std::string> carries;   // the graph's own carry stores (values the driver reads), then the plan's
+  std::vector<CarryKind> carry_kinds; // per carry: one value per tensor, or an array of a tensor's row or column sums
+  const auto kind_of = [&](ValueId value) {
+    const Op op = graph.node(value).op;
+    return op == Op::row_sum ? CarryKind::Rows : op == Op::col_sum ? CarryKind::Cols : CarryKind::PerTensor;
+  };
   for (const Store& s : graph.stores)
-    if (s.kind == StoreKind::Carry)
+    if (s.kind == StoreKind::Carry) {
       carries.push_back(s.name);
+      carry_kinds.push_back(kind_of(s.value));
+    }
   const auto hand_on = [&](ValueId in, int k) {
     if (in_kernel(in, k) || repeated_per_kernel(graph.node(in)) || carry_of.count(in))
       return;
@@ -44,6 +46,7 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
     carry_of[in] = name;
     carried_values.emplace_back(in, name);
     carries.push_back(std::move(name));
+    carry_kinds.push_back(kind_of(in));
   };
   for (int k = 0; k < plan.kernel_count; ++k) {
     for (ValueId id = 0; id < graph.size(); ++id)
@@ -53,21 +56,6 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
     for (std::size_t s = 0; s < graph.stores.size(); ++s)
       if (store_kernel(graph, plan, s) == k)
         hand_on(graph.stores[s].value, k);
-  }
-
-  // What each carried value is: one per tensor, or an array of the tensor's row or column sums.
-  std::vector<CarryKind> carry_kinds;
-  for (const std::string& name : carries) {
-    CarryKind kind = CarryKind::PerTensor;
-    for (const auto& [value, carried] : carried_values)
-      if (carried == name && graph.node(value).op == Op::row_sum)
-        kind = CarryKind::Rows;
-      else if (carried == name && graph.node(value).op == Op::col_sum)
-        kind = CarryKind::Cols;
-    for (const Store& s : graph.stores)
-      if (s.kind == StoreKind::Carry && s.name == name && op_has_trait(graph.node(s.value).op, kAxis))
-        kind = graph.node(s.value).op == Op::row_sum ? CarryKind::Rows : CarryKind::Cols;
-    carry_kinds.push_back(kind);
   }
 
   std::vector<KernelPlan> kernels;

@@ -38,8 +38,8 @@ void place_tensor_stores(const Graph& graph, FusionPlan& plan) {
       for (int k = plan.kernel_count - 1; k > plan.store_kernel[s]; --k)
         for (ValueId id = 0; id < graph.size(); ++id)
           if (computes[static_cast<std::size_t>(k)][static_cast<std::size_t>(id)] && graph.node(id).op == Op::tensor &&
-              graph.node(id).name == graph.stores[s].name && k > plan.store_kernel[s]) {
-            plan.store_kernel[s] = k;
+              graph.node(id).name == graph.stores[s].name) {
+            plan.store_kernel[s] = k; // the last such kernel: the loops stop once k reaches it
             moved = true;
           }
     }

@@ -1,8 +1,8 @@
 // Which nodes each kernel of a fusion plan computes, shared by the planner (which places stores by it) and
 // apply_fusion (which builds the kernels from it). A per-tensor value is computed once, in the kernel the plan gives
 // it; an element value cannot cross kernels (it would need a temporary tensor), so each kernel that needs one — for
-// a store or for a reduction it accumulates — computes it again from its own loads; constants and
-// hyperparameters are read by every kernel that uses them.
+// a store or for a reduction it accumulates — computes it again from its own loads; constants, hyperparameters and
+// extents are read by every kernel that uses them (repeated_per_kernel).
 #pragma once
 
 #include "compiler/ir/kernel_plan.h"
@@ -11,6 +11,11 @@
 #include <vector>
 
 namespace optjit {
+
+// Inputs cheaper to repeat than to carry: each kernel that uses one reads its own.
+inline bool repeated_per_kernel(const Node& n) {
+  return n.op == Op::constant || n.op == Op::hyper || n.op == Op::extent;
+}
 
 // The first kernel that can perform `store`: its value's, or for a reduction's value the next (the value exists only
 // once the pass that accumulates it has ended), unless it only hands the value on (a carry store, which the kernel's
@@ -35,12 +40,9 @@ inline std::vector<std::vector<char>> kernel_membership(const Graph& graph, cons
     const int home = plan.kernel_of[static_cast<std::size_t>(id)];
     OPTJIT_ASSERT(home <= k, "fusion plan uses %" + std::to_string(id) + " in kernel " + std::to_string(k) +
                                  " before kernel " + std::to_string(home) + " computes it");
-    // Constants, hyperparameters and extents are cheaper to repeat than to carry: each kernel that uses one reads its
-    // own.
-    const bool repeated = n.op == Op::constant || n.op == Op::hyper || n.op == Op::extent;
     // A reduction (an axis one's result is an element value too) is accumulated once, by its own kernel.
     const bool recomputed = n.level == Level::Element && !op_has_trait(n.op, kReduction);
-    const int at = recomputed || repeated ? k : home;
+    const int at = recomputed || repeated_per_kernel(n) ? k : home;
     char& flag = computes[static_cast<std::size_t>(at)][static_cast<std::size_t>(id)];
     if (!flag) {
       flag = 1;

@@ -18,13 +18,15 @@ KernelStats kernel_stats(const Graph& graph, const std::vector<KernelPlan>& kern
   // Each kernel reads the slots it loads and writes the ones it stores: a plan of several kernels pays every pass.
   std::size_t slots = 0;
   for (const KernelPlan& k : kernels) {
+    // Rows and columns slots hold one value per row or column, not per element: they are left out.
+    const auto per_element = [&](const std::string& name) { return k.graph.slot(name)->kind == SlotKind::Tensor; };
     std::set<std::string> loaded;
     for (const Node& n : k.graph.nodes)
-      if (n.op == Op::tensor)
+      if (n.op == Op::tensor && per_element(n.name))
         loaded.insert(n.name);
     slots += loaded.size();
     for (const Store& s : k.graph.stores)
-      slots += s.kind == StoreKind::Tensor;
+      slots += s.kind == StoreKind::Tensor && per_element(s.name);
   }
   stats.bytes_per_element = static_cast<int>(slots * dtype_size(graph.dtype));
   return stats;

@@ -140,6 +140,19 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
   return kp;
 }
 
+std::size_t carry_index(const KernelPlan& plan, const std::string& name) {
+  auto it = std::find(plan.carries.begin(), plan.carries.end(), name);
+  OPTJIT_ASSERT(it != plan.carries.end(), "kernel " + plan.name + " carries no value '" + name + "'");
+  return static_cast<std::size_t>(it - plan.carries.begin());
+}
+
+int per_tensor_reductions(const KernelPlan& plan) {
+  int count = 0;
+  for (ValueId id = plan.reductions_begin; id < plan.graph.size(); ++id)
+    count += !op_has_trait(plan.graph.node(id).op, kAxis);
+  return count;
+}
+
 std::string print_kernel_plan(const KernelPlan& plan) {
   std::string text = "kernel @" + plan.name + " " + std::string(dtype_name(plan.graph.dtype)) + "\n";
   for (const auto& [label, value] : header_lines(plan))

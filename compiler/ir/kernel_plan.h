@@ -49,6 +49,11 @@ struct KernelPlan {
 // not hoisted or reads or writes a carried value missing from `carries`.
 KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries,
                             std::vector<CarryKind> carry_kinds = {});
+// The position of carried value `name` in the plan's carries (an internal error when it carries none such).
+std::size_t carry_index(const KernelPlan& plan, const std::string& name);
+// How many of the kernel's reductions reduce to one value per tensor (the others sum along rows or columns): the
+// partials each work item writes.
+int per_tensor_reductions(const KernelPlan& plan);
 
 struct KernelStats {
   int kernels = 0;           // launches per step after fusion
