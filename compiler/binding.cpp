@@ -74,14 +74,12 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   row_base_.assign(static_cast<std::size_t>(n) + 1, 0);
   col_base_.assign(static_cast<std::size_t>(n) + 1, 0);
   for (std::size_t t = 0; t < static_cast<std::size_t>(n); ++t) {
-    const Shape s = t < shapes.size() ? shapes[t] : Shape{};
-    const int64_t m = s.size() >= 2 ? s[s.size() - 2] : 1, cols = s.empty() ? 1 : s.back();
-    const int64_t batches = m * cols == 0 ? 0 : numels[t] / (m * cols);
-    matrix_[3 * t] = m;
-    matrix_[3 * t + 1] = cols;
-    matrix_[3 * t + 2] = numels[t];
-    row_base_[t + 1] = row_base_[t] + batches * m;
-    col_base_[t + 1] = col_base_[t] + batches * cols;
+    const Extents e = extents_of(t < shapes.size() ? shapes[t] : Shape{});
+    matrix_[3 * t] = e.m;
+    matrix_[3 * t + 1] = e.n;
+    matrix_[3 * t + 2] = e.numel;
+    row_base_[t + 1] = row_base_[t] + e.batches * e.m;
+    col_base_[t + 1] = col_base_[t] + e.batches * e.n;
   }
   args_.matrix = matrix_.data();
   args_.row_base = row_base_.data();

@@ -8,8 +8,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <limits>
 #include <optional>
 
 namespace optjit {
@@ -274,26 +272,19 @@ struct CompiledStep::Impl {
     ++metrics.steps;
   }
 
-  // Every bucket's grad-norm pass, then the total over all of them: every tensor's value combined in bucket order,
-  // then list order (a sum of squares for the 2-norm, the largest for the infinity norm), so the result does not
-  // depend on the thread count. No grad at all gives 0, as clip_grad_norm_ does.
+  // Every bucket's grad-norm pass, then the total over all of them: every tensor's contribution combined in bucket
+  // order, then list order, so the result does not depend on the thread count.
   double total_grad_norm(Program& program, const std::vector<double>& hyper) {
-    const bool l2 = source.clip_norm_type() == 2.0;
-    double total = l2 ? 0.0 : -std::numeric_limits<double>::infinity();
-    bool any = false;
+    GradNormTotal total(source.clip_norm_type());
     for (BucketProgram& bp : program.buckets) {
       if (!bp.launched)
         continue;
       bp.norm_code->set_hyper(hyper);
       bp.norm_code->launch();
-      for (double v : bp.norm_code->carried(kGradNormCarry)) {
-        total = l2 ? total + v : (std::isnan(v) || std::isnan(total) ? std::nan("") : std::max(total, v));
-        any = true;
-      }
+      for (double contribution : bp.norm_code->carried(kGradNormCarry))
+        total.add(contribution);
     }
-    if (!any)
-      return 0.0;
-    return l2 ? std::sqrt(total) : total;
+    return total.total();
   }
 
   Program& program_now() {

@@ -6,9 +6,12 @@
 
 #include "compiler/ir/arguments.h"
 #include "compiler/ir/ir.h"
+#include "compiler/ir/op_semantics.h"
 #include "runtime/tensor.h"
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +34,26 @@ struct ParamBucket {
 
 // The carried value a grad-norm graph stores each tensor's contribution in.
 inline constexpr const char* kGradNormCarry = "grad_norm";
+
+// A clipping step's total grad norm from each tensor's contribution (its sum of squares for the 2-norm, its largest
+// |element| for the infinity norm), combined in the order they are added: a sum then its square root, or the largest
+// (NaN-propagating). No tensor at all gives 0, as clip_grad_norm_ of no grads does. The driver and the forloop
+// reference combine with it alike.
+class GradNormTotal {
+public:
+  explicit GradNormTotal(double norm_type)
+      : l2_(norm_type == 2.0), total_(l2_ ? 0.0 : -std::numeric_limits<double>::infinity()) {}
+  void add(double contribution) {
+    total_ = l2_ ? total_ + contribution : max_propagating_nan(total_, contribution);
+    any_ = true;
+  }
+  double total() const { return !any_ ? 0.0 : l2_ ? std::sqrt(total_) : total_; }
+
+private:
+  bool l2_;
+  double total_;
+  bool any_ = false;
+};
 
 class StepSource {
 public:

@@ -9,6 +9,17 @@
 
 namespace optjit {
 
+// A tensor of shape [..., m, n] seen as m x n matrices: m and n (1 for a dimension it lacks), its numel, and how many
+// matrices it holds (0 when it is empty): what the extent op reads and how rows and columns are counted.
+struct Extents {
+  int64_t m, n, numel, batches;
+};
+inline Extents extents_of(const Shape& shape) {
+  const int64_t m = shape.size() >= 2 ? shape[shape.size() - 2] : 1, n = shape.empty() ? 1 : shape.back();
+  const int64_t numel = shape_numel(shape);
+  return {m, n, numel, m * n == 0 ? 0 : numel / (m * n)};
+}
+
 struct ListArguments {
   std::vector<std::string> slot_names;
   std::vector<std::vector<Tensor>> slot_tensors; // [slot][tensor]

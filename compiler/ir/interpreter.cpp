@@ -140,26 +140,22 @@ Shape param_shape(const Graph& graph, const ListArguments& args, std::size_t t) 
               "columns have no shape");
 }
 
-// A tensor of rank >= 2, [..., m, n], as (batches, m, n); an optjit::Error for a lower rank.
-struct Matrix {
-  int64_t batches, m, n;
-};
-Matrix matrix_of(const Shape& shape, const char* what) {
+// A tensor of rank >= 2, [..., m, n], as matrices; an optjit::Error for a lower rank.
+Extents matrix_of(const Shape& shape, const char* what) {
   if (shape.size() < 2)
     throw Error(std::string(what) + " of a tensor of rank " + std::to_string(shape.size()) +
                 ": rows and columns need a tensor of rank 2 or more");
-  const int64_t m = shape[shape.size() - 2], n = shape[shape.size() - 1];
-  return {m * n == 0 ? 0 : shape_numel(shape) / (m * n), m, n};
+  return extents_of(shape);
 }
 
 // Row r of element e is e / n; column c is (e / (m n)) n + e % n (contiguous element order).
-int64_t axis_index(const Matrix& x, int64_t e, SlotKind kind) {
+int64_t axis_index(const Extents& x, int64_t e, SlotKind kind) {
   return kind == SlotKind::Rows ? e / x.n : (e / (x.m * x.n)) * x.n + e % x.n;
 }
 
 // A rows or columns tensor broadcast over the elements of a param of shape `shape`, in `dtype`.
 Tensor broadcast_axis(const Tensor& axis, const Shape& shape, SlotKind kind, Dtype dtype) {
-  const Matrix x = matrix_of(shape, kind == SlotKind::Rows ? "a rows slot" : "a columns slot");
+  const Extents x = matrix_of(shape, kind == SlotKind::Rows ? "a rows slot" : "a columns slot");
   const std::vector<double> values = axis.to_vector();
   std::vector<double> out(static_cast<std::size_t>(shape_numel(shape)));
   for (int64_t e = 0; e < static_cast<int64_t>(out.size()); ++e)
@@ -169,7 +165,7 @@ Tensor broadcast_axis(const Tensor& axis, const Shape& shape, SlotKind kind, Dty
 
 // The sums over the rows (or columns) of `x`, in element order in f64, broadcast back over its elements.
 Tensor axis_sum(const Tensor& x, SlotKind kind, Dtype dtype) {
-  const Matrix m = matrix_of(x.shape(), kind == SlotKind::Rows ? "row_sum" : "col_sum");
+  const Extents m = matrix_of(x.shape(), kind == SlotKind::Rows ? "row_sum" : "col_sum");
   const std::vector<double> values = x.to_vector();
   std::vector<double> sums(static_cast<std::size_t>(kind == SlotKind::Rows ? m.batches * m.m : m.batches * m.n), 0.0);
   for (int64_t e = 0; e < static_cast<int64_t>(values.size()); ++e)
@@ -182,7 +178,7 @@ Tensor axis_sum(const Tensor& x, SlotKind kind, Dtype dtype) {
 
 // Stores element values `v` (a param's shape) into a rows or columns tensor: each row (column) from its last element.
 void store_axis(const Tensor& target, const Tensor& v, SlotKind kind) {
-  const Matrix x = matrix_of(v.shape(), "a store to a rows or columns slot");
+  const Extents x = matrix_of(v.shape(), "a store to a rows or columns slot");
   const std::vector<double> values = v.to_vector();
   std::vector<double> out(static_cast<std::size_t>(target.numel()));
   for (int64_t e = 0; e < static_cast<int64_t>(values.size()); ++e) {
@@ -276,10 +272,8 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
     case Op::extent: {
       PerTensorValues v;
       for (int64_t t = 0; t < n_tensors; ++t) {
-        const Shape s = param_shape(graph, args, static_cast<std::size_t>(t));
-        v.push_back(static_cast<double>(n.name == "numel" ? shape_numel(s)
-                                        : n.name == "n"   ? (s.empty() ? 1 : s.back())
-                                                          : (s.size() < 2 ? 1 : s[s.size() - 2])));
+        const Extents e = extents_of(param_shape(graph, args, static_cast<std::size_t>(t)));
+        v.push_back(static_cast<double>(n.name == "numel" ? e.numel : n.name == "n" ? e.n : e.m));
       }
       out = std::move(v);
       continue;

@@ -366,7 +366,6 @@ void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfter
 
 bool Optimizer::step_skipped() const { return found_inf_.defined() && found_inf_.item() != 0; }
 
-// A copy of `grad` in the compute dtype, divided by `scale` there (torch's fused optimizers unscale in opmath).
 // A copy of `grad` in its compute dtype with every element f(element, number) (the forloop's unscaling and clipping).
 template <class F> static Tensor transformed(const Tensor& grad, double number, F f) {
   Tensor g = grad.to(compute_dtype(grad.dtype()));
@@ -390,23 +389,22 @@ static Tensor clipped(const Tensor& grad, double coefficient) {
 
 // The forloop's total grad norm: each grad's sum of squares (or largest |element|) in f64, combined in param order.
 static double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
-  const bool l2 = norm_type == 2.0;
-  double total = l2 ? 0.0 : -std::numeric_limits<double>::infinity();
-  bool any = false;
+  GradNormTotal total(norm_type);
   for (const Tensor& grad : grads) {
     if (!grad.defined())
       continue;
-    any = true;
     const Tensor g = grad.real_view().to(compute_dtype(grad.real_view().dtype()));
+    double contribution = norm_type == 2.0 ? 0.0 : -std::numeric_limits<double>::infinity();
     visit_compute_dtype(g.dtype(), [&]<class T>() {
       const T* values = g.data_as<T>();
       for (int64_t i = 0; i < g.numel(); ++i) {
         const double v = static_cast<double>(values[i]);
-        total = l2 ? total + v * v : max_propagating_nan(total, std::fabs(v));
+        contribution = norm_type == 2.0 ? contribution + v * v : max_propagating_nan(contribution, std::fabs(v));
       }
     });
+    total.add(contribution);
   }
-  return !any ? 0.0 : l2 ? std::sqrt(total) : total;
+  return total.total();
 }
 
 void Optimizer::check_grad(int64_t flat) const {
@@ -461,20 +459,47 @@ void Optimizer::create_state_for_every_param() { create_missing_state(/*only_par
 
 double Optimizer::initial_state_value(const ParamGroup&, const StateSpec& spec) const { return spec.initial; }
 
+namespace {
+
+// The structure key and state specs each param steps with: derived once per group, or once per param when the
+// optimizer adds flags per param (Optimizer::param_structure).
+class ParamStructures {
+public:
+  struct Entry {
+    std::string key;
+    std::vector<StateSpec> specs;
+  };
+  explicit ParamStructures(const Optimizer& o) : optimizer_(o) {
+    if (!o.has_param_structure())
+      for (const ParamGroup& group : o.param_groups())
+        by_group_.push_back(entry(o.traced_structure(group)));
+  }
+  // Valid until the next call.
+  const Entry& of(int64_t flat) {
+    if (!by_group_.empty())
+      return by_group_[static_cast<std::size_t>(optimizer_.group_of_flat(flat))];
+    return this_param_ = entry(optimizer_.param_traced_structure(flat));
+  }
+
+private:
+  Entry entry(const Structure& s) const { return {s.key(), optimizer_.step_state_specs(s)}; }
+  const Optimizer& optimizer_;
+  std::vector<Entry> by_group_;
+  Entry this_param_;
+};
+
+} // namespace
+
 bool Optimizer::create_missing_state(bool only_params_with_grads) {
   bool created = false;
-  std::vector<std::vector<StateSpec>> specs_of_group; // when no param adds flags of its own
-  if (!has_param_structure())
-    for (const ParamGroup& group : groups_)
-      specs_of_group.push_back(step_state_specs(traced_structure(group)));
+  ParamStructures structures(*this);
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
     if (only_params_with_grads && !p.impl()->grad)
       continue;
     ParamState& s = states_[static_cast<std::size_t>(i)];
     const auto g = static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)]);
-    const std::vector<StateSpec> specs =
-        specs_of_group.empty() ? step_state_specs(param_traced_structure(i)) : specs_of_group[g];
+    const std::vector<StateSpec>& specs = structures.of(i).specs;
     if (s.empty() && clipping_ && clipping_->error_if_nonfinite)
       state_created_since_norm_.push_back(i); // dropped again if this step's norm refuses the step
     for (const StateSpec& spec : specs) {
@@ -528,18 +553,12 @@ static std::vector<Dtype> state_dtypes_of(const Optimizer& o, int64_t flat, cons
 }
 
 std::vector<uint64_t> Optimizer::state_dtype_facts() const {
-  std::vector<std::vector<StateSpec>> specs_of_group; // once per group: the per-param loop stays cheap
-  if (!has_param_structure())
-    for (const ParamGroup& group : groups_)
-      specs_of_group.push_back(step_state_specs(traced_structure(group)));
+  ParamStructures structures(*this); // once per group where it can: the per-param loop stays cheap
   std::vector<uint64_t> facts;
   facts.reserve(static_cast<std::size_t>(param_count()));
   for (int64_t i = 0; i < param_count(); ++i) {
     uint64_t fact = 0;
-    const std::vector<StateSpec> specs = specs_of_group.empty()
-                                             ? step_state_specs(param_traced_structure(i))
-                                             : specs_of_group[static_cast<std::size_t>(group_of_flat(i))];
-    for (Dtype dtype : state_dtypes_of(*this, i, specs))
+    for (Dtype dtype : state_dtypes_of(*this, i, structures.of(i).specs))
       fact = fact * 257 + static_cast<uint64_t>(dtype) + 1; // 8 bits per entry: the fact changes with any of them
     facts.push_back(fact);
   }
@@ -621,29 +640,15 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
 
 std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) const {
   std::vector<Bucket> buckets;
-  std::vector<std::string> keys; // per group, when no param adds flags of its own
-  std::vector<std::vector<StateSpec>> specs;
-  if (!has_param_structure())
-    for (const ParamGroup& group : groups_) {
-      const Structure s = traced_structure(group);
-      keys.push_back(s.key());
-      specs.push_back(step_state_specs(s));
-    }
+  ParamStructures structures(*this);
   for (int64_t i = 0; i < param_count(); ++i) {
     const Tensor& p = flat_param(i);
     if (members == BucketMembers::WithGrads && !p.grad().defined())
       continue;
     int g = flat_group_[static_cast<std::size_t>(i)];
-    std::string key;
-    std::vector<Dtype> state_dtypes;
-    if (keys.empty()) {
-      const Structure s = param_traced_structure(i);
-      key = s.key();
-      state_dtypes = state_dtypes_of(*this, i, step_state_specs(s));
-    } else {
-      key = keys[static_cast<std::size_t>(g)];
-      state_dtypes = state_dtypes_of(*this, i, specs[static_cast<std::size_t>(g)]);
-    }
+    const ParamStructures::Entry& structure = structures.of(i);
+    const std::string& key = structure.key;
+    std::vector<Dtype> state_dtypes = state_dtypes_of(*this, i, structure.specs);
     Bucket* bucket = nullptr;
     for (Bucket& b : buckets)
       if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key && b.state_dtypes == state_dtypes)
