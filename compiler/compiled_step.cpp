@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 namespace optjit {
@@ -21,9 +22,9 @@ struct BucketProgram {
   std::unique_ptr<Executable> code; // the pipeline's kernels on the target, bound to the members with grads
   std::string grad_slot;            // the slot of role grad: what a replaced grad buffer repoints
   bool launched = false;            // whether any member had a grad at the last bind
-  // Gradient clipping: the bucket's grad-norm graph (StepSource::trace_grad_norm), run before the update.
-  std::optional<PipelineResult> norm_pipeline;
-  std::unique_ptr<Executable> norm_code;
+  // The bucket's grad pass (StepSource::trace_grad_pass: clipping's norm, the inf check), run before the update.
+  std::optional<PipelineResult> grad_pass_pipeline;
+  std::unique_ptr<Executable> grad_pass_code;
 };
 
 // The bucket's members whose grads are present now: the list its kernel walks this step.
@@ -112,11 +113,11 @@ struct CompiledStep::Impl {
       bool hit = false;
       bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, hit);
       (hit ? metrics.cache_hits : metrics.kernels_generated) += static_cast<int64_t>(bp.pipeline.kernels.size());
-      if (source.clips_grads()) {
-        bp.norm_pipeline = run_pipeline(source.trace_grad_norm(bucket));
-        bp.norm_code = backend_for(bp.target).load(*bp.norm_pipeline, bp.target, options, hit);
+      if (source.has_grad_pass()) {
+        bp.grad_pass_pipeline = run_pipeline(source.trace_grad_pass(bucket));
+        bp.grad_pass_code = backend_for(bp.target).load(*bp.grad_pass_pipeline, bp.target, options, hit);
         (hit ? metrics.cache_hits : metrics.kernels_generated) +=
-            static_cast<int64_t>(bp.norm_pipeline->kernels.size());
+            static_cast<int64_t>(bp.grad_pass_pipeline->kernels.size());
       }
       OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {}, {}, {})", source.name(),
                  hit ? "from cache" : "compiled", bucket.members.size(), bucket.device.to_string(),
@@ -191,8 +192,8 @@ struct CompiledStep::Impl {
       const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
       BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
       bp.code->repoint(bp.grad_slot, entry, source.kernel_grad(i)); // a staging copy, or the grad's real view
-      if (bp.norm_code)
-        bp.norm_code->repoint(bp.grad_slot, entry, source.kernel_grad(i));
+      if (bp.grad_pass_code)
+        bp.grad_pass_code->repoint(bp.grad_slot, entry, source.kernel_grad(i));
       program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.impl()->layout_id;
     }
     ++metrics.rebinds;
@@ -210,8 +211,8 @@ struct CompiledStep::Impl {
       if (!bp.launched)
         continue;
       bp.code->bind(source.list_arguments(present));
-      if (bp.norm_code)
-        bp.norm_code->bind(source.grad_arguments(present));
+      if (bp.grad_pass_code)
+        bp.grad_pass_code->bind(source.grad_arguments(present));
       for (std::size_t t = 0; t < present.members.size(); ++t)
         program.entry_of_flat[static_cast<std::size_t>(present.members[t].flat)] = {static_cast<int>(b),
                                                                                     static_cast<int64_t>(t)};
@@ -254,9 +255,13 @@ struct CompiledStep::Impl {
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     source.stage_in();
-    if (source.clips_grads()) {
-      source.set_total_grad_norm(total_grad_norm(program, hyper)); // may throw: nothing is written yet
-      hyper = source.hyper_values();                               // with the step's clip coefficient
+    if (source.has_grad_pass()) {
+      if (!source.take_grad_pass(run_grad_pass(program, hyper))) { // may throw: nothing is written yet
+        ++metrics.steps; // an inf or NaN in the grads: the update does not run (staged copies are left unread)
+        ++metrics.skipped_steps;
+        return;
+      }
+      hyper = source.hyper_values(); // with the step's clip coefficient
     }
     for (BucketProgram& bp : program.buckets)
       if (bp.launched)
@@ -272,19 +277,25 @@ struct CompiledStep::Impl {
     ++metrics.steps;
   }
 
-  // Every bucket's grad-norm pass, then the total over all of them: every tensor's contribution combined in bucket
+  // Every bucket's grad pass, then the totals over all of them: every tensor's norm contribution combined in bucket
   // order, then list order, so the result does not depend on the thread count.
-  double total_grad_norm(Program& program, const std::vector<double>& hyper) {
-    GradNormTotal total(source.clip_norm_type());
+  StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<double>& hyper) {
+    GradNormTotal norm(source.clip_norm_type());
+    StepSource::GradPassTotals totals;
     for (BucketProgram& bp : program.buckets) {
       if (!bp.launched)
         continue;
-      bp.norm_code->set_hyper(hyper);
-      bp.norm_code->launch();
-      for (double contribution : bp.norm_code->carried(kGradNormCarry))
-        total.add(contribution);
+      bp.grad_pass_code->set_hyper(hyper);
+      bp.grad_pass_code->launch();
+      if (source.clips_grads())
+        for (double contribution : bp.grad_pass_code->carried(kGradNormCarry))
+          norm.add(contribution);
+      if (source.checks_grads_finite()) // an empty tensor's largest |element| is -inf: it holds no inf
+        for (double largest : bp.grad_pass_code->carried(kGradMaxAbsCarry))
+          totals.nonfinite = totals.nonfinite || std::isnan(largest) || largest == HUGE_VAL;
     }
-    return total.total();
+    totals.norm = norm.total();
+    return totals;
   }
 
   Program& program_now() {
@@ -326,8 +337,8 @@ int CompiledStep::kernel_count() {
   for (const BucketProgram& bp : impl.program_now().buckets)
     if (!members_with_grads(impl.source, bp.bucket).members.empty()) {
       count += backend_for(bp.target).kernel_count(bp.pipeline);
-      if (bp.norm_pipeline)
-        count += backend_for(bp.target).kernel_count(*bp.norm_pipeline);
+      if (bp.grad_pass_pipeline)
+        count += backend_for(bp.target).kernel_count(*bp.grad_pass_pipeline);
     }
   return count;
 }
@@ -343,15 +354,15 @@ std::string CompiledStep::dump(Stage stage, int gpu_sm) {
       text += print_graph(bp.pipeline.optimized);
       break;
     case Stage::Fused:
-      if (bp.norm_pipeline)
-        text += print_fused(*bp.norm_pipeline);
+      if (bp.grad_pass_pipeline)
+        text += print_fused(*bp.grad_pass_pipeline);
       text += print_fused(bp.pipeline);
       break;
     case Stage::LLVM:
     case Stage::PTX: {
       const Target target = code_target(bp.target, stage, gpu_sm);
-      if (bp.norm_pipeline)
-        text += backend_for(target).code(*bp.norm_pipeline, target, stage);
+      if (bp.grad_pass_pipeline)
+        text += backend_for(target).code(*bp.grad_pass_pipeline, target, stage);
       text += backend_for(target).code(bp.pipeline, target, stage);
       break;
     }

@@ -32,8 +32,10 @@ struct ParamBucket {
   std::vector<BucketMember> members;
 };
 
-// The carried value a grad-norm graph stores each tensor's contribution in.
+// The carried values a grad pass graph stores each tensor's results in: its contribution to the total norm, and
+// its largest |element| (an inf or NaN when the tensor holds one).
 inline constexpr const char* kGradNormCarry = "grad_norm";
+inline constexpr const char* kGradMaxAbsCarry = "grad_max_abs";
 
 // A clipping step's total grad norm from each tensor's contribution (its sum of squares for the 2-norm, its largest
 // |element| for the infinity norm), combined in the order they are added: a sum then its square root, or the largest
@@ -80,17 +82,26 @@ public:
   // This step's hyperparameters: groups x names, in list_arguments' hyper_names order.
   virtual std::vector<double> hyper_values() const = 0;
 
-  // Gradient clipping: whether this step clips its grads by their total norm. When it does, the driver runs each
-  // bucket's grad-norm graph (one per-tensor reduction of the grads, stored as the carried value kGradNormCarry)
-  // before the update, combines every tensor's value over all buckets in a fixed order (a sum for the 2-norm, the
-  // largest for the infinity norm) and hands the total to set_total_grad_norm, before reading hyper_values().
+  // The grad pass: one reduction pass over a bucket's grads (after grad_scale), run by the driver before the update
+  // when the step clips its grads by their total norm, checks them for infs and NaNs itself, or both. Its graph
+  // stores each tensor's contribution to the norm as the carried value kGradNormCarry (clipping) and its largest
+  // |element| as kGradMaxAbsCarry (the check). The driver runs every bucket's pass, combines the values over all
+  // buckets in a fixed order (GradNormTotal; a largest |element| of +inf or NaN is an inf or NaN) and hands the
+  // totals to take_grad_pass, before reading hyper_values().
   virtual bool clips_grads() const = 0;
   virtual double clip_norm_type() const = 0; // 2 or infinity
-  virtual Graph trace_grad_norm(const ParamBucket& bucket) const = 0;
-  // The grads of the bucket's members, the grad-norm graph's only slot, with this step's hyperparameters.
+  virtual bool checks_grads_finite() const = 0;
+  bool has_grad_pass() const { return clips_grads() || checks_grads_finite(); }
+  virtual Graph trace_grad_pass(const ParamBucket& bucket) const = 0;
+  // The grads of the bucket's members, the grad pass graph's only slot, with this step's hyperparameters.
   virtual ListArguments grad_arguments(const ParamBucket& bucket) const = 0;
-  // Takes the total norm (sqrt applied) of a clipping step; may throw optjit::Error (error_if_nonfinite).
-  virtual void set_total_grad_norm(double total) = 0;
+  struct GradPassTotals {
+    double norm = 0;        // the total norm (sqrt applied) when the step clips
+    bool nonfinite = false; // whether a grad holds an inf or NaN, when the step checks
+  };
+  // Takes the grad pass's totals; may throw optjit::Error (error_if_nonfinite). Returns false when the step must
+  // change nothing: the check found an inf or NaN (found_inf is written, and the state this step created is gone).
+  virtual bool take_grad_pass(const GradPassTotals& totals) = 0;
 
   // Step-time checks, run before anything changes; they throw optjit::Error.
   virtual void check_hyperparameters() const = 0;

@@ -287,13 +287,14 @@ bool Optimizer::any_stochastic_rounding() const {
 
 void Optimizer::after_step() {
   ++rounding_steps_;
-  state_created_since_norm_.clear(); // a step that ran keeps the state it made
+  state_created_since_grad_pass_.clear(); // a step that ran keeps the state it made
 }
 
 Structure Optimizer::traced_structure(const ParamGroup& group) const {
   Structure s = structure(group);
   s.set("grad_scale", grad_scale_.defined());
   s.set("clip_grad_norm", clipping_.has_value());
+  s.set("check_finite_grads", checks_grads_finite()); // the grad pass is compiled with the step
   s.set("unscaled_grads_stored", stores_unscaled_grads());
   s.set("master_weights", group.get("master_weights") != 0);
   s.set("stochastic_rounding", group.get("stochastic_rounding") != 0);
@@ -354,14 +355,18 @@ void Optimizer::check_hyperparameters() const {
   check_precision_options();
 }
 
-void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads) {
+void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads, InfCheck check) {
   for (const auto& [name, t] :
        {std::pair<const char*, const Tensor&>{"grad_scale", grad_scale}, {"found_inf", found_inf}})
     if (t.defined() && (t.numel() != 1 || t.dtype() != Dtype::f32))
       throw Error(fmt::format("{} is {}: a gradient scaler's {} holds one f32 element", name, t.describe(), name));
+  if (check == InfCheck::InStep && !found_inf.defined())
+    throw Error("found_inf is undefined, and an in-step inf check writes what it finds there: pass a found_inf "
+                "tensor holding 0");
   grad_scale_ = std::move(grad_scale);
   found_inf_ = std::move(found_inf);
   grads_after_step_ = grads;
+  inf_check_ = check;
 }
 
 bool Optimizer::step_skipped() const { return found_inf_.defined() && found_inf_.item() != 0; }
@@ -387,13 +392,19 @@ static Tensor clipped(const Tensor& grad, double coefficient) {
   return transformed(grad, coefficient, [](auto v, auto c) { return v * c; });
 }
 
+// A grad's elements in its compute dtype, contiguous (the forloop's norm and inf check walk them flat).
+static Tensor contiguous_compute_values(const Tensor& grad) {
+  const Tensor g = grad.real_view().to(compute_dtype(grad.real_view().dtype()));
+  return g.is_contiguous() ? g : g.clone();
+}
+
 // The forloop's total grad norm: each grad's sum of squares (or largest |element|) in f64, combined in param order.
 static double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
   GradNormTotal total(norm_type);
   for (const Tensor& grad : grads) {
     if (!grad.defined())
       continue;
-    const Tensor g = grad.real_view().to(compute_dtype(grad.real_view().dtype()));
+    const Tensor g = contiguous_compute_values(grad);
     double contribution = norm_type == 2.0 ? 0.0 : -std::numeric_limits<double>::infinity();
     visit_compute_dtype(g.dtype(), [&]<class T>() {
       const T* values = g.data_as<T>();
@@ -405,6 +416,22 @@ static double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_ty
     total.add(contribution);
   }
   return total.total();
+}
+
+bool Optimizer::any_nonfinite(const std::vector<Tensor>& grads) {
+  for (const Tensor& grad : grads)
+    if (grad.defined()) {
+      const Tensor g = contiguous_compute_values(grad);
+      bool found = false;
+      visit_compute_dtype(g.dtype(), [&]<class T>() {
+        const T* values = g.data_as<T>();
+        for (int64_t i = 0; i < g.numel() && !found; ++i)
+          found = !std::isfinite(values[i]);
+      });
+      if (found)
+        return true;
+    }
+  return false;
 }
 
 void Optimizer::check_grad(int64_t flat) const {
@@ -500,8 +527,8 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
     ParamState& s = states_[static_cast<std::size_t>(i)];
     const auto g = static_cast<std::size_t>(flat_group_[static_cast<std::size_t>(i)]);
     const std::vector<StateSpec>& specs = structures.of(i).specs;
-    if (s.empty() && clipping_ && clipping_->error_if_nonfinite)
-      state_created_since_norm_.push_back(i); // dropped again if this step's norm refuses the step
+    if (s.empty() && ((clipping_ && clipping_->error_if_nonfinite) || checks_grads_finite()))
+      state_created_since_grad_pass_.push_back(i); // dropped again if this step's grad pass refuses the step
     for (const StateSpec& spec : specs) {
       if (find_state(s, spec.name).defined())
         continue;
@@ -716,21 +743,24 @@ void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
       throw Error("norm_type is " + python_float(clipping->norm_type) + ": fused clipping takes 2 or inf");
   }
   clipping_ = clipping;
-  state_created_since_norm_.clear();
+  state_created_since_grad_pass_.clear();
 }
 
-Graph Optimizer::trace_grad_norm(const ParamBucket& bucket) const {
-  OPTJIT_ASSERT(clipping_.has_value(), "trace_grad_norm without clipping");
+Graph Optimizer::trace_grad_pass(const ParamBucket& bucket) const {
+  OPTJIT_ASSERT(has_grad_pass(), "trace_grad_pass with neither clipping nor an in-step inf check");
   const Structure s = param_traced_structure(bucket.members.front().flat); // the bucket's members share it
   std::vector<Slot> grad_slot;
   for (const Slot& slot : slots(s, bucket))
     if (slot.role == SlotRole::Grad)
       grad_slot.push_back(slot);
-  Tracer tracer("grad_norm", compute_dtype(bucket.dtype), grad_slot);
+  Tracer tracer("grad_pass", compute_dtype(bucket.dtype), grad_slot);
   if (s["grad_scale"])
     tracer.divide_grads_by("grad_scale", false);
   Sym grads = tracer.tensors(grad_slot.front().name);
-  tracer.store_carry(kGradNormCarry, clipping_->norm_type == 2.0 ? sum(grads * grads) : max_of(abs(grads)));
+  if (clipping_)
+    tracer.store_carry(kGradNormCarry, clipping_->norm_type == 2.0 ? sum(grads * grads) : max_of(abs(grads)));
+  if (checks_grads_finite()) // the largest |element| is an inf or NaN exactly when an element is one (a sum of
+    tracer.store_carry(kGradMaxAbsCarry, max_of(abs(grads))); // squares overflows on large finite grads)
   return tracer.finish();
 }
 
@@ -748,14 +778,29 @@ ListArguments Optimizer::grad_arguments(const ParamBucket& bucket) const {
   return args;
 }
 
+void Optimizer::drop_state_created_since_grad_pass() {
+  const std::vector<int64_t> created = std::exchange(state_created_since_grad_pass_, {});
+  for (int64_t i : created)
+    states_[static_cast<std::size_t>(i)].clear();
+  if (!created.empty())
+    ++state_version_;
+}
+
+bool Optimizer::take_grad_pass(const GradPassTotals& totals) {
+  if (clipping_)
+    set_total_grad_norm(totals.norm); // may throw
+  if (checks_grads_finite() && totals.nonfinite) {
+    found_inf_.set_item(0, 1.0);
+    drop_state_created_since_grad_pass(); // the step is skipped: the state it made for first-time params goes too
+    return false;
+  }
+  return true;
+}
+
 void Optimizer::set_total_grad_norm(double total) {
   OPTJIT_ASSERT(clipping_.has_value(), "set_total_grad_norm without clipping");
-  const std::vector<int64_t> created = std::exchange(state_created_since_norm_, {});
   if (clipping_->error_if_nonfinite && !std::isfinite(total)) {
-    for (int64_t i : created) // the step is refused: the state it made for first-time params goes too
-      states_[static_cast<std::size_t>(i)].clear();
-    if (!created.empty())
-      ++state_version_;
+    drop_state_created_since_grad_pass(); // the step is refused: the state it made for first-time params goes too
     throw Error("The total norm of order " + python_float(clipping_->norm_type) +
                 " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and "
                 "scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`");
@@ -948,12 +993,16 @@ void Optimizer::eager_update() {
       if (const Tensor g = flat_param(i).grad(); g.defined())
         used[static_cast<std::size_t>(i)] = grad_scale_.defined() ? unscaled(g.real_view(), grad_scale_.item()) : g;
     const std::vector<Tensor> unclipped = used;
-    if (clipping_) {
+    if (clipping_)
       set_total_grad_norm(forloop_grad_norm(used, clipping_->norm_type)); // may throw: nothing changed yet
+    if (checks_grads_finite() && any_nonfinite(used)) {
+      found_inf_.set_item(0, 1.0); // the step is skipped; no state was created yet
+      return;
+    }
+    if (clipping_)
       for (Tensor& g : used)
         if (g.defined())
           g = clipped(g.real_view(), clip_coefficient_);
-    }
     ensure_state();
     for (int64_t i = 0; i < param_count(); ++i) {
       const Tensor& p = flat_param(i);

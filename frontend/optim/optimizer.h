@@ -223,8 +223,14 @@ public:
   // `grads`: what a step that is not skipped leaves in the grads: the scaled grads as they were (never written), or
   // the unscaled ones, stored by the same kernel as torch's fused kernels do (GradScaler users read unscaled grads
   // after scaler.step(), whichever path torch took).
+  // `check`: who fills found_inf. ByCaller: the caller did (GradScaler's own unscale-and-check pass). InStep (with a
+  // found_inf that is 0 at the step): the step checks its grads itself, after dividing them by grad_scale, in the
+  // grad pass that also computes a clipping norm (one kernel per bucket before the update); when any element is an
+  // inf or NaN it writes 1 to found_inf and changes nothing else, as a step skipped by the caller's found_inf.
   enum class GradsAfterStep { Scaled, Unscaled };
-  void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled);
+  enum class InfCheck { ByCaller, InStep };
+  void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled,
+                        InfCheck check = InfCheck::ByCaller);
   const Tensor& grad_scale() const { return grad_scale_; }
 
   // Gradient clipping fused into the step: exactly torch.nn.utils.clip_grad_norm_(params with grads, max_norm,
@@ -232,7 +238,9 @@ public:
   // model): total = the 2-norm of all grads (norm_type 2) or their largest |element| (infinity); every grad is
   // multiplied by min(max_norm / (total + 1e-6), 1) inside the step, and the grads themselves are never written. The
   // norm is a reduction pass of its own over the grads (compiled and eager steps: a kernel per bucket before the
-  // update), so a clipped step is two passes over the grads. A grad_scale divides the grads before the norm.
+  // update), so a clipped step is two passes over the grads. A grad_scale divides the grads before the norm. A
+  // non-finite norm with error_if_nonfinite throws before an in-step inf check skips the step (as clip_grad_norm_
+  // throws between GradScaler's unscale_ and step).
   // std::nullopt turns it off; switching it on or off traces the step again, max_norm is a value.
   struct GradClipping {
     double max_norm = 1.0;
@@ -272,9 +280,10 @@ public:
   // Gradient clipping (compiler/step_source.h).
   bool clips_grads() const override { return clipping_.has_value(); }
   double clip_norm_type() const override { return clipping_ ? clipping_->norm_type : 2.0; }
-  Graph trace_grad_norm(const ParamBucket& bucket) const override;
+  bool checks_grads_finite() const override { return inf_check_ == InfCheck::InStep && found_inf_.defined(); }
+  Graph trace_grad_pass(const ParamBucket& bucket) const override;
   ListArguments grad_arguments(const ParamBucket& bucket) const override;
-  void set_total_grad_norm(double total) override;
+  bool take_grad_pass(const GradPassTotals& totals) override;
   // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale).
   std::vector<double> hyper_values() const override;
   // hyper_names(), and "grad_scale" while gradient scaling is on (the same value in every group).
@@ -369,10 +378,17 @@ private:
   Tensor grad_scale_, found_inf_;
   std::optional<GradClipping> clipping_;
   double total_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
-  double clip_coefficient_ = 1.0;                 // of this step: min(max_norm / (total + 1e-6), 1)
-  std::vector<int64_t> state_created_since_norm_; // params given their first state by this step, before its norm
-  Dtype forloop_param_dtype_ = Dtype::f32;        // the storage dtype of the param the forloop steps now
+  double clip_coefficient_ = 1.0; // of this step: min(max_norm / (total + 1e-6), 1)
+  InfCheck inf_check_ = InfCheck::ByCaller;
+  // Params given their first state by this step before its grad pass: dropped again when the pass refuses the step.
+  std::vector<int64_t> state_created_since_grad_pass_;
+  Dtype forloop_param_dtype_ = Dtype::f32; // the storage dtype of the param the forloop steps now
   uint64_t rounding_seed_ = 0, rounding_steps_ = 0;
+  // Clipping's total norm of this step: total_grad_norm_ and clip_coefficient_; throws for error_if_nonfinite.
+  void set_total_grad_norm(double total);
+  void drop_state_created_since_grad_pass();
+  // Whether any element of the (unscaled) grads is an inf or NaN: the forloop's in-step inf check.
+  static bool any_nonfinite(const std::vector<Tensor>& grads);
   // Whether a step writes the unscaled grads back (gradient scaling with GradsAfterStep::Unscaled).
   bool stores_unscaled_grads() const { return grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled; }
   LayoutStaging staging_;

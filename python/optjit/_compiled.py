@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import inspect
 import math
 import threading
 import weakref
@@ -28,7 +29,13 @@ class CompiledStep:
     With max_grad_norm, every step first applies exactly torch.nn.utils.clip_grad_norm_(params with grads,
     max_grad_norm, norm_type, error_if_nonfinite) over all param groups, fused: the norm is one reduction pass over
     the grads, the update reads each grad times the clip coefficient, and the grads themselves are not written.
-    total_norm is the norm of the last step, before clipping (what clip_grad_norm_ returns)."""
+    total_norm is the norm of the last step, before clipping (what clip_grad_norm_ returns).
+
+    Gradient scaling: the step reads GradScaler's opt.grad_scale and opt.found_inf as torch's fused optimizers do
+    (optjit.patch sets _step_supports_amp_scaling). Called with grad_scaler= (GradScaler's older contract, which
+    optjit.patch(opt, fuse_inf_check=True) asks for), it takes over GradScaler's inf check as well: the grads are
+    checked for infs and NaNs in the step's first pass (with the clipping norm, when there is one), not in a pass of
+    GradScaler's own, and the step is skipped when one is found."""
 
     def __init__(self, opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
         self._cls = _torch_optim.optimizer_class(opt)
@@ -43,15 +50,15 @@ class CompiledStep:
         hook = functools.partial(_mark_state_replaced, weakref.ref(self))
         self._load_hook = opt.register_load_state_dict_post_hook(hook)
 
-    # torch.optim's step(closure) contract.
-    def __call__(self, closure=None, **kwargs):
+    # torch.optim's step(closure) contract, and GradScaler's grad_scaler= one.
+    def __call__(self, closure=None, grad_scaler=None, **kwargs):
         if kwargs:
             raise Error(
-                f"the compiled step takes only closure=, not {', '.join(kwargs)} (a GradScaler hands over its scale "
-                "as opt.grad_scale and opt.found_inf, which the step reads)"
+                f"the compiled step takes only closure= and grad_scaler=, not {', '.join(kwargs)} (a GradScaler "
+                "hands over its scale as opt.grad_scale and opt.found_inf, or itself as grad_scaler=)"
             )
         with self._exclusive(stepping=True):
-            return self._call_locked(self._optimizer(), closure)
+            return self._call_locked(self._optimizer(), closure, grad_scaler)
 
     @contextlib.contextmanager
     def _exclusive(self, stepping=False):
@@ -74,7 +81,7 @@ class CompiledStep:
             lock.owner = None
             lock.mutex.release()
 
-    def _call_locked(self, opt, closure):
+    def _call_locked(self, opt, closure, grad_scaler=None):
         args, kwargs = (opt,), {} if closure is None else {"closure": closure}
         for pre_hook in chain(_global_optimizer_pre_hooks.values(), opt._optimizer_step_pre_hooks.values()):
             result = pre_hook(opt, args, kwargs)
@@ -87,7 +94,12 @@ class CompiledStep:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._update(opt)
+        if grad_scaler is None:
+            # GradScaler's fused-optimizer contract: grads divided by opt.grad_scale in the kernel; a step with a
+            # non-zero opt.found_inf changes nothing, so it creates no torch state either.
+            self._update(opt, getattr(opt, "grad_scale", None), getattr(opt, "found_inf", None), False)
+        else:
+            self._update(opt, *_take_over_inf_check(opt, grad_scaler))
         opt._opt_called = True  # what torch's LR schedulers check to see that the optimizer stepped
         for post_hook in chain(opt._optimizer_step_post_hooks.values(), _global_optimizer_post_hooks.values()):
             post_hook(opt, args, kwargs)
@@ -140,19 +152,22 @@ class CompiledStep:
     def _optimizer(self):
         return self._opt
 
-    def _update(self, opt):
+    def _update(self, opt, grad_scale, found_inf, check_in_step):
         cxx = self._compiled(opt)
-        # GradScaler's fused-optimizer contract: grads divided by opt.grad_scale in the kernel; a step with a non-zero
-        # opt.found_inf changes nothing, so it creates no torch state either.
-        cxx.sync_grad_scaling(getattr(opt, "grad_scale", None), getattr(opt, "found_inf", None))
+        cxx.sync_grad_scaling(grad_scale, found_inf, check_in_step)
         created = [] if cxx.step_skipped() else self._sync(opt, cxx)
         try:
-            cxx.update()
+            ran = cxx.update()
         except Error:
-            for flat in created:  # a refused step (error_if_nonfinite) leaves no state it made behind
-                opt.state.pop(self._params[flat], None)
-                cxx.adopt(flat, {}, False)
+            self._drop_state(opt, cxx, created)  # a refused step (error_if_nonfinite) leaves no state it made behind
             raise
+        if not ran:
+            self._drop_state(opt, cxx, created)  # nor does a step its own inf check skipped
+
+    def _drop_state(self, opt, cxx, created):
+        for flat in created:
+            opt.state.pop(self._params[flat], None)
+            cxx.adopt(flat, {}, False)
 
     def _compiled(self, opt):
         """The C++ step, built again when the param groups changed (add_param_group)."""
@@ -229,6 +244,23 @@ def _mark_state_replaced(step_ref, opt):
         step._state_seen = None
 
 
+def _take_over_inf_check(opt, scaler):
+    """(grad_scale, found_inf, check_in_step) for a step GradScaler hands itself to (grad_scaler=): what
+    GradScaler.step does for a fused optimizer (torch/amp/grad_scaler.py), with the inf check left to the step. After
+    scaler.unscale_(opt) the grads are unscaled and checked already: the step reads that found_inf. Otherwise the
+    step divides by the scale and fills a found_inf of its own, which scaler.update() reads as this optimizer's."""
+    from torch.amp.grad_scaler import OptState
+
+    state = scaler._per_optimizer_states[id(opt)]
+    scale = scaler._get_scale_async()
+    if state["stage"] is OptState.UNSCALED:
+        found = sum(t.to(scale.device, non_blocking=True) for t in state["found_inf_per_device"].values())
+        return getattr(opt, "grad_scale", None), found, False
+    found_inf = torch.zeros((1,), dtype=torch.float32, device=scale.device)
+    state["found_inf_per_device"][scale.device] = found_inf
+    return scale * getattr(opt, "grad_scale", 1), found_inf, True
+
+
 def _clipping(max_grad_norm, norm_type, error_if_nonfinite):
     """(max_norm or None, norm_type as a float, error_if_nonfinite), checked as clip_grad_norm_ takes them."""
     if isinstance(norm_type, str) and norm_type == "inf":
@@ -253,9 +285,13 @@ def compile(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
     return CompiledStep(opt, max_grad_norm, norm_type, error_if_nonfinite)
 
 
-def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
+def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse_inf_check=False):
     """Makes opt.step itself the compiled step, so that loops calling opt.step() (or GradScaler.step(opt)) need no
-    change. Returns the CompiledStep; optjit.unpatch(opt) undoes it. max_grad_norm and the rest: as compile."""
+    change. Returns the CompiledStep; optjit.unpatch(opt) undoes it. max_grad_norm and the rest: as compile.
+
+    fuse_inf_check: the patched step takes grad_scaler=, so GradScaler.step(opt) hands it the whole unscale-and-check
+    and runs no inf-check pass of its own over the grads: the step checks them in its first pass (see CompiledStep).
+    torch warns (FutureWarning) that it will stop passing grad_scaler= one day; until then this saves a pass."""
     if getattr(opt, "_optjit_unpatch", None) is not None:
         return opt.step.compiled
     compiled = CompiledStep(opt, max_grad_norm, norm_type, error_if_nonfinite)
@@ -263,10 +299,19 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
     saved_amp = vars(opt).get("_step_supports_amp_scaling")
     had_amp = "_step_supports_amp_scaling" in vars(opt)
 
-    @functools.wraps(type(opt).step)
-    def step(closure=None):
-        return compiled(closure)
+    if fuse_inf_check:
 
+        @functools.wraps(type(opt).step)
+        def step(closure=None, grad_scaler=None):
+            return compiled(closure, grad_scaler)
+
+    else:
+
+        @functools.wraps(type(opt).step)
+        def step(closure=None):
+            return compiled(closure)
+
+    step.__signature__ = inspect.signature(step, follow_wrapped=False)  # what GradScaler looks for grad_scaler in
     step.compiled = compiled
     step._wrapped_by_lr_sched = True  # LR schedulers see the step they track (compiled steps set _opt_called)
     opt.step = step

@@ -30,7 +30,7 @@ NB_MODULE(_optjit, m) {
       .def("binds", &TorchStep::binds, nb::arg("param_groups"))
       .def("sync", &TorchStep::sync, nb::arg("param_groups"))
       .def("sync_grad_scaling", &TorchStep::sync_grad_scaling, nb::arg("grad_scale").none(),
-           nb::arg("found_inf").none())
+           nb::arg("found_inf").none(), nb::arg("check_in_step") = false)
       .def("set_grad_clipping", &TorchStep::set_grad_clipping, nb::arg("max_norm").none(), nb::arg("norm_type"),
            nb::arg("error_if_nonfinite"))
       .def("total_grad_norm", &TorchStep::total_grad_norm)

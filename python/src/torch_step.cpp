@@ -158,10 +158,11 @@ const Tensor& TorchStep::hold(HeldTensor& held, nb::object tensor, const std::st
   return held.view;
 }
 
-void TorchStep::sync_grad_scaling(nb::object grad_scale, nb::object found_inf) {
+void TorchStep::sync_grad_scaling(nb::object grad_scale, nb::object found_inf, bool check_in_step) {
   const Tensor& scale = hold(grad_scale_, std::move(grad_scale), "optimizer.grad_scale");
   const Tensor& inf = hold(found_inf_, std::move(found_inf), "optimizer.found_inf");
-  optimizer_->set_grad_scaling(scale, inf, Optimizer::GradsAfterStep::Unscaled); // as torch's fused kernels leave them
+  optimizer_->set_grad_scaling(scale, inf, Optimizer::GradsAfterStep::Unscaled, // as torch's fused kernels leave them
+                               check_in_step ? Optimizer::InfCheck::InStep : Optimizer::InfCheck::ByCaller);
 }
 
 void TorchStep::set_grad_clipping(std::optional<double> max_norm, double norm_type, bool error_if_nonfinite) {
@@ -204,9 +205,11 @@ void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
   p.state = std::move(held);
 }
 
-void TorchStep::update() {
+bool TorchStep::update() {
   nb::gil_scoped_release release;
+  const int64_t skipped_before = step_->metrics().skipped_steps;
   step_->update();
+  return step_->metrics().skipped_steps == skipped_before;
 }
 
 int TorchStep::kernel_count() { return step_->kernel_count(); }

@@ -36,9 +36,11 @@ public:
   // Reads this step's hyperparameters from `param_groups` (torch's list now: load_state_dict replaces it), and
   // replaced param data and grads from the params.
   void sync(nb::list param_groups);
-  // GradScaler's `optimizer.grad_scale` and `optimizer.found_inf` (each a 1-element CPU tensor, or None) for this
+  // GradScaler's `optimizer.grad_scale` and `optimizer.found_inf` (each a 1-element f32 tensor, or None) for this
   // step: optjit divides the grads by the scale inside the kernel and skips a step whose found_inf is non-zero.
-  void sync_grad_scaling(nb::object grad_scale, nb::object found_inf);
+  // `check_in_step`: found_inf holds 0, and the step checks the grads for infs and NaNs itself (in its grad pass),
+  // writing 1 there and skipping when it finds one.
+  void sync_grad_scaling(nb::object grad_scale, nb::object found_inf, bool check_in_step);
   // Gradient clipping fused into the step (torch.nn.utils.clip_grad_norm_ over every param with a grad, before the
   // update): `max_norm` None turns it off; `norm_type` 2 or inf.
   void set_grad_clipping(std::optional<double> max_norm, double norm_type, bool error_if_nonfinite);
@@ -54,8 +56,10 @@ public:
   // Makes torch's `state` tensors (key -> tensor) the state of param `flat`; `loaded`: they come from a checkpoint
   // or an earlier step rather than being made for this one. An empty dict drops the param's state.
   void adopt(int64_t flat, nb::dict state, bool loaded);
-  // One compiled step (the update alone: the Python side runs torch's hooks around it), without the GIL.
-  void update();
+  // One compiled step (the update alone: the Python side runs torch's hooks around it), without the GIL. Returns
+  // whether it ran: false when its own inf check skipped it (it then dropped the state it made; the Python side
+  // drops torch's entries too).
+  bool update();
 
   int kernel_count();
   nb::dict metrics() const;

@@ -3,6 +3,8 @@
 with an inf or NaN grad. Checked against torch's fused=True optimizers under the same GradScaler (the same contract),
 and for all 11 optimizers against torch's own GradScaler path (unscale every grad, skip the step)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -31,13 +33,16 @@ def _model(seed):
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
 
 
-def _train(cls, options, patched, steps=8):
-    """`steps` GradScaler steps of a small model (an inf grad at INF_STEP); returns the params, the optimizer, the
-    scale before every step, and what optjit measured when patched."""
+def _train(cls, options, patched, steps=8, fuse_inf_check=False, max_grad_norm=None, nan=False):
+    """`steps` GradScaler steps of a small model (an inf grad at INF_STEP, or a NaN); returns the params, the
+    optimizer, the scale before every step, and what optjit measured when patched. Unpatched runs with max_grad_norm
+    clip as torch's recipe does: scaler.unscale_(opt), clip_grad_norm_, scaler.step(opt)."""
     model = _model(0)
     params = list(model.parameters())
     opt = cls(params, **options)
-    compiled = optjit.patch(opt) if patched else None
+    compiled = (
+        optjit.patch(opt, max_grad_norm=max_grad_norm, fuse_inf_check=fuse_inf_check) if patched else None
+    )
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     data = torch.Generator().manual_seed(1)
     scales, grads_after = [], []
@@ -47,8 +52,11 @@ def _train(cls, options, patched, steps=8):
         scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
         if step == INF_STEP:
             with torch.no_grad():
-                params[0].grad[0, 0] = float("inf")
+                params[0].grad[0, 0] = float("nan" if nan else "inf")
         scales.append(scaler.get_scale())
+        if max_grad_norm is not None and not patched:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         scaler.step(opt)
         scaler.update()
         grads_after.append([p.grad.clone() for p in params])
@@ -86,6 +94,73 @@ def test_grad_scaler_matches_torch_unscaling_itself(cls, options):
     assert scales == torch_scales
     assert_same_state(opt, params, torch_opt, torch_params, torch.float32)
     assert compiled.metrics()["skipped_steps"] == 1
+
+
+@pytest.mark.parametrize("cls,options", ALL, ids=lambda c: getattr(c, "__name__", ""))
+def test_fused_inf_check_replaces_grad_scalers_pass(cls, options, monkeypatch):
+    """patch(opt, fuse_inf_check=True): GradScaler hands the step itself (grad_scaler=) and runs no inf-check pass of
+    its own; the step checks the grads in its first pass, fills found_inf for scaler.update(), and skips the inf step:
+    the same run as torch's own GradScaler path, with one kernel more than the update (the check)."""
+    checks = []
+    original = torch.amp.GradScaler._check_inf_per_device
+    monkeypatch.setattr(
+        torch.amp.GradScaler, "_check_inf_per_device", lambda self, o: checks.append(o) or original(self, o)
+    )
+    with pytest.warns(FutureWarning, match="GradScaler is going to stop passing itself"):
+        params, opt, scales, grads, compiled = _train(cls, options, patched=True, fuse_inf_check=True, nan=True)
+    assert checks == []  # GradScaler's own pass over the grads never ran
+    torch_params, torch_opt, torch_scales, _, _ = _train(cls, dict(options, foreach=False), patched=False, nan=True)
+    assert scales == torch_scales  # scaler.update() saw the step's found_inf: grew, then halved at the NaN
+    assert_same_state(opt, params, torch_opt, torch_params, torch.float32)
+    assert torch.isnan(grads[INF_STEP][0][0, 0])  # a skipped step leaves the grads as they were
+    metrics = compiled.metrics()
+    assert metrics["skipped_steps"] == 1 and metrics["compiles"] == 1 and metrics["recompiles"] == 0
+    plain = _train(cls, options, patched=True, steps=1)[4]
+    assert compiled.kernel_count == plain.kernel_count + 1
+
+
+def test_fused_inf_check_with_clipping_is_one_pass_and_matches_torchs_recipe():
+    """unscale_, clip_grad_norm_ and the inf check all happen in the step's first pass: Adam is 2 kernels, and the
+    run equals torch's recipe (scaler.unscale_, clip_grad_norm_, scaler.step of a fused Adam)."""
+    options = dict(lr=0.01, weight_decay=0.1)
+    with pytest.warns(FutureWarning):
+        params, opt, scales, _, compiled = _train(
+            torch.optim.Adam, options, patched=True, fuse_inf_check=True, max_grad_norm=0.5
+        )
+    ref_params, ref_opt, ref_scales, _, _ = _train(
+        torch.optim.Adam, dict(options, fused=True), patched=False, max_grad_norm=0.5
+    )
+    assert scales == ref_scales
+    assert_same_state(opt, params, ref_opt, ref_params, torch.float32)
+    assert compiled.kernel_count == 2 and compiled.metrics()["skipped_steps"] == 1
+
+
+def test_fused_inf_check_after_unscale_reads_the_scalers_found_inf():
+    """A loop that calls scaler.unscale_(opt) itself (to clip, say) has grads unscaled and checked already: the step
+    reads that found_inf and divides by nothing, as torch's fused optimizers do."""
+    models = [_model(0), _model(0)]
+    opts = [torch.optim.Adam(models[0].parameters(), lr=0.01), torch.optim.Adam(models[1].parameters(), lr=0.01, fused=True)]
+    compiled = optjit.patch(opts[0], fuse_inf_check=True)
+    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**10) for _ in models]
+    data = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x, y = torch.randn(16, 8, generator=data), torch.randn(16, 4, generator=data)
+        for model, opt, scaler in zip(models, opts, scalers):
+            opt.zero_grad()
+            scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
+            if step == 2:
+                with torch.no_grad():
+                    next(model.parameters()).grad[0, 0] = float("inf")
+            scaler.unscale_(opt)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                scaler.step(opt)
+            scaler.update()
+    scaler, ref_scaler = scalers
+    assert scaler.get_scale() == ref_scaler.get_scale() == 2.0**9
+    assert_same_state(opts[0], list(models[0].parameters()), opts[1], list(models[1].parameters()), torch.float32)
+    assert compiled.metrics()["skipped_steps"] == 1
+    assert compiled.kernel_count == 1  # no check of its own: the scaler's unscale_ did it
 
 
 def test_found_inf_skips_before_any_state_exists():

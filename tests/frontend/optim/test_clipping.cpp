@@ -162,6 +162,44 @@ TEST_CASE("clipping: error_if_nonfinite refuses the step before anything changes
       "norm_type is 1.0: fused clipping takes 2 or inf");
 }
 
+TEST_CASE("clipping with the in-step inf check: one grad pass does both, and error_if_nonfinite throws first") {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double norm_type : {2.0, inf})
+    for (Mode mode : {Mode::Forloop, Mode::Eager, Mode::Compiled}) {
+      CAPTURE(norm_type);
+      CAPTURE(static_cast<int>(mode));
+      std::vector<Tensor> params = params_of(Dtype::f32, 1);
+      auto opt = make_single_group("adam", params, {{"lr", {0.01}}}, mode != Mode::Forloop);
+      opt->set_grad_clipping(Optimizer::GradClipping{2.5, norm_type, false});
+      Tensor found_inf = Tensor::zeros({1}, Dtype::f32);
+      opt->set_grad_scaling(Tensor(), found_inf, Optimizer::GradsAfterStep::Scaled, Optimizer::InfCheck::InStep);
+      std::optional<CompiledStep> step;
+      if (mode == Mode::Compiled)
+        step.emplace(compile(*opt));
+      step ? (*step)() : opt->step();
+      CHECK(found_inf.item() == 0);
+      if (step)
+        CHECK(step->kernel_count() == 2); // the grad pass (norm and check together), then Adam
+      // Finite grads whose squares overflow f32 are no inf: the check looks at the elements, not at the norm.
+      params[0].grad().set_item(1, 3e38);
+      step ? (*step)() : opt->step();
+      CHECK(found_inf.item() == 0);
+      CHECK(opt->visible_state(params[0]).front().second.item() == 2);
+      const std::vector<double> before = flat_values(params);
+      params[1].grad().set_item(3, -inf);
+      step ? (*step)() : opt->step();
+      CHECK(found_inf.item() == 1);
+      CHECK(flat_values(params) == before);
+      CHECK(opt->visible_state(params[0]).front().second.item() == 2);
+      CHECK(std::isinf(opt->total_grad_norm())); // the norm of the skipped step is still reported
+      found_inf.fill(0);
+      opt->set_grad_clipping(Optimizer::GradClipping{2.5, norm_type, true});
+      test::check_error_contains([&] { step ? (*step)() : opt->step(); }, "is non-finite");
+      CHECK(found_inf.item() == 0); // clip_grad_norm_ raises between GradScaler's unscale_ and step
+      CHECK(flat_values(params) == before);
+    }
+}
+
 TEST_CASE("lamb: two kernels, the three modes agree, and its norms do not depend on the thread count") {
   ThreadPool& pool = ThreadPool::global();
   const int threads = pool.size();

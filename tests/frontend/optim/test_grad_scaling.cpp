@@ -1,12 +1,16 @@
 // Gradient scaling (torch's fused-optimizer grad_scale / found_inf): every optimizer, in every mode, stepped on grads
 // scaled by a power of two with that grad_scale, follows bit for bit the same optimizer stepped on the unscaled
-// grads (dividing by a power of two is exact), and a found_inf step changes nothing and creates no state.
+// grads (dividing by a power of two is exact), and a found_inf step changes nothing and creates no state, whether the
+// caller filled found_inf or the step's own inf check did.
 #include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
 #include "helpers.h"
 #include "tools/model.h"
 
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
 
 using namespace optjit;
 using optjit::test::check_error;
@@ -19,6 +23,12 @@ using optjit::test::Snapshot;
 namespace {
 
 const std::vector<Shape> kShapes = {{3, 5}, {7}, {}, {0}, {40000}};
+
+// Equal element by element, NaN where NaN is.
+bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); });
+}
 
 // Grads from `seed` times `scale`; param 1 has no grad before step 2.
 void set_grads(std::vector<Tensor>& params, int step, double scale) {
@@ -39,31 +49,40 @@ void set_grads(std::vector<Tensor>& params, int step, double scale) {
 
 // `name` stepped on grads scaled by a power of two, with that grad_scale, against the same optimizer on the unscaled
 // grads: bit for bit the same. A found_inf step changes nothing, not even the state of a param whose first grad
-// arrives in it. The grads after a step are the scaled ones untouched, or exactly the unscaled ones.
+// arrives in it. The grads after a step are the scaled ones untouched, or exactly the unscaled ones. With the
+// in-step check, found_inf is 0 before every step and the overflowed step's grads hold an inf and a NaN: the step
+// finds them, writes 1 to found_inf and is skipped.
 void check_follows_unscaled_run(const std::string& name, const KeywordOptions& options, Dtype dtype, Mode mode,
-                                Optimizer::GradsAfterStep grads_after) {
+                                Optimizer::GradsAfterStep grads_after,
+                                Optimizer::InfCheck check = Optimizer::InfCheck::ByCaller) {
   INFO(name << " " << dtype_name(dtype) << " mode " << static_cast<int>(mode) << " grads after "
-            << static_cast<int>(grads_after));
+            << static_cast<int>(grads_after) << " check " << static_cast<int>(check));
+  const bool in_step = check == Optimizer::InfCheck::InStep;
   const std::vector<Tensor> initial = random_params(kShapes, dtype, 7);
   Run plain(name, options, initial, mode), scaled(name, options, initial, mode);
   Tensor grad_scale = Tensor::full({1}, 1024, Dtype::f32), found_inf = Tensor::zeros({1}, Dtype::f32);
-  scaled.opt->set_grad_scaling(grad_scale, found_inf, grads_after);
+  scaled.opt->set_grad_scaling(grad_scale, found_inf, grads_after, check);
   for (int step = 0; step < 6; ++step) {
     // Step 1 overflowed: skipped. Param 1's first grad arrives in it, so it must not get state. From step 4 the
     // scaler has halved its scale: a new value, not a new kernel.
     const bool overflowed = step == 1;
     const double scale = step < 4 ? 1024 : 512;
     grad_scale.fill(scale);
-    found_inf.fill(overflowed ? 1 : 0);
+    found_inf.fill(overflowed && !in_step ? 1 : 0);
     set_grads(plain.params, step, 1);
     set_grads(scaled.params, step, scale);
     if (overflowed)
       scaled.params[1].set_grad(Tensor::full(scaled.params[1].shape(), 1e30, dtype));
+    if (overflowed && in_step) {
+      scaled.params[4].grad().set_item(39999, INFINITY);
+      scaled.params[0].grad().set_item(7, NAN);
+    }
     std::vector<std::vector<double>> grads_before;
     for (const Tensor& p : scaled.params)
       grads_before.push_back(p.grad().defined() ? p.grad().to_vector() : std::vector<double>{});
     const Snapshot before(scaled.params, *scaled.opt);
     scaled.step();
+    CHECK(found_inf.item() == (overflowed ? 1 : 0));
     if (overflowed) {
       CHECK(Snapshot(scaled.params, *scaled.opt) == before);
       CHECK(scaled.opt->visible_state(scaled.params[1]).empty() == (name != "adagrad"));
@@ -72,11 +91,14 @@ void check_follows_unscaled_run(const std::string& name, const KeywordOptions& o
     }
     const bool unscaled = !overflowed && grads_after == Optimizer::GradsAfterStep::Unscaled;
     for (std::size_t i = 0; i < grads_before.size(); ++i)
-      if (Tensor g = scaled.params[i].grad(); g.defined())
-        CHECK(g.to_vector() == (unscaled ? plain.params[i].grad().to_vector() : grads_before[i]));
+      if (Tensor g = scaled.params[i].grad(); g.defined()) {
+        const std::vector<double> expected = unscaled ? plain.params[i].grad().to_vector() : grads_before[i];
+        CHECK(same_values(g.to_vector(), expected));
+      }
     check_same_trajectory(scaled.params, *scaled.opt, plain.params, *plain.opt, 0, 0, "scaled vs plain");
   }
   if (scaled.compiled) {
+    CHECK(scaled.compiled->kernel_count() == plain.compiled->kernel_count() + (in_step ? 1 : 0)); // + the check
     CHECK(scaled.compiled->metrics().compiles == 1);
     CHECK(scaled.compiled->metrics().skipped_steps == 1);
     CHECK(scaled.compiled->metrics().steps == 6);
@@ -92,6 +114,16 @@ TEST_CASE("grad scaling: every optimizer in every mode follows the unscaled run 
         check_follows_unscaled_run(name, options, dtype, mode, Optimizer::GradsAfterStep::Scaled);
       for (Dtype dtype : {Dtype::f32, Dtype::f16})
         check_follows_unscaled_run(name, options, dtype, mode, Optimizer::GradsAfterStep::Unscaled);
+    }
+}
+
+TEST_CASE("grad scaling: the step's own inf check fills found_inf and skips, in every optimizer and mode") {
+  for (const auto& [name, options] : every_optimizer())
+    for (Mode mode : {Mode::Forloop, Mode::Eager, Mode::Compiled}) {
+      check_follows_unscaled_run(name, options, Dtype::f32, mode, Optimizer::GradsAfterStep::Scaled,
+                                 Optimizer::InfCheck::InStep);
+      check_follows_unscaled_run(name, options, Dtype::bf16, mode, Optimizer::GradsAfterStep::Unscaled,
+                                 Optimizer::InfCheck::InStep);
     }
 }
 
@@ -130,4 +162,10 @@ TEST_CASE("grad scaling: switching it on recompiles once and says why, and bad s
         opt->set_grad_scaling(Tensor(), Tensor::zeros({1, 2}, Dtype::f32));
       },
       "found_inf is f32[1, 2] on cpu: a gradient scaler's found_inf holds one f32 element");
+  check_error(
+      [&] {
+        opt->set_grad_scaling(Tensor(), Tensor(), Optimizer::GradsAfterStep::Scaled, Optimizer::InfCheck::InStep);
+      },
+      "found_inf is undefined, and an in-step inf check writes what it finds there: pass a found_inf tensor holding "
+      "0");
 }
