@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 using namespace optjit;
@@ -145,6 +146,11 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
         opt->set_grad_clipping(Optimizer::GradClipping{1.0, c.clip_norm_type, false});
       check_assembles(*opt, c.optimizer + " " + config_name(c.options) + " clip " + std::to_string(c.clip_norm_type) +
                                 " " + std::string(dtype_name(dtype)));
+      if (c.clip_norm_type != 0) { // the grad pass with the in-step inf check too
+        opt->set_grad_scaling(Tensor::full({1}, 8, Dtype::f32), Tensor::zeros({1}, Dtype::f32),
+                              Optimizer::GradsAfterStep::Unscaled, Optimizer::InfCheck::InStep);
+        check_assembles(*opt, c.optimizer + " clip and inf check " + std::string(dtype_name(dtype)));
+      }
     }
   std::filesystem::remove(file);
   CHECK(assembled >= 480 + 16 + 44 + 60);
@@ -237,6 +243,39 @@ TEST_CASE("cuda: reductions (LAMB's norms, clipping's norm pass) on the GPU matc
       check_gpu_against_forloop(c.optimizer, c.options, dtype, {{33, 7}, {5}, {170001}, {0}, {4, 4}}, 5,
                                 c.clip_norm_type);
     }
+}
+
+TEST_CASE("cuda: the in-step inf check fills a found_inf on the device and skips, a finite step runs") {
+  if (skip_without_gpu())
+    return;
+  std::vector<Tensor> ref = random_params({{33, 7}, {170001}, {0}}, Dtype::f32, 5);
+  std::vector<Tensor> gpu = on_device(ref, Device::cuda(0));
+  auto forloop = make_single_group("adam", ref, {}, false);
+  auto compiled_opt = make_single_group("adam", gpu, {}, true);
+  Tensor found_inf = Tensor::zeros({1}, Dtype::f32).to(Device::cuda(0));
+  compiled_opt->set_grad_scaling(Tensor::full({1}, 4, Dtype::f32).to(Device::cuda(0)), found_inf,
+                                 Optimizer::GradsAfterStep::Scaled, Optimizer::InfCheck::InStep);
+  forloop->set_grad_scaling(Tensor::full({1}, 4, Dtype::f32), Tensor());
+  CompiledStep compiled = compile(*compiled_opt);
+  for (int s = 0; s < 3; ++s) {
+    for (Tensor& p : ref)
+      p.set_grad(Tensor::zeros(p.shape(), Dtype::f32));
+    randomize_grads(ref, 300 + static_cast<uint64_t>(s));
+    copy_grads(ref, gpu);
+    if (s == 1) // the last element of the many-block tensor: found by its last block's combine
+      gpu[1].grad().set_item(170000, std::numeric_limits<double>::quiet_NaN());
+    found_inf.fill(0);
+    const std::vector<double> before = gpu[1].to_vector();
+    compiled();
+    CHECK(found_inf.item() == (s == 1 ? 1 : 0));
+    if (s == 1) {
+      CHECK(gpu[1].to_vector() == before);
+      continue;
+    }
+    forloop->step();
+    check_same_trajectory(gpu, *compiled_opt, ref, *forloop, 1e-5, 1e-6, "in-step check: cuda vs cpu forloop");
+  }
+  CHECK(compiled.metrics().skipped_steps == 1);
 }
 
 TEST_CASE("cuda: 10,000 small tensors in one launch") {
