@@ -69,14 +69,26 @@ struct CompiledStep::Impl {
   Impl(StepSource& s, CompileOptions opts)
       : source(s), options(std::move(opts)), source_alive(s.lifetime()), source_name(s.name()) {}
 
+  // The state dtypes depend on the state itself, the params' dtypes and the groups' structures only: a step whose
+  // grads alone were replaced (the usual case with zero_grad(set_to_none=True)) reuses the last ones.
+  uint64_t state_facts_version = 0;
+  bool state_facts_read = false;
+
   void read_facts() {
+    const std::vector<uint32_t> params_before = facts.params;
+    const std::vector<std::string> groups_before = facts.groups;
     facts.params.resize(static_cast<std::size_t>(source.param_count()));
     for (int64_t i = 0; i < source.param_count(); ++i)
       facts.params[static_cast<std::size_t>(i)] = param_fact(*source.flat_param(i).impl());
-    facts.state_dtypes = source.state_dtype_facts();
     facts.groups.resize(static_cast<std::size_t>(source.group_count()));
     for (int g = 0; g < source.group_count(); ++g)
       facts.groups[static_cast<std::size_t>(g)] = source.group_structure_key(g);
+    if (!state_facts_read || state_facts_version != source.state_version() || facts.params != params_before ||
+        facts.groups != groups_before) {
+      facts.state_dtypes = source.state_dtype_facts();
+      state_facts_version = source.state_version();
+      state_facts_read = true;
+    }
   }
 
   Program& program_for_facts() {
