@@ -152,7 +152,7 @@ public:
       for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
         bases.push_back(slot_pointer(b, slots, static_cast<int>(s), n_tensors, t, plan_.abi.tensor_slots[s]));
       // Vector steps over [first, vector_end), then one element at a time. A kernel that reads or writes rows and
-      // columns walks its (whole-tensor) items one element at a time, in element order.
+      // columns walks its (whole-tensor) items row by row (emit_axis_loop).
       Value* count = b.CreateSub(last, first);
       Value* vector_end =
           plan_.has_axis ? first
@@ -173,7 +173,12 @@ public:
         emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec",
                   [&](Value* j) { emit_body(b, bases, splats, j, lanes_, vector_acc); });
       if (plan_.has_axis)
-        emit_axis_loop(b, first, last, [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
+        emit_axis_loop(b, first, last, [&](Value* j, int lanes) {
+          if (lanes > 1)
+            emit_body(b, bases, splats, j, lanes, vector_acc);
+          else
+            emit_body(b, bases, scalars, j, 1, tail_acc);
+        });
       else
         emit_loop(b, vector_end, last, b.getInt64(1), "tail",
                   [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
@@ -194,41 +199,68 @@ public:
   }
 
   // The element loop of a kernel that touches rows and columns: its item is a whole tensor (from element 0), walked
-  // in element order while counting the element's column in its row, its row, its row in its matrix and its
-  // matrix's first column, so that no element divides to find its row or column.
-  void emit_axis_loop(IRBuilder<>& b, Value* first, Value* last, const std::function<void(Value*)>& body) {
+  // row by row, in row order: the row's first n - n % lanes elements a vector at a time, then the rest one at a
+  // time. Counters give each step its row, its column and its row in its matrix, so that nothing divides to find
+  // them; a vector's lanes share one row and cover consecutive columns. Row sums are accumulated in registers (a
+  // vector and a tail accumulator per sum) and stored once at the row's end, their lanes combined in order then the
+  // tail: a fixed order, whatever thread walks the tensor.
+  void emit_axis_loop(IRBuilder<>& b, Value* first, Value* last, const std::function<void(Value*, int)>& body) {
     llvm::Function* fn = b.GetInsertBlock()->getParent();
     IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin());
-    llvm::AllocaInst* col_in_row = entry.CreateAlloca(i64_);
-    llvm::AllocaInst* row = entry.CreateAlloca(i64_);
     llvm::AllocaInst* row_in_matrix = entry.CreateAlloca(i64_);
-    llvm::AllocaInst* col_base = entry.CreateAlloca(i64_);
-    std::vector<llvm::AllocaInst*> row_sums;
+    llvm::AllocaInst* matrix_col_base = entry.CreateAlloca(i64_);
+    std::vector<llvm::AllocaInst*> vector_sums, tail_sums;
     for (std::size_t k = 0; k < axis_reductions_.size(); ++k) {
-      row_sums.push_back(entry.CreateAlloca(b.getDoubleTy()));
-      b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), row_sums.back());
+      vector_sums.push_back(entry.CreateAlloca(vector_type_of(b.getDoubleTy(), lanes_)));
+      tail_sums.push_back(entry.CreateAlloca(b.getDoubleTy()));
     }
-    for (llvm::AllocaInst* counter : {col_in_row, row, row_in_matrix, col_base})
+    for (llvm::AllocaInst* counter : {row_in_matrix, matrix_col_base})
       b.CreateStore(b.getInt64(0), counter);
-    emit_loop(b, first, last, b.getInt64(1), "elem", [&](Value* j) {
-      axis_->col_in_row = b.CreateLoad(i64_, col_in_row);
-      axis_->row = b.CreateLoad(i64_, row);
+    Value* n = axis_->n;
+    Value* has_columns = b.CreateICmpSGT(n, b.getInt64(0));
+    Value* rows = b.CreateSelect(has_columns,
+                                 b.CreateSDiv(b.CreateSub(last, first), b.CreateSelect(has_columns, n, b.getInt64(1))),
+                                 b.getInt64(0));
+    Value* vector_columns = b.CreateMul(b.CreateSDiv(n, b.getInt64(lanes_)), b.getInt64(lanes_));
+    emit_loop(b, b.getInt64(0), rows, b.getInt64(1), "row", [&](Value* row) {
+      axis_->row = row;
       axis_->row_in_matrix = b.CreateLoad(i64_, row_in_matrix);
-      axis_->col = b.CreateAdd(b.CreateLoad(i64_, col_base), axis_->col_in_row);
-      Value* next_col = b.CreateAdd(axis_->col_in_row, b.getInt64(1));
-      Value* row_ends = b.CreateICmpEQ(next_col, axis_->n);
-      axis_->row_ends = row_ends;
-      axis_->row_sums = &row_sums;
-      body(j);
-      b.CreateStore(b.CreateSelect(row_ends, b.getInt64(0), next_col), col_in_row);
-      b.CreateStore(b.CreateAdd(axis_->row, b.CreateZExt(row_ends, i64_)), row);
-      Value* next_row = b.CreateAdd(axis_->row_in_matrix, b.CreateZExt(row_ends, i64_));
+      Value* col_base = b.CreateLoad(i64_, matrix_col_base);
+      for (std::size_t k = 0; k < axis_reductions_.size(); ++k) {
+        b.CreateStore(llvm::Constant::getNullValue(vector_sums[k]->getAllocatedType()), vector_sums[k]);
+        b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), tail_sums[k]);
+      }
+      Value* row_start = b.CreateAdd(first, b.CreateMul(row, n));
+      const auto columns = [&](Value* from, Value* to, int lanes, std::vector<llvm::AllocaInst*>& sums) {
+        emit_loop(b, from, to, b.getInt64(lanes), lanes > 1 ? "cols.vec" : "cols.tail", [&](Value* c) {
+          axis_->col_in_row = c;
+          axis_->col = b.CreateAdd(col_base, c);
+          axis_->row_sums = &sums;
+          body(b.CreateAdd(row_start, c), lanes);
+        });
+      };
+      if (lanes_ > 1)
+        columns(b.getInt64(0), vector_columns, lanes_, vector_sums);
+      columns(lanes_ > 1 ? vector_columns : b.getInt64(0), n, 1, tail_sums);
+      for (std::size_t k = 0; k < axis_reductions_.size(); ++k) {
+        if (graph_.node(axis_reductions_[k]).op != Op::row_sum)
+          continue;
+        Value* sum = b.CreateLoad(b.getDoubleTy(), tail_sums[k]);
+        if (lanes_ > 1) {
+          Value* lanes = b.CreateLoad(vector_sums[k]->getAllocatedType(), vector_sums[k]);
+          Value* vector_sum = b.CreateExtractElement(lanes, uint64_t{0});
+          for (int lane = 1; lane < lanes_; ++lane)
+            vector_sum = b.CreateFAdd(vector_sum, b.CreateExtractElement(lanes, static_cast<uint64_t>(lane)));
+          sum = b.CreateFAdd(vector_sum, sum);
+        }
+        b.CreateStore(sum, axis_array_address(b, carry_of_reduction(axis_reductions_[k]), SlotKind::Rows));
+      }
+      Value* next_row = b.CreateAdd(axis_->row_in_matrix, b.getInt64(1));
       Value* matrix_ends = b.CreateICmpEQ(next_row, axis_->m);
       b.CreateStore(b.CreateSelect(matrix_ends, b.getInt64(0), next_row), row_in_matrix);
-      b.CreateStore(b.CreateAdd(b.CreateLoad(i64_, col_base), b.CreateSelect(matrix_ends, axis_->n, b.getInt64(0))),
-                    col_base);
+      b.CreateStore(b.CreateAdd(col_base, b.CreateSelect(matrix_ends, n, b.getInt64(0))), matrix_col_base);
     });
-    axis_->row = axis_->col = axis_->col_in_row = axis_->row_in_matrix = axis_->row_ends = nullptr;
+    axis_->row = axis_->col = axis_->col_in_row = axis_->row_in_matrix = nullptr;
     axis_->row_sums = nullptr;
   }
 
@@ -637,6 +669,10 @@ private:
                       : llvm::FixedVectorType::get(scalar_type(dtype), static_cast<unsigned>(lanes));
   }
   llvm::Type* lane_type(int lanes) { return vector_type(graph_.dtype, lanes); }
+  static int lanes_in(llvm::Type* type) {
+    auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(type);
+    return vector ? static_cast<int>(vector->getNumElements()) : 1;
+  }
   // The storage dtype of the kernel's tensor slot `slot` (an index into the ABI's tensor slots), and of a slot by
   // name.
   Dtype tensor_slot_dtype(int slot) { return slot_dtype(plan_.abi.tensor_slots[static_cast<std::size_t>(slot)]); }
@@ -688,10 +724,23 @@ private:
     return out;
   }
 
+  SlotKind tensor_slot_kind(int slot) const {
+    return graph_.slot(plan_.abi.tensor_slots[static_cast<std::size_t>(slot)])->kind;
+  }
   // Where element j of a tensor slot lives: j itself, or its row or column in a rows or columns slot.
   Value* element_at(int slot, Value* j) {
-    const SlotKind kind = graph_.slot(plan_.abi.tensor_slots[static_cast<std::size_t>(slot)])->kind;
+    const SlotKind kind = tensor_slot_kind(slot);
     return kind == SlotKind::Tensor ? j : axis_index(kind);
+  }
+  // `lanes` values from `address` of `element` type: a vector load, or one value splat over the lanes when they
+  // share it (a row's value: the lanes of an axis loop's vector share their row).
+  Value* load_lanes(IRBuilder<>& b, llvm::Type* element, Value* address, int lanes, bool shared, llvm::Align align,
+                    const llvm::Twine& name = "") {
+    if (lanes == 1 || shared) {
+      Value* v = b.CreateAlignedLoad(element, address, align, name);
+      return lanes == 1 ? v : b.CreateVectorSplat(static_cast<unsigned>(lanes), v);
+    }
+    return b.CreateAlignedLoad(vector_type_of(element, lanes), address, align, name);
   }
 
   // The element DAG for `lanes` consecutive elements starting at index j: loads, arithmetic, stores.
@@ -701,8 +750,8 @@ private:
     auto load = [&](int slot) {
       const Dtype storage = tensor_slot_dtype(slot);
       Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(slot, j));
-      Value* v = b.CreateAlignedLoad(vector_type(storage, lanes), address, llvm::Align(dtype_size(storage)),
-                                     plan_.abi.tensor_slots[slot]);
+      Value* v = load_lanes(b, scalar_type(storage), address, lanes, tensor_slot_kind(slot) == SlotKind::Rows,
+                            llvm::Align(dtype_size(storage)), plan_.abi.tensor_slots[slot]);
       return from_storage(b, v, storage, type);
     };
     Value* index = j; // of each lane's element: stochastic rounding draws its bits by element index
@@ -714,21 +763,20 @@ private:
     }
     std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type, index);
     accumulate(b, values, accumulators);
-    for (std::size_t k = 0; k < axis_reductions_.size(); ++k) { // the tensor's row or column sums, element order
+    for (std::size_t k = 0; k < axis_reductions_.size(); ++k) { // the tensor's row or column sums
       const Node& n = graph_.node(axis_reductions_[k]);
-      const SlotKind kind = n.op == Op::row_sum ? SlotKind::Rows : SlotKind::Cols;
-      Value* address = axis_array_address(b, carry_of_reduction(axis_reductions_[k]), kind);
-      Value* wide = b.CreateFPExt(values[static_cast<std::size_t>(n.inputs[0])], b.getDoubleTy());
-      if (kind == SlotKind::Rows) {
-        // A row's elements are consecutive: its sum is kept in a register and stored once, at the row's last element.
+      Value* v = values[static_cast<std::size_t>(n.inputs[0])];
+      Value* wide = b.CreateFPExt(v, with_lanes(b.getDoubleTy(), v->getType()));
+      if (n.op == Op::row_sum) {
+        // A row's elements are consecutive: its sum is kept in registers, stored once by emit_axis_loop.
         OPTJIT_ASSERT(axis_->row_sums, "row sums are accumulated by emit_axis_loop's elements only");
         llvm::AllocaInst* running = axis_->row_sums->at(k);
-        Value* sum = b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), running), wide);
-        b.CreateStore(b.CreateSelect(axis_->row_ends, llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum), running);
-        store_if(b, axis_->row_ends, sum, address, llvm::Align(8));
+        b.CreateStore(b.CreateFAdd(b.CreateLoad(running->getAllocatedType(), running), wide), running);
         continue;
       }
-      b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), address), wide), address);
+      Value* address = axis_array_address(b, carry_of_reduction(axis_reductions_[k]), SlotKind::Cols);
+      Value* sum = b.CreateFAdd(b.CreateAlignedLoad(wide->getType(), address, llvm::Align(8)), wide);
+      b.CreateAlignedStore(sum, address, llvm::Align(8)); // a vector of columns starts at any column
     }
     for (const Store& s : graph_.stores) {
       if (s.kind != StoreKind::Tensor)
@@ -743,11 +791,17 @@ private:
         continue;
       }
       // A row (column) is written once, by its last element: every element of it has read the old value by then
-      // (the item is the whole tensor, walked in element order).
-      Value* last_of_it = kind == SlotKind::Rows
-                              ? b.CreateICmpEQ(axis_->col_in_row, b.CreateSub(axis_->n, b.getInt64(1)))
-                              : b.CreateICmpEQ(axis_->row_in_matrix, b.CreateSub(axis_->m, b.getInt64(1)));
-      store_if(b, last_of_it, stored, address, llvm::Align(dtype_size(storage)));
+      // (the item is the whole tensor, walked in row order). A vector's last lane is its row's last element when the
+      // vector ends the row; a vector of a matrix's last row holds its columns' last elements.
+      if (kind == SlotKind::Rows) {
+        Value* ends_row = b.CreateICmpEQ(b.CreateAdd(axis_->col_in_row, b.getInt64(lanes)), axis_->n);
+        if (lanes > 1)
+          stored = b.CreateExtractElement(stored, static_cast<uint64_t>(lanes - 1));
+        store_if(b, ends_row, stored, address, llvm::Align(dtype_size(storage)));
+      } else {
+        store_if(b, b.CreateICmpEQ(axis_->row_in_matrix, b.CreateSub(axis_->m, b.getInt64(1))), stored, address,
+                 llvm::Align(dtype_size(storage)));
+      }
     }
   }
 
@@ -763,7 +817,11 @@ private:
         v = load(index_in(plan_.abi.tensor_slots, n.name));
       } else if (n.op == Op::carried_rows || n.op == Op::carried_cols) {
         const SlotKind kind = n.op == Op::carried_rows ? SlotKind::Rows : SlotKind::Cols;
-        v = convert(b, b.CreateLoad(b.getDoubleTy(), axis_array_address(b, n.name, kind)), type);
+        const int lanes = lanes_in(type);
+        v = convert(b,
+                    load_lanes(b, b.getDoubleTy(), axis_array_address(b, n.name, kind), lanes, kind == SlotKind::Rows,
+                               llvm::Align(8)),
+                    type);
       } else {
         std::vector<Value*> operands;
         for (ValueId in : n.inputs)
@@ -977,13 +1035,14 @@ private:
     Value* n;
     Value* row_base;
     Value* col_base;
-    Value* arrays;                  // the axis argument
-    Value* row = nullptr;           // the element's row in its tensor (j / n), counted by the element loop
+    Value* arrays; // the axis argument
+    // Of the current step's (first) element j, counted by emit_axis_loop:
+    Value* row = nullptr;           // its row in its tensor (j / n)
     Value* col = nullptr;           // its column in its tensor ((j / (m n)) n + j % n)
     Value* col_in_row = nullptr;    // j % n
     Value* row_in_matrix = nullptr; // (j / n) % m
-    Value* row_ends = nullptr;      // the element is its row's last
-    const std::vector<llvm::AllocaInst*>* row_sums = nullptr; // per axis reduction: its row's running sum
+    // Per axis reduction: its row's running sum, with the lanes of the current step (emit_axis_loop).
+    const std::vector<llvm::AllocaInst*>* row_sums = nullptr;
   };
   std::optional<AxisIndex> axis_;
   llvm::PointerType* ptr_;

@@ -1,5 +1,6 @@
 // Adafactor: four kernels for a factored (rank >= 2) param and two for the others, the three modes in agreement on
-// random inputs (a transposed param included, stepped through contiguous copies), state shapes and torch's messages,
+// random inputs (a transposed param included, stepped through contiguous copies; rows shorter and longer than a
+// vector, batched matrices), state shapes and torch's messages,
 // and its state dict round trip.
 #include "frontend/optim/adafactor.h"
 #include "helpers.h"
@@ -17,6 +18,10 @@ std::vector<Tensor> adafactor_params(Dtype dtype, uint64_t seed) {
   static std::vector<Tensor> bases; // the views' memory, alive for the test binary
   bases.push_back(random_params({{5, 3}}, dtype, seed + 1)[0]);
   params.push_back(Tensor::from_blob(bases.back().data(), {3, 5}, dtype, {1, 3}));
+  // Rows long enough for the compiled kernels' vector steps: with a tail (37 columns), batched (3 matrices), and
+  // ending on a whole vector (64 columns).
+  for (Tensor& wide : random_params({{3, 9, 37}, {20, 64}}, dtype, seed + 2))
+    params.push_back(wide);
   for (Tensor& p : params)
     p.set_grad(random_params({p.shape()}, dtype, seed + 7)[0]);
   return params;
