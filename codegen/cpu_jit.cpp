@@ -13,9 +13,12 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/TargetParser/Host.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 namespace optjit {
 namespace {
@@ -58,6 +61,8 @@ public:
   std::mutex& mutex() { return mutex_; }
   std::string next_symbol_prefix() { return "optjit_kernel_" + std::to_string(counter_++); }
   const std::string& cpu_description() const { return description_; }
+  // Whether the CPU converts f32 to bf16 in one instruction (AVX512-BF16; OPTJIT_NATIVE_BF16=0 turns it off).
+  bool native_bf16() const { return native_bf16_; }
 
 private:
   CpuJit() : builder_(detect()) {
@@ -68,13 +73,17 @@ private:
         llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit_->getDataLayout().getGlobalPrefix()),
         "exposing process symbols to the JIT"));
     description_ = describe(builder_);
+    const std::vector<std::string>& features = builder_.getFeatures().getFeatures();
+    const char* setting = std::getenv("OPTJIT_NATIVE_BF16");
+    native_bf16_ = std::find(features.begin(), features.end(), "+avx512bf16") != features.end() &&
+                   !(setting && std::string_view(setting) == "0");
   }
 
   // "znver2 (avx2, fma)": the CPU name and the vector features that decide the kernels' width.
   static std::string describe(const llvm::orc::JITTargetMachineBuilder& host) {
     std::string features;
     for (const std::string& f : host.getFeatures().getFeatures())
-      for (const char* wanted : {"+avx2", "+fma", "+avx512f"})
+      for (const char* wanted : {"+avx2", "+fma", "+avx512f", "+avx512bf16"})
         if (f == wanted)
           features += (features.empty() ? "" : ", ") + f.substr(1);
     return host.getCPU() + " (" + (features.empty() ? "no AVX2" : features) + ")";
@@ -91,6 +100,7 @@ private:
   std::mutex mutex_;
   std::atomic<uint64_t> counter_{0};
   std::string description_;
+  bool native_bf16_ = false;
 };
 
 class JitCpuKernel : public CpuKernel {
@@ -107,7 +117,7 @@ public:
 std::unique_ptr<llvm::Module> build_module(const KernelPlan& plan, llvm::LLVMContext& ctx, const std::string& prefix,
                                            EmittedKernel& names) {
   auto module = std::make_unique<llvm::Module>(plan.name, ctx);
-  names = emit_cpu_kernel(plan, *module, prefix, cpu_vector_lanes(plan.graph.dtype));
+  names = emit_cpu_kernel(plan, *module, prefix, cpu_vector_lanes(plan.graph.dtype), CpuJit::instance().native_bf16());
   CpuJit::instance().optimize(*module);
   return module;
 }

@@ -58,8 +58,9 @@ public:
     Value* matrix = nullptr; // the CPU's per-tensor extents (extent nodes read it)
   };
 
-  Emitter(const KernelPlan& plan, llvm::Module& module, int lanes, bool device_math = false)
-      : plan_(plan), graph_(plan.graph), module_(module), ctx_(module.getContext()), lanes_(lanes) {
+  Emitter(const KernelPlan& plan, llvm::Module& module, int lanes, bool device_math = false, bool native_bf16 = false)
+      : plan_(plan), graph_(plan.graph), module_(module), ctx_(module.getContext()), lanes_(lanes),
+        native_bf16_(native_bf16) {
     for (ValueId id = plan.reductions_begin; id < plan.graph.size(); ++id)
       (op_has_trait(plan.graph.node(id).op, kAxis) ? axis_reductions_ : tensor_reductions_).push_back(id);
     if (device_math)
@@ -700,12 +701,39 @@ private:
     }
     return convert(b, v, type);
   }
-  // A computed value (scalar or vector) rounded to `storage`, to nearest with ties to even. bf16 by hand: add
-  // 0x7fff plus the lowest kept bit and keep the upper half; NaNs stay quiet NaNs.
+  // A computed value (scalar or vector) rounded to `storage`, to nearest with ties to even. bf16 by hand (below), or
+  // by the CPU's conversion where it has one: that conversion flushes subnormals, so a vector holding one (rare:
+  // below 2^-126) branches to the exact rounding.
   Value* to_storage(IRBuilder<>& b, Value* v, Dtype storage) {
     if (storage != Dtype::bf16)
       return convert(b, v, with_lanes(scalar_type(storage), v->getType()));
     v = convert(b, v, with_lanes(b.getFloatTy(), v->getType()));
+    if (!native_bf16_)
+      return round_to_bf16_bits(b, v);
+    llvm::Type* i16 = with_lanes(b.getInt16Ty(), v->getType());
+    Value* native = b.CreateBitCast(b.CreateFPTrunc(v, with_lanes(b.getBFloatTy(), v->getType())), i16);
+    Value* magnitude = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, v);
+    Value* subnormal =
+        b.CreateAnd(b.CreateFCmpOLT(magnitude, llvm::ConstantFP::get(v->getType(), std::numeric_limits<float>::min())),
+                    b.CreateFCmpONE(magnitude, llvm::Constant::getNullValue(v->getType())));
+    Value* any_subnormal = v->getType()->isVectorTy() ? b.CreateOrReduce(subnormal) : subnormal;
+    llvm::BasicBlock* fast = b.GetInsertBlock();
+    llvm::Function* fn = fast->getParent();
+    auto* exact = llvm::BasicBlock::Create(ctx_, "bf16.subnormal", fn);
+    auto* join = llvm::BasicBlock::Create(ctx_, "bf16.rounded", fn);
+    b.CreateCondBr(any_subnormal, exact, join);
+    b.SetInsertPoint(exact);
+    Value* exact_bits = round_to_bf16_bits(b, v);
+    b.CreateBr(join);
+    b.SetInsertPoint(join);
+    llvm::PHINode* bits = b.CreatePHI(i16, 2);
+    bits->addIncoming(native, fast);
+    bits->addIncoming(exact_bits, exact);
+    return bits;
+  }
+  // f32 (scalar or vector) to bf16 bits by integer arithmetic: add 0x7fff plus the lowest kept bit and keep the upper
+  // half; NaNs stay quiet NaNs. Exact for every input, subnormals included.
+  Value* round_to_bf16_bits(IRBuilder<>& b, Value* v) {
     llvm::Type* i32 = with_lanes(b.getInt32Ty(), v->getType());
     Value* bits = b.CreateBitCast(v, i32);
     Value* upper = b.CreateLShr(bits, 16);
@@ -1027,6 +1055,7 @@ private:
   llvm::Module& module_;
   llvm::LLVMContext& ctx_;
   int lanes_;
+  bool native_bf16_;
   std::optional<DeviceMath> math_;                           // set for targets without libm
   std::vector<ValueId> tensor_reductions_, axis_reductions_; // the kernel's reductions, per tensor and along an axis
   // Rows and columns of the item the element phase is in (kernels with has_axis): m, n and the tensor's bases.
@@ -1063,9 +1092,9 @@ void verify(const llvm::Module& module) {
 
 } // namespace
 
-EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol_prefix,
-                              int lanes) {
-  Emitter emitter(plan, module, lanes);
+EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol_prefix, int lanes,
+                              bool native_bf16) {
+  Emitter emitter(plan, module, lanes, /*device_math=*/false, native_bf16);
   EmittedKernel names{symbol_prefix + "_tensor_phase", symbol_prefix + "_element_phase", ""};
   emitter.emit_tensor_phase(names.tensor_phase);
   emitter.emit_element_phase(names.element_phase);

@@ -15,8 +15,10 @@ struct EmittedKernel {
   std::string finish_phase; // empty when the kernel ends with no reduction
 };
 
-EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol_prefix,
-                              int lanes);
+// `native_bf16`: the CPU converts f32 to bf16 in one instruction (AVX512-BF16's vcvtneps2bf16, which flushes
+// subnormals): stores to bf16 use it, and take the exact integer rounding only for vectors holding a subnormal.
+EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol_prefix, int lanes,
+                              bool native_bf16 = false);
 
 // The GPU split (runtime/kernel_abi.h): one kernel entry `symbol`, a block per work item, 128-bit accesses where
 // aligned, scalar state written by the last block of each tensor; exp, log and pow from codegen/device_math.h.
