@@ -4,6 +4,7 @@
 
 #include "frontend/optim/registry.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,13 @@ std::vector<CountConfig> torch_optim_configs();
 // The configurations of optjit's own optimizers, which torch.optim does not have (Lion): no Inductor count.
 std::vector<CountConfig> own_optimizer_configs();
 
-// Steps with reductions, which plan into several kernels: LAMB, LARS, and optimizers with fused grad-norm clipping. No
-// Inductor count is recorded for them (reference/ has none).
+// Steps with reductions, which plan into several kernels: LAMB, LARS, and optimizers with fused grad-norm clipping
+// (Inductor's counts for torch's optimizers with clip_grad_norm_ were measured, tools/inductor_clip_counts.py).
 std::vector<CountConfig> reducing_configs();
 
-// Inductor's kernels per step for a configuration on the CPU (reference: inductor-kernel-counts.md).
-int inductor_cpu_kernels(const CountConfig& config, bool foreach);
+// Inductor's kernels per step for a configuration on the CPU (reference: inductor-kernel-counts.md; clipped steps:
+// measured with tools/inductor_clip_counts.py), or nothing where torch has no such step (optjit's own optimizers).
+std::optional<int> inductor_cpu_kernels(const CountConfig& config, bool foreach);
 
 // "default", or the configuration's option names joined by commas.
 std::string config_name(const KeywordOptions& options);
