@@ -50,7 +50,7 @@ public:
     axis_.assign(first.carries.size(), {});
     axis_pointers_.assign(std::max<std::size_t>(1, first.carries.size()), nullptr);
     for (std::size_t c = 0; c < first.carries.size(); ++c) {
-      if (first.carry_kinds[c] == CarryKind::PerTensor)
+      if (!is_axis_carry(first.carry_kinds[c]))
         continue;
       const Binding& b = kernels_.front().binding;
       const int64_t length = first.carry_kinds[c] == CarryKind::Rows ? b.total_rows() : b.total_cols();
@@ -70,9 +70,11 @@ public:
       k.binding.set_hyper(values_by_group);
   }
   void launch() override {
-    for (const BoundCpuKernel& k : kernels_)
+    for (const BoundCpuKernel& k : kernels_) {
       launch_cpu_kernel(k.code->tensor_phase, k.code->element_phase, k.code->finish_phase, k.binding.args(),
                         k.binding.tensor_grain(), k.binding.item_grain());
+      combine_list_carries(k.plan);
+    }
   }
 
   std::vector<double> carried(const std::string& name) const override {
@@ -85,10 +87,27 @@ public:
   }
 
 private:
+  // The list reductions a kernel stored: every tensor's value combined over the list, before the next kernel.
+  void combine_list_carries(const KernelPlan& plan) {
+    for (const std::string& name : plan.abi.carried_out) {
+      const std::size_t c = carry_index(plan, name);
+      if (!is_list_carry(plan.carry_kinds[c]))
+        continue;
+      std::vector<double>& values = list_values_;
+      values.resize(n_tensors_);
+      for (std::size_t t = 0; t < n_tensors_; ++t)
+        values[t] = std::bit_cast<double>(carry_[t * plan.carries.size() + c]);
+      combine_over_list(plan.carry_kinds[c], values.data(), n_tensors_);
+      for (std::size_t t = 0; t < n_tensors_; ++t)
+        carry_[t * plan.carries.size() + c] = std::bit_cast<uint64_t>(values[t]);
+    }
+  }
+
   std::vector<BoundCpuKernel> kernels_;
   std::size_t n_tensors_ = 0;
   LaunchShape shape_;
   std::vector<uint64_t> carry_;
+  std::vector<double> list_values_;       // reused by combine_list_carries
   std::vector<std::vector<double>> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)
   std::vector<double*> axis_pointers_;
 };

@@ -32,7 +32,9 @@ bool is_value(std::optional<double> v, double expected) {
 // The value the node simplifies to, or -1 to keep it.
 ValueId simplify(GraphBuilder& b, const Node& n) {
   auto operand = [&](int k) { return constant_value(b, n.inputs[static_cast<std::size_t>(k)]); };
-  if (n.level == Level::PerTensor && n.dtype == Dtype::f64 && n.op != Op::constant && !op_has_trait(n.op, kInput)) {
+  // A list reduction of a constant depends on the list's length: never folded.
+  if (n.level == Level::PerTensor && n.dtype == Dtype::f64 && n.op != Op::constant && !op_has_trait(n.op, kInput) &&
+      !op_has_trait(n.op, kListReduction)) {
     bool all_constant = true;
     std::vector<double> values;
     for (ValueId in : n.inputs) {

@@ -5,6 +5,8 @@
 // used in a later one is handed on — the producing kernel stores it (`store_carry "cN"`) and the using kernel reads
 // it (`carried "cN"`, same dtype); constants, hyperparameters and extents are cheaper to repeat than to carry, so
 // each kernel that uses them gets its own copy; an element value is computed again in every kernel that needs it.
+// A list reduction is not a node of any kernel: the kernel computing its operand stores the operand as the list
+// reduction's carry (kind ListSum or ListMax), which the host combines over the list when that kernel has ended.
 // Assumes the graph plan_fusion saw. Internal errors (a bad plan): a value used by an earlier kernel than the one
 // computing it, or a kernel loading a slot that an earlier kernel already stored (it would read the new value).
 #include "passes/kernel_membership.h"
@@ -29,7 +31,18 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
   std::vector<CarryKind> carry_kinds; // per carry: one value per tensor, or an array of a tensor's row or column sums
   const auto kind_of = [&](ValueId value) {
     const Op op = graph.node(value).op;
-    return op == Op::row_sum ? CarryKind::Rows : op == Op::col_sum ? CarryKind::Cols : CarryKind::PerTensor;
+    switch (op) {
+    case Op::row_sum:
+      return CarryKind::Rows;
+    case Op::col_sum:
+      return CarryKind::Cols;
+    case Op::list_sum:
+      return CarryKind::ListSum;
+    case Op::list_max:
+      return CarryKind::ListMax;
+    default:
+      return CarryKind::PerTensor;
+    }
   };
   for (const Store& s : graph.stores)
     if (s.kind == StoreKind::Carry) {
@@ -97,6 +110,10 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
     const auto is_reduction = [&](ValueId id) { return op_has_trait(graph.node(id).op, kReduction); };
     const auto copy_node = [&](ValueId id) {
       const Node& n = graph.node(id);
+      if (op_has_trait(n.op, kListReduction)) { // this kernel stores the operand; the host combines it over the list
+        rw.map(id, operand(n.inputs[0]));
+        return;
+      }
       if (n.op == Op::tensor || n.op == Op::scalar_state)
         OPTJIT_ASSERT(!stored_by_earlier.count(n.name),
                       "fusion plan loads slot '" + n.name + "' after an earlier kernel stored it");
@@ -105,15 +122,19 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
         in = operand(in);
       rw.map(id, b.add(std::move(copy)));
     };
+    const auto is_list_reduction = [&](ValueId id) { return op_has_trait(graph.node(id).op, kListReduction); };
     for (Level level : {Level::PerTensor, Level::Element})
       for (ValueId id = 0; id < graph.size(); ++id)
-        if (in_kernel(id, k) && graph.node(id).level == level && !is_reduction(id))
+        if (in_kernel(id, k) && graph.node(id).level == level && !is_reduction(id) && !is_list_reduction(id))
           copy_node(id);
     for (std::size_t s = 0; s < graph.stores.size(); ++s) // a stored axis sum of an earlier kernel, read here
       if (store_kernel(graph, plan, s) == k && op_has_trait(graph.node(graph.stores[s].value).op, kAxis))
         operand(graph.stores[s].value);
     for (ValueId id = 0; id < graph.size(); ++id)
       if (in_kernel(id, k) && is_reduction(id))
+        copy_node(id);
+    for (ValueId id = 0; id < graph.size(); ++id) // after the reductions their operands may be
+      if (in_kernel(id, k) && is_list_reduction(id))
         copy_node(id);
     for (std::size_t s = 0; s < graph.stores.size(); ++s)
       if (store_kernel(graph, plan, s) == k) {

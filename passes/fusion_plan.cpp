@@ -3,12 +3,13 @@
 // connected components; horizontal fusion joins every component into one kernel, because all of them run over the
 // same tensor list and one launch can walk a table of (tensor, chunk) work items. The only split is at a reduction
 // (reduce_sum, reduce_max): its value exists once a whole pass over the data has ended, so the values that use it
-// run in the next kernel. A graph whose longest path crosses R reductions plans into R + 1 kernels, the fewest
-// possible: kernel k computes every value of reduction phase k (reduction_phases) and accumulates the reductions
-// that end that pass. Per-tensor values are handed to later kernels as carried values; element values are
-// recomputed from loads in every kernel that needs them (apply_fusion). A tensor store waits for the last kernel
-// that loads its slot, so every kernel reads the values from before the step. Assumes a verified, hoisted graph.
-// A graph without stores needs no kernel.
+// run in the next kernel. A list reduction (list_sum, list_max) belongs to the kernel that computes its operand: the
+// host combines it over the list when that kernel has ended, and the values that use it run in the next kernel. A graph
+// whose longest path crosses R reductions plans into R + 1 kernels, the fewest possible: kernel k computes every value
+// of reduction phase k (reduction_phases) and accumulates the reductions that end that pass. Per-tensor values are
+// handed to later kernels as carried values; element values are recomputed from loads in every kernel that needs them
+// (apply_fusion). A tensor store waits for the last kernel that loads its slot, so every kernel reads the values from
+// before the step. Assumes a verified, hoisted graph. A graph without stores needs no kernel.
 #include "passes/kernel_membership.h"
 #include "passes/passes.h"
 #include "runtime/log.h"
@@ -51,23 +52,26 @@ void place_tensor_stores(const Graph& graph, FusionPlan& plan) {
 void explain_split(const Graph& graph, const FusionPlan& plan, std::vector<std::string>& decisions) {
   const std::vector<std::vector<char>> computes = kernel_membership(graph, plan);
   for (int k = 0; k < plan.kernel_count; ++k) {
-    std::string reductions, recomputed, stores;
+    std::string reductions, list_reductions, recomputed, stores;
     for (ValueId id = 0; id < graph.size(); ++id) {
       if (!computes[static_cast<std::size_t>(k)][static_cast<std::size_t>(id)])
         continue;
       const Node& n = graph.node(id);
       if (op_has_trait(n.op, kReduction))
         reductions += (reductions.empty() ? "%" : ", %") + std::to_string(id);
+      else if (op_has_trait(n.op, kListReduction))
+        list_reductions += (list_reductions.empty() ? "%" : ", %") + std::to_string(id);
       else if (n.level == Level::Element && plan.kernel_of[static_cast<std::size_t>(id)] < k)
         recomputed += (recomputed.empty() ? "%" : ", %") + std::to_string(id);
     }
     for (std::size_t s = 0; s < graph.stores.size(); ++s)
       if (store_kernel(graph, plan, s) == k)
         stores += (stores.empty() ? "" : ", ") + graph.stores[s].name;
-    decisions.push_back("split: kernel k" + std::to_string(k) +
-                        (reductions.empty() ? std::string() : " accumulates " + reductions) +
-                        (recomputed.empty() ? std::string() : ", recomputes " + recomputed + " from its loads") +
-                        (stores.empty() ? std::string() : ", stores " + stores));
+    decisions.push_back(
+        "split: kernel k" + std::to_string(k) + (reductions.empty() ? std::string() : " accumulates " + reductions) +
+        (list_reductions.empty() ? std::string() : ", then the host combines " + list_reductions + " over the list") +
+        (recomputed.empty() ? std::string() : ", recomputes " + recomputed + " from its loads") +
+        (stores.empty() ? std::string() : ", stores " + stores));
   }
 }
 
@@ -86,7 +90,11 @@ FusionPlan plan_fusion(const Graph& graph) {
   for (ValueId id = 0; id < graph.size(); ++id) {
     const bool reduction = op_has_trait(graph.node(id).op, kReduction);
     reductions += reduction;
-    plan.kernel_of[static_cast<std::size_t>(id)] = phase[static_cast<std::size_t>(id)] - (reduction ? 1 : 0);
+    // A list reduction belongs to the kernel that computes its operand: the host combines it when that one ends.
+    const int kernel = op_has_trait(graph.node(id).op, kListReduction)
+                           ? plan.kernel_of[static_cast<std::size_t>(graph.node(id).inputs[0])]
+                           : phase[static_cast<std::size_t>(id)] - (reduction ? 1 : 0);
+    plan.kernel_of[static_cast<std::size_t>(id)] = kernel;
   }
   for (const Store& s : graph.stores)
     plan.store_kernel.push_back(first_kernel_to_store(graph, plan, s));

@@ -18,10 +18,12 @@ inline bool repeated_per_kernel(const Node& n) {
 }
 
 // The first kernel that can perform `store`: its value's, or for a reduction's value the next (the value exists only
-// once the pass that accumulates it has ended), unless it only hands the value on (a carry store, which the kernel's
-// finish phase performs).
+// once the pass that accumulates it has ended; a list reduction's once the host has combined it after that kernel),
+// unless it only hands the value on (a carry store, which the kernel's finish phase performs, or the host's combine).
 inline int first_kernel_to_store(const Graph& graph, const FusionPlan& plan, const Store& store) {
-  const bool after_pass = op_has_trait(graph.node(store.value).op, kReduction) && store.kind != StoreKind::Carry;
+  const Op op = graph.node(store.value).op;
+  const bool after_pass =
+      (op_has_trait(op, kReduction) || op_has_trait(op, kListReduction)) && store.kind != StoreKind::Carry;
   return plan.kernel_of[static_cast<std::size_t>(store.value)] + (after_pass ? 1 : 0);
 }
 

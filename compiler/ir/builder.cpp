@@ -90,6 +90,21 @@ void check_and_type(const Graph& graph, Node& node) {
     node.dtype = graph.dtype;
     return;
   }
+  case Op::list_sum:
+  case Op::list_max: {
+    const Node& value = graph.node(node.inputs[0]);
+    if (value.level != Level::PerTensor || value.dtype != Dtype::f64)
+      throw Error(what + " of " + describe(graph, node.inputs[0]) +
+                  ": a list reduction combines a per-tensor f64 value over the list's tensors (reduce each tensor "
+                  "first, and cast to f64)");
+    if (op_has_trait(value.op, kListReduction))
+      throw Error(what + " of " + describe(graph, node.inputs[0]) +
+                  ": that value is already the same for every tensor of the list (a list reduction of it is the "
+                  "value itself, or the value times the list's length)");
+    node.level = Level::PerTensor;
+    node.dtype = Dtype::f64;
+    return;
+  }
   case Op::reduce_sum:
   case Op::reduce_max:
     if (graph.node(node.inputs[0]).level != Level::Element)
@@ -228,7 +243,7 @@ ValueId GraphBuilder::select(ValueId condition, ValueId if_true, ValueId if_fals
 }
 
 ValueId GraphBuilder::reduce(Op op, ValueId value) {
-  if (!op_has_trait(op, kReduction))
+  if (!op_has_trait(op, kReduction) && !op_has_trait(op, kListReduction))
     throw Error(std::string(op_name(op)) + " is not a reduction");
   Node n;
   n.op = op;

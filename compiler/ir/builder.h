@@ -31,7 +31,7 @@ public:
   ValueId binary(Op op, ValueId lhs, ValueId rhs);
   ValueId select(ValueId condition, ValueId if_true, ValueId if_false);
   // A reduction (an op with kReduction: reduce_sum, reduce_max) of element value `value` over each tensor: a
-  // per-tensor f64 value.
+  // per-tensor f64 value; or a list reduction (list_sum, list_max) of per-tensor f64 value `value` over the list.
   ValueId reduce(Op op, ValueId value);
   void store(const std::string& slot, ValueId value);
   void store_scalar(const std::string& slot, ValueId value);

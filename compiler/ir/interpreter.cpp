@@ -298,6 +298,12 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
       out = std::move(sums);
       continue;
     }
+    if (op_has_trait(n.op, kListReduction)) {
+      PerTensorValues v = std::get<PerTensorValues>(*in[0]);
+      combine_over_list(n.op == Op::list_sum ? CarryKind::ListSum : CarryKind::ListMax, v.data(), v.size());
+      out = std::move(v);
+      continue;
+    }
     if (op_has_trait(n.op, kReduction)) {
       const ElementValues& operand = std::get<ElementValues>(*in[0]);
       out = visit_compute_dtype(graph.dtype, [&]<class T>() { return reduce_elements<T>(n.op, operand); });
@@ -378,8 +384,14 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
 
 void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArguments& args) {
   CarriedValues carried;
-  for (const KernelPlan& kernel : kernels)
+  for (const KernelPlan& kernel : kernels) {
     interpret(kernel.graph, args, &carried);
+    for (const std::string& name : kernel.abi.carried_out) // list reductions, combined between kernels
+      if (const CarryKind kind = kernel.carry_kinds[carry_index(kernel, name)]; is_list_carry(kind)) {
+        std::vector<double>& values = carried.per_tensor.at(name);
+        combine_over_list(kind, values.data(), values.size());
+      }
+  }
 }
 
 } // namespace optjit

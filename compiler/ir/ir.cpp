@@ -98,7 +98,10 @@ std::vector<int> reduction_phases(const Graph& graph) {
     int p = 0;
     for (ValueId in : n.inputs)
       p = std::max(p, phase[static_cast<std::size_t>(in)]);
-    phase[static_cast<std::size_t>(id)] = p + (op_has_trait(n.op, kReduction) ? 1 : 0);
+    int step = op_has_trait(n.op, kReduction) ? 1 : 0;
+    if (op_has_trait(n.op, kListReduction)) // combined after the kernel computing its operand: an element
+      step = op_has_trait(graph.node(n.inputs[0]).op, kReduction) ? 0 : 1; // reduction's result is there by then
+    phase[static_cast<std::size_t>(id)] = p + step;
   }
   return phase;
 }

@@ -18,7 +18,7 @@ enum class Op : uint8_t {
 #undef OPTJIT_OP
 };
 
-enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2, kReduction = 4, kAxis = 8 };
+enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2, kReduction = 4, kAxis = 8, kListReduction = 16 };
 
 std::string_view op_name(Op op);
 int op_arity(Op op);
@@ -97,7 +97,8 @@ struct Graph {
 };
 
 // Per node, how many reductions lie on its longest path from the inputs: the pass over the data after which its
-// value can exist (a reduction's phase is one more than its operand's). Values of phase 0 need no reduction.
+// value can exist (a reduction's phase is one more than its operand's; a list reduction's too, unless its operand
+// is an element reduction, whose pass it ends with). Values of phase 0 need no reduction.
 std::vector<int> reduction_phases(const Graph& graph);
 
 // The slots a graph touches, in order of first appearance.

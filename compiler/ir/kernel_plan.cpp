@@ -1,10 +1,12 @@
 #include "compiler/ir/kernel_plan.h"
 #include "compiler/ir/builder.h"
+#include "compiler/ir/op_semantics.h"
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace optjit {
 namespace {
@@ -23,12 +25,18 @@ std::string scratch_text(const std::vector<ValueId>& scratch) {
   return text.empty() ? "-" : text;
 }
 
-// "c0, c1 (rows), c2 (cols)": an axis sum's array says which.
+constexpr std::pair<const char*, CarryKind> kCarrySuffixes[] = {{" (rows)", CarryKind::Rows},
+                                                                {" (cols)", CarryKind::Cols},
+                                                                {" (list sum)", CarryKind::ListSum},
+                                                                {" (list max)", CarryKind::ListMax}};
+
+// "c0, c1 (rows), c2 (cols), c3 (list sum)": an axis sum's array or a list reduction says which.
 std::string carries_text(const KernelPlan& plan) {
   std::vector<std::string> names = plan.carries;
   for (std::size_t i = 0; i < names.size(); ++i)
-    if (plan.carry_kinds[i] != CarryKind::PerTensor)
-      names[i] += plan.carry_kinds[i] == CarryKind::Rows ? " (rows)" : " (cols)";
+    for (const auto& [suffix, kind] : kCarrySuffixes)
+      if (plan.carry_kinds[i] == kind)
+        names[i] += suffix;
   return join(names);
 }
 
@@ -140,6 +148,14 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
   return kp;
 }
 
+void combine_over_list(CarryKind kind, double* values, std::size_t count) {
+  OPTJIT_ASSERT(is_list_carry(kind), "combine_over_list of a carry that no list reduction made");
+  double total = kind == CarryKind::ListSum ? 0.0 : -std::numeric_limits<double>::infinity();
+  for (std::size_t t = 0; t < count; ++t)
+    total = kind == CarryKind::ListSum ? total + values[t] : max_propagating_nan(total, values[t]);
+  std::fill(values, values + count, total);
+}
+
 std::size_t carry_index(const KernelPlan& plan, const std::string& name) {
   auto it = std::find(plan.carries.begin(), plan.carries.end(), name);
   OPTJIT_ASSERT(it != plan.carries.end(), "kernel " + plan.name + " carries no value '" + name + "'");
@@ -181,7 +197,7 @@ KernelPlan parse_kernel_plan(std::string_view text) {
       carries = split_names(line.substr(11));
   for (std::string& carry : carries) {
     kinds.push_back(CarryKind::PerTensor);
-    for (const auto& [suffix, kind] : {std::pair{" (rows)", CarryKind::Rows}, std::pair{" (cols)", CarryKind::Cols}})
+    for (const auto& [suffix, kind] : kCarrySuffixes)
       if (carry.ends_with(suffix)) {
         carry.resize(carry.size() - std::string_view(suffix).size());
         kinds.back() = kind;

@@ -25,8 +25,14 @@ struct FusionPlan {
   std::vector<std::string> decisions; // why nodes were grouped (or refused), one line each
 };
 
-// A carried value: one per tensor, or an axis sum's array (one value per row or per column of each tensor).
-enum class CarryKind : uint8_t { PerTensor, Rows, Cols };
+// A carried value: one per tensor, an axis sum's array (one value per row or per column of each tensor), or a list
+// reduction's value: one per tensor as its kernel stores it (the operand), combined over the list by the host when
+// that kernel has ended (a sum, or the largest, NaN-propagating; in list order), so every tensor then holds it.
+enum class CarryKind : uint8_t { PerTensor, Rows, Cols, ListSum, ListMax };
+inline bool is_axis_carry(CarryKind kind) { return kind == CarryKind::Rows || kind == CarryKind::Cols; }
+inline bool is_list_carry(CarryKind kind) { return kind == CarryKind::ListSum || kind == CarryKind::ListMax; }
+// Combines `values` (one per tensor of the list, in list order) into every entry, as list carry `kind` says.
+void combine_over_list(CarryKind kind, double* values, std::size_t count);
 
 struct KernelPlan {
   std::string name;

@@ -18,7 +18,18 @@ place on the caller's tensors. The undecorated function (`fn.eager`) still runs 
 Positional arguments are tensor lists: the params first, their grads second, then state lists, one tensor per param
 (a list of 0-d tensors beside params that are not all 0-d is per-tensor scalar state, such as a step count). Keyword
 arguments are hyperparameters (numbers): new values never recompile. An op outside the vocabulary raises optjit.Error
-naming it."""
+naming it.
+
+A value over all the lists, such as clip_grad_norm_'s total norm, is written as torch writes it: per-tensor scalars
+(torch._foreach_norm), torch.stack of them, then a norm, sum or max of the stack (and torch.clamp on the result).
+optjit combines it over every tensor when the pass computing the per-tensor values has ended, so a clipped SGD is
+two kernels: the norms, then the update.
+
+    @optjit.step_function
+    def clipped_sgd(params, grads, *, lr, max_norm):
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        torch._foreach_add_(params, torch._foreach_mul(grads, coef), alpha=-lr)"""
 
 import functools
 import inspect
@@ -47,10 +58,11 @@ def _operand(program, x):
 
 
 class _SymScalar:
-    """A hyperparameter, a constant, or Python arithmetic on them: one value per list entry."""
+    """A hyperparameter, a constant, or Python arithmetic on them: one value per list entry. A 2-norm of each tensor
+    (torch._foreach_norm) remembers its sum of squares (`squares`), from which the 2-norm over the lists is taken."""
 
-    def __init__(self, program, vid):
-        self.program, self.id = program, vid
+    def __init__(self, program, vid, squares=None):
+        self.program, self.id, self.squares = program, vid, squares
 
     def _binary(self, op, other, reverse=False):
         a, b = self.id, _operand(self.program, other)
@@ -103,6 +115,78 @@ class _SymScalar:
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs or {})
+
+
+class _SymStack:
+    """torch.stack of a list of per-tensor scalars (such as _foreach_norm's): reducing it (sum, max, a norm) combines
+    the value over every tensor of the lists, which gives one value, the same for every tensor (a _SymScalar)."""
+
+    def __init__(self, program, vid, squares=None):
+        self.program, self.id, self.squares = program, vid, squares
+
+    def sum(self):
+        return _SymScalar(self.program, self.program.emit("list_sum", self.id))
+
+    def max(self):
+        return _SymScalar(self.program, self.program.emit("list_max", self.id))
+
+    amax = max
+
+    def norm(self, p=2):
+        return _norm(self, p)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+
+def _norm(x, order):
+    """The norm of order 2 or inf of a stack (over the lists) or of one scalar (its absolute value)."""
+    if order == "fro":
+        order = 2
+    if order not in (2, 2.0, float("inf")):
+        raise Error(f"a norm of order {order!r}: optjit records the 2-norm and the inf-norm")
+    p = x.program
+    if isinstance(x, _SymScalar):
+        return _SymScalar(p, p.emit("abs", x.id))
+    if order == float("inf"):
+        return _SymScalar(p, p.emit("list_max", p.emit("abs", x.id)))
+    # The 2-norm of per-tensor 2-norms is the square root of every tensor's sum of squares, summed: taken from those
+    # sums, it is combined in the pass that computes them (two kernels with the update, not three).
+    squares = x.squares if x.squares is not None else p.emit("mul", x.id, x.id)
+    return _SymScalar(p, p.emit("sqrt", p.emit("list_sum", squares)))
+
+
+def _scalar_op(name, args, kwargs):
+    """The calls on per-tensor scalars and their stacks that a step function may make beside the foreach ops: what
+    clip_grad_norm_'s foreach form needs (stack, a norm, sum, max, clamp)."""
+    x = args[0] if args else None
+    if name == "stack":
+        scalars = list(x) if isinstance(x, (list, tuple)) else []
+        ids = {s.id for s in scalars if isinstance(s, _SymScalar)}
+        if not scalars or len(ids) != 1 or not all(isinstance(s, _SymScalar) for s in scalars):
+            raise Error("torch.stack: optjit stacks one per-tensor scalar of each tensor (such as _foreach_norm's)")
+        return _SymStack(scalars[0].program, ids.pop(), scalars[0].squares)
+    if not isinstance(x, (_SymScalar, _SymStack)):
+        raise Error(f"torch.{name}: optjit records it on per-tensor scalars and their stacks only")
+    extra = {k: v for k, v in kwargs.items() if v is not None and k not in ("ord", "p", "min", "max", "keepdim")}
+    if len(args) > 2 or extra or kwargs.get("keepdim"):
+        raise Error(f"torch.{name}: arguments optjit does not record ({', '.join(extra) or 'dim'})")
+    p = x.program
+    if name in ("linalg_vector_norm", "norm"):
+        return _norm(x, kwargs.get("ord", kwargs.get("p", args[1] if len(args) > 1 else 2)))
+    if name in ("sum", "max", "amax") and len(args) == 1:
+        return x if isinstance(x, _SymScalar) else (x.sum() if name == "sum" else x.max())
+    if name in ("clamp", "clamp_min", "clamp_max") and isinstance(x, _SymScalar):
+        low = kwargs.get("min", args[1] if len(args) > 1 and name != "clamp_max" else None)
+        high = kwargs.get("max", args[1] if len(args) > 1 and name == "clamp_max" else None)
+        value = x.id
+        if low is not None:
+            value = p.emit("maximum", value, _operand(p, low))
+        if high is not None:
+            value = p.emit("minimum", value, _operand(p, high))
+        return _SymScalar(p, value)
+    raise Error(f"torch.{name} is outside optjit's step-function vocabulary")
 
 
 class _SymTensor:
@@ -202,6 +286,10 @@ _OPS = {
 def _dispatch(func, args, kwargs):
     name = getattr(func, "__name__", str(func))
     if not name.startswith("_foreach_"):
+        if any(isinstance(a, (_SymScalar, _SymStack)) for a in args) or (
+            name == "stack" and args and isinstance(args[0], (list, tuple))
+        ):
+            return _scalar_op(name, args, kwargs)
         raise Error(f"{name} is outside optjit's step-function vocabulary (torch._foreach_* ops on whole lists)")
     op = name[len("_foreach_") :]
     inplace = op.endswith("_")
@@ -217,7 +305,11 @@ def _dispatch(func, args, kwargs):
         order = kwargs.get("ord", args[1] if len(args) > 1 else 2)
         if order not in (2, 2.0, float("inf")):
             raise Error(f"torch.{name}(ord={order!r}): optjit records the 2-norm and the inf-norm")
-        vid = program.emit("norm", self_id) if order in (2, 2.0) else program.emit("max", program.emit("abs", self_id))
+        if order in (2, 2.0):
+            squares = program.emit("sum", program.emit("mul", self_id, self_id))
+            vid = program.emit("sqrt", squares)
+            return [_SymScalar(program, vid, squares) for _ in self_list]
+        vid = program.emit("max", program.emit("abs", self_id))
         return [_SymScalar(program, vid) for _ in self_list]
     elif op in _OPS:
         try:

@@ -49,6 +49,10 @@ void replay(const std::vector<StepInstruction>& program, Tracer& t) {
       values.push_back(max_of(in(i, 0)));
     else if (i.op == "norm")
       values.push_back(foreach_norm(in(i, 0)));
+    else if (i.op == "list_sum")
+      values.push_back(list_sum(in(i, 0)));
+    else if (i.op == "list_max")
+      values.push_back(list_max(in(i, 0)));
     else if (i.op == "store")
       t.store(i.name, in(i, 0));
     else if (i.op == "store_scalar")

@@ -122,3 +122,79 @@ def test_an_op_outside_the_vocabulary_is_named():
 
     with pytest.raises(optjit.Error, match="branches on a hyperparameter"):
         branches(*_lists(torch.float32, 3, 2), lr=0.1)
+
+
+@optjit.step_function
+def clipped_sgd(params, grads, *, lr, max_norm):
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    torch._foreach_add_(params, torch._foreach_mul(grads, coef), alpha=-lr)
+
+
+@optjit.step_function
+def peak_scaled_sgd(params, grads, *, lr):
+    # The inf-norm over the lists, as clip_grad_norm_(norm_type=inf) takes it.
+    peak = torch.stack(torch._foreach_norm(grads, ord=float("inf"))).max()
+    torch._foreach_add_(params, torch._foreach_div(grads, peak), alpha=-lr)
+
+
+@optjit.step_function
+def norm_sum_scaled_sgd(params, grads, *, lr):
+    # The sum of the tensors' 2-norms: each norm is a square root of a reduction, computed in the kernel after the
+    # reductions' pass, so its sum over the lists ends that kernel: three kernels.
+    total = torch.stack(torch._foreach_norm(grads)).sum()
+    torch._foreach_add_(params, torch._foreach_div(grads, total), alpha=-lr)
+
+
+def test_a_global_norm_is_two_kernels_and_equals_clip_grad_norm():
+    """The total norm over every tensor of the lists (torch.stack of _foreach_norm, then a norm): the norm pass, then
+    the update. Equal to torch's clip_grad_norm_ followed by the same SGD step, and to the function run by torch."""
+    params, grads = _lists(torch.float32, 3, 2)
+    grads = [10 * g for g in grads]  # large enough that clipping is active
+    reference = [torch.nn.Parameter(p.clone()) for p in params]
+    for r, g in zip(reference, grads):
+        r.grad = g.clone()
+    eager = _clone([params, grads])
+    for step in range(3):
+        clipped_sgd(params, grads, lr=0.1, max_norm=1.0)
+        clipped_sgd.eager(*eager, lr=0.1, max_norm=1.0)
+        total = torch.nn.utils.clip_grad_norm_(reference, 1.0)
+        assert total > 1.0
+        with torch.no_grad():
+            for r, g in zip(reference, grads):
+                r.add_(r.grad, alpha=-0.1)
+                r.grad.copy_(g)  # clip_grad_norm_ scaled it in place
+        for k, (a, b, c) in enumerate(zip(params, reference, eager[0])):
+            assert_close(a, b.detach(), torch.float32, f"step {step} params[{k}] vs clip_grad_norm_")
+            assert_close(a, c, torch.float32, f"step {step} params[{k}] vs eager")
+    assert clipped_sgd.kernel_count == 2
+    assert "then the host combines" in clipped_sgd.dump("fused")
+
+
+@pytest.mark.parametrize("fn,kernels", [(peak_scaled_sgd, 2), (norm_sum_scaled_sgd, 3)], ids=["max", "sum"])
+def test_the_inf_norm_and_sum_over_the_lists_follow_torch(fn, kernels):
+    params, grads = _lists(torch.float64, 4, 2)
+    eager = _clone([params, grads])
+    fn(params, grads, lr=0.5)
+    fn.eager(*eager, lr=0.5)
+    for k, (a, b) in enumerate(zip(params, eager[0])):
+        assert_close(a, b, torch.float64, f"params[{k}]")
+    assert fn.kernel_count == kernels
+
+
+def test_calls_on_stacks_outside_the_vocabulary_are_errors():
+    @optjit.step_function
+    def bad(params, grads, *, lr):
+        norms = torch.stack(torch._foreach_norm(grads))
+        torch._foreach_mul_(params, torch.linalg.vector_norm(norms, ord=1))
+
+    params, grads = _lists(torch.float32, 5, 2)
+    with pytest.raises(optjit.Error, match="a norm of order 1: optjit records the 2-norm and the inf-norm"):
+        bad(params, grads, lr=0.1)
+
+    @optjit.step_function
+    def mixed(params, grads, *, lr):
+        torch.stack([torch._foreach_norm(grads)[0], lr])
+
+    with pytest.raises(optjit.Error, match="torch.stack: optjit stacks one per-tensor scalar of each tensor"):
+        mixed(params, grads, lr=0.1)

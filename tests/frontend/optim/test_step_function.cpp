@@ -137,3 +137,34 @@ TEST_CASE("step function: bad lists, names and hyperparameters are refused namin
       "signum", [](Tracer& t) { t.store("param", t.tensors("param") + t.tensors("exp_avg")); }, lists());
   check_error_contains([&] { reads_undeclared(); }, "exp_avg");
 }
+
+TEST_CASE("step function: SGD clipped by the global norm (list_sum) is two kernels and equals the math by hand") {
+  std::vector<Tensor> params = random_params({{300, 7}, {13}, {0}, {}}, Dtype::f32, 7);
+  randomize_grads(params, 3);
+  std::vector<std::vector<double>> before, grads;
+  double squares = 0;
+  for (const Tensor& p : params) {
+    before.push_back(p.to_vector());
+    grads.push_back(p.grad().to_vector());
+    for (double g : grads.back())
+      squares += g * g;
+  }
+  // clip_grad_norm_ then SGD: coef = min(max_norm / (|g| + 1e-6), 1) over every grad of the lists.
+  StepFunction step = compile_step("clipped_sgd",
+                                   [](Tracer& t) {
+                                     Sym grads = t.tensors("grad");
+                                     Sym total = sqrt(list_sum(sum(grads * grads)));
+                                     Sym coef = minimum(t.hyper("max_norm") / (total + 1e-6), t.constant(1.0));
+                                     t.store("param", foreach_add(t.tensors("param"), grads * coef, -t.hyper("lr")));
+                                   },
+                                   {.params = params, .hypers = {{"lr", 0.5}, {"max_norm", 0.25}}});
+  step();
+  CHECK(step.kernel_count() == 2);
+  const double coef = std::min(0.25 / (std::sqrt(squares) + 1e-6), 1.0);
+  REQUIRE(coef < 1);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::vector<double> after = params[i].to_vector();
+    for (std::size_t k = 0; k < after.size(); ++k)
+      REQUIRE(after[k] == doctest::Approx(before[i][k] - 0.5 * grads[i][k] * coef).epsilon(1e-5));
+  }
+}
