@@ -754,13 +754,15 @@ Graph Optimizer::trace_grad_pass(const ParamBucket& bucket) const {
     if (slot.role == SlotRole::Grad)
       grad_slot.push_back(slot);
   Tracer tracer("grad_pass", compute_dtype(bucket.dtype), grad_slot);
+  // The check reads the grads as given, before grad_scale divides them, as GradScaler's check does. The largest
+  // |element| is an inf or NaN exactly when an element is one (a sum of squares overflows on large finite grads).
+  if (checks_grads_finite())
+    tracer.store_carry(kGradMaxAbsCarry, max_of(abs(tracer.tensors(grad_slot.front().name))));
   if (s["grad_scale"])
     tracer.divide_grads_by("grad_scale", false);
   Sym grads = tracer.tensors(grad_slot.front().name);
   if (clipping_)
     tracer.store_carry(kGradNormCarry, clipping_->norm_type == 2.0 ? sum(grads * grads) : max_of(abs(grads)));
-  if (checks_grads_finite()) // the largest |element| is an inf or NaN exactly when an element is one (a sum of
-    tracer.store_carry(kGradMaxAbsCarry, max_of(abs(grads))); // squares overflows on large finite grads)
   return tracer.finish();
 }
 
@@ -787,14 +789,14 @@ void Optimizer::drop_state_created_since_grad_pass() {
 }
 
 bool Optimizer::take_grad_pass(const GradPassTotals& totals) {
+  const bool skipped = checks_grads_finite() && totals.nonfinite;
+  if (skipped) // written before clipping may throw: GradScaler's unscale_ has found the inf when clip_grad_norm_ raises
+    found_inf_.set_item(0, 1.0);
   if (clipping_)
     set_total_grad_norm(totals.norm); // may throw
-  if (checks_grads_finite() && totals.nonfinite) {
-    found_inf_.set_item(0, 1.0);
+  if (skipped)
     drop_state_created_since_grad_pass(); // the step is skipped: the state it made for first-time params goes too
-    return false;
-  }
-  return true;
+  return !skipped;
 }
 
 void Optimizer::set_total_grad_norm(double total) {
@@ -993,12 +995,16 @@ void Optimizer::eager_update() {
       if (const Tensor g = flat_param(i).grad(); g.defined())
         used[static_cast<std::size_t>(i)] = grad_scale_.defined() ? unscaled(g.real_view(), grad_scale_.item()) : g;
     const std::vector<Tensor> unclipped = used;
+    std::vector<Tensor> given;
+    for (int64_t i = 0; i < param_count(); ++i)
+      given.push_back(flat_param(i).grad());
+    const bool skipped = checks_grads_finite() && any_nonfinite(given); // the grads as given, as in the grad pass
+    if (skipped)
+      found_inf_.set_item(0, 1.0);
     if (clipping_)
       set_total_grad_norm(forloop_grad_norm(used, clipping_->norm_type)); // may throw: nothing changed yet
-    if (checks_grads_finite() && any_nonfinite(used)) {
-      found_inf_.set_item(0, 1.0); // the step is skipped; no state was created yet
-      return;
-    }
+    if (skipped)
+      return; // no state was created yet
     if (clipping_)
       for (Tensor& g : used)
         if (g.defined())

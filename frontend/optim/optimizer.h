@@ -183,7 +183,10 @@ public:
   // The dtype new per-tensor scalar state (step, eta, mu, ...) is stored in: by default the dtype each param computes
   // in (its own, f32 for bf16 and f16). torch keeps it in its scalar dtype (f32 unless its default dtype is f64); a
   // step over torch's state sets that here.
-  void set_scalar_state_dtype(std::optional<Dtype> dtype) { scalar_state_dtype_ = dtype; }
+  void set_scalar_state_dtype(std::optional<Dtype> dtype) {
+    scalar_state_dtype_ = dtype;
+    ++state_version_; // the dtypes of state yet to be made changed: compiled steps read them again
+  }
   Dtype new_state_dtype(const Tensor& param, const StateSpec& spec) const {
     if (spec.kind == StateKind::Scalar)
       return number_dtype(param.dtype());
@@ -224,9 +227,10 @@ public:
   // the unscaled ones, stored by the same kernel as torch's fused kernels do (GradScaler users read unscaled grads
   // after scaler.step(), whichever path torch took).
   // `check`: who fills found_inf. ByCaller: the caller did (GradScaler's own unscale-and-check pass). InStep (with a
-  // found_inf that is 0 at the step): the step checks its grads itself, after dividing them by grad_scale, in the
-  // grad pass that also computes a clipping norm (one kernel per bucket before the update); when any element is an
-  // inf or NaN it writes 1 to found_inf and changes nothing else, as a step skipped by the caller's found_inf.
+  // found_inf that is 0 at the step): the step checks its grads itself, as given (before grad_scale divides them, as
+  // GradScaler's check reads them), in the grad pass that also computes a clipping norm (one kernel per bucket before
+  // the update); when any element is an inf or NaN it writes 1 to found_inf and changes nothing else, as a step
+  // skipped by the caller's found_inf. The caller zeroes found_inf again before a step it wants checked.
   enum class GradsAfterStep { Scaled, Unscaled };
   enum class InfCheck { ByCaller, InStep };
   void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled,
@@ -239,8 +243,8 @@ public:
   // multiplied by min(max_norm / (total + 1e-6), 1) inside the step, and the grads themselves are never written. The
   // norm is a reduction pass of its own over the grads (compiled and eager steps: a kernel per bucket before the
   // update), so a clipped step is two passes over the grads. A grad_scale divides the grads before the norm. A
-  // non-finite norm with error_if_nonfinite throws before an in-step inf check skips the step (as clip_grad_norm_
-  // throws between GradScaler's unscale_ and step).
+  // non-finite norm with error_if_nonfinite throws even when an in-step inf check skips the step, after writing 1 to
+  // found_inf (as clip_grad_norm_ throws between GradScaler's unscale_, which has found the inf, and step).
   // std::nullopt turns it off; switching it on or off traces the step again, max_norm is a value.
   struct GradClipping {
     double max_norm = 1.0;

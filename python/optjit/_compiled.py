@@ -256,7 +256,7 @@ def _take_over_inf_check(opt, scaler):
     if state["stage"] is OptState.UNSCALED:
         found = sum(t.to(scale.device, non_blocking=True) for t in state["found_inf_per_device"].values())
         return getattr(opt, "grad_scale", None), found, False
-    found_inf = torch.zeros((1,), dtype=torch.float32, device=scale.device)
+    found_inf = torch.zeros((), dtype=torch.float32, device=scale.device)  # 0-d, as GradScaler's own
     state["found_inf_per_device"][scale.device] = found_inf
     return scale * getattr(opt, "grad_scale", 1), found_inf, True
 

@@ -209,3 +209,45 @@ def test_bad_grad_scaling_objects_are_errors():
     opt.grad_scale = torch.tensor(0.0)
     with pytest.raises(optjit.Error, match="grad_scale is 0.0: a gradient scale must be a positive finite number"):
         step()
+
+
+def test_fused_inf_check_skipping_a_first_step_leaves_no_state():
+    """The step's own check finds a NaN on the very first step: nothing changes and no torch state is made; the next
+    step is then the first, as with torch's fused Adam's trajectory."""
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(4))]
+    opt = torch.optim.Adam(params, lr=0.1)
+    compiled = optjit.patch(opt, fuse_inf_check=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    scaler.scale(sum(p.sum() for p in params)).backward()
+    params[1].grad[2] = float("nan")
+    before = [p.detach().clone() for p in params]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        scaler.step(opt)
+    scaler.update()
+    assert all(torch.equal(a, b) for a, b in zip(params, before)) and len(opt.state) == 0
+    assert scaler.get_scale() == 2.0  # update() read the step's found_inf
+    assert compiled.metrics()["skipped_steps"] == 1
+
+
+def test_one_grad_scaler_for_a_patched_and_a_plain_optimizer():
+    """scaler.update() combines every optimizer's found_inf: the patched step's is 0-d, as GradScaler's own."""
+    models = [_model(0), _model(1)]
+    opts = [torch.optim.SGD(models[0].parameters(), lr=0.1), torch.optim.Adam(models[1].parameters(), lr=0.01)]
+    optjit.patch(opts[1], fuse_inf_check=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    x, y = torch.randn(16, 8), torch.randn(16, 4)
+    for step in range(3):
+        for opt in opts:
+            opt.zero_grad()
+        loss = sum(torch.nn.functional.mse_loss(m(x), y) for m in models)
+        scaler.scale(loss).backward()
+        if step == 1:
+            with torch.no_grad():
+                next(models[1].parameters()).grad[0, 0] = float("inf")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            for opt in opts:
+                scaler.step(opt)
+        scaler.update()
+    assert scaler.get_scale() == 2.0**7  # halved once, at the inf only the patched step saw
