@@ -1109,12 +1109,6 @@ EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, cons
 }
 
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol) {
-  for (const std::string& name : plan.abi.carried_out)
-    if (is_list_carry(plan.carry_kinds[carry_index(plan, name)]))
-      throw Error("kernel " + plan.name +
-                  " hands on a list reduction (list_sum, list_max), which the host combines "
-                  "between kernels: that compiles for the CPU; on the GPU it is not built yet, so run these params "
-                  "on the CPU");
   if (plan.has_axis)
     throw Error("kernel " + plan.name +
                 " reads or writes rows and columns (row_sum, col_sum, rows or cols slots): those compile for the CPU; "

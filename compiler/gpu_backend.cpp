@@ -51,8 +51,10 @@ public:
       k.binding.set_hyper(values_by_group);
   }
   void launch() override {
-    for (BoundGpuKernel& k : kernels_)
+    for (BoundGpuKernel& k : kernels_) {
       k.binding.launch(*k.module, cuda_graphs_);
+      combine_list_carries(k.plan);
+    }
   }
   // A synchronous copy to the host, which waits for the launches before it (the launch stream is ordered with the
   // legacy default stream): the one host wait of a clipping step on the GPU.
@@ -74,6 +76,29 @@ public:
   }
 
 private:
+  // The list reductions a kernel stored, combined over the list on the host before the next kernel: the carry buffer
+  // comes back (a synchronous copy, which waits for the kernel), each such column is combined, and it goes out again
+  // (also synchronous, so the next launch reads it). A host wait per kernel that ends with one, as clipping's norm.
+  void combine_list_carries(const KernelPlan& plan) {
+    std::vector<std::size_t> columns;
+    for (const std::string& name : plan.abi.carried_out)
+      if (const std::size_t c = carry_index(plan, name); is_list_carry(plan.carry_kinds[c]))
+        columns.push_back(c);
+    if (columns.empty() || n_tensors_ == 0)
+      return;
+    const std::size_t n_carry = plan.carries.size();
+    std::vector<double> all(n_carry * n_tensors_), column(n_tensors_);
+    cuda::copy_to_host(device_, all.data(), carry_.address(), all.size() * 8);
+    for (std::size_t c : columns) {
+      for (std::size_t t = 0; t < n_tensors_; ++t)
+        column[t] = all[t * n_carry + c];
+      combine_over_list(plan.carry_kinds[c], column.data(), n_tensors_);
+      for (std::size_t t = 0; t < n_tensors_; ++t)
+        all[t * n_carry + c] = column[t];
+    }
+    cuda::copy_to_device(device_, carry_.address(), all.data(), all.size() * 8);
+  }
+
   std::vector<BoundGpuKernel> kernels_;
   int device_;
   bool cuda_graphs_;

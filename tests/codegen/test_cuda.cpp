@@ -4,7 +4,10 @@
 // otherwise): tensors round trip; every configuration compiled on the GPU against the CPU forloop; 10,000 small
 // tensors; a tensor of more than 2^31 elements; None grads, replaced grads and state_dict on the GPU; CUDA graphs.
 #include "codegen/codegen.h"
+#include "compiler/backend.h"
 #include "compiler/compiled_step.h"
+#include "compiler/ir/parser.h"
+#include "compiler/pipeline.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/sgd.h"
 #include "runtime/cuda_driver.h"
@@ -154,6 +157,86 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
     }
   std::filesystem::remove(file);
   CHECK(assembled >= 480 + 16 + 44 + 60);
+}
+
+// SGD clipped by the global 2-norm, written with a list reduction (list_sum): the norms' pass, the host's combine,
+// then the update.
+const char* kGlobalClip = R"(graph @clip f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  %0 = hyper "lr" : pt f64
+  %1 = constant 1e-06 : pt f64
+  %2 = constant 1 : pt f64
+  %3 = tensor "param" : el f32
+  %4 = tensor "grad" : el f32
+  %5 = mul %4, %4 : el f32
+  %6 = reduce_sum %5 : pt f64
+  %7 = list_sum %6 : pt f64
+  %8 = sqrt %7 : pt f64
+  %9 = add %8, %1 : pt f64
+  %10 = div %2, %9 : pt f64
+  %11 = minimum %10, %2 : pt f64
+  %12 = mul %0, %11 : pt f64
+  %13 = cast %12 : pt f32
+  %14 = mul %4, %13 : el f32
+  %15 = sub %3, %14 : el f32
+  store "param" %15
+}
+)";
+
+TEST_CASE("cuda ptx: a plan with a list reduction assembles for sm_80 and sm_90, without spills") {
+  if (!std::filesystem::exists(kPtxas)) {
+    MESSAGE("skipped: " << kPtxas << " is absent (install the CUDA toolkit's ptxas to run this check)");
+    return;
+  }
+  const PipelineResult r = run_pipeline(parse_graph(kGlobalClip));
+  REQUIRE(r.kernels.size() == 2);
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_test_list_kernel.ptx";
+  for (const KernelPlan& kernel : r.kernels)
+    for (int sm : {80, 90}) {
+      INFO(kernel.name << " sm_" << sm);
+      std::ofstream(file) << compile_gpu_kernel(kernel, sm).ptx;
+      auto [status, out] =
+          run(std::string(kPtxas) + " -v --gpu-name sm_" + std::to_string(sm) + " " + file.string() + " -o /dev/null");
+      CHECK_MESSAGE(status == 0, out);
+      CHECK_MESSAGE(out.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos, out);
+    }
+  std::filesystem::remove(file);
+}
+
+TEST_CASE("cuda: a list reduction is combined between kernels on the GPU as on the CPU") {
+  if (skip_without_gpu())
+    return;
+  const PipelineResult r = run_pipeline(parse_graph(kGlobalClip));
+  std::vector<Tensor> cpu_params = random_params({{33, 7}, {170001}, {0}, {5}}, Dtype::f32, 9);
+  randomize_grads(cpu_params, 4);
+  std::vector<Tensor> gpu_params = on_device(cpu_params, Device::cuda(0));
+  copy_grads(cpu_params, gpu_params);
+  const auto run_on = [&](std::vector<Tensor>& params, Device device) {
+    std::vector<Tensor> grads;
+    for (const Tensor& p : params)
+      grads.push_back(p.grad());
+    ListArguments args;
+    args.slot_names = {"param", "grad"};
+    args.slot_tensors = {params, grads};
+    args.hyper_names = {"lr"};
+    args.hyper = {0.5};
+    args.group_of.assign(params.size(), 0);
+    const Target target = Target::for_device(device, Execution::Compiled);
+    bool hit = false;
+    std::unique_ptr<Executable> code = backend_for(target).load(r, target, CompileOptions{}, hit);
+    code->bind(args);
+    code->launch();
+  };
+  run_on(cpu_params, Device::cpu());
+  run_on(gpu_params, Device::cuda(0));
+  for (std::size_t i = 0; i < cpu_params.size(); ++i) {
+    const std::vector<double> gpu = gpu_params[i].to(Device::cpu()).to_vector(), cpu = cpu_params[i].to_vector();
+    for (std::size_t k = 0; k < cpu.size(); ++k) {
+      INFO("param " << i << " element " << k);
+      REQUIRE(gpu[k] == doctest::Approx(cpu[k]).epsilon(1e-5));
+    }
+  }
 }
 
 TEST_CASE("cuda ptx: the GPU's exp, log and pow agree with libm to a few ulp, special values included") {
