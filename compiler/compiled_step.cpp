@@ -306,7 +306,7 @@ struct CompiledStep::Impl {
         for (double largest : bp.grad_pass_code->carried(kGradMaxAbsCarry))
           totals.nonfinite = totals.nonfinite || std::isnan(largest) || largest == HUGE_VAL;
     }
-    totals.norm = norm.total();
+    totals.norm_partial = norm.partial();
     return totals;
   }
 

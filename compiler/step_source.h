@@ -44,17 +44,20 @@ inline constexpr const char* kGradMaxAbsCarry = "grad_max_abs";
 class GradNormTotal {
 public:
   explicit GradNormTotal(double norm_type)
-      : l2_(norm_type == 2.0), total_(l2_ ? 0.0 : -std::numeric_limits<double>::infinity()) {}
-  void add(double contribution) {
-    total_ = l2_ ? total_ + contribution : max_propagating_nan(total_, contribution);
-    any_ = true;
+      : l2_(norm_type == 2.0), partial_(l2_ ? 0.0 : -std::numeric_limits<double>::infinity()) {}
+  void add(double contribution) { partial_ = combine(l2_, partial_, contribution); }
+  // The sum of the contributions (2-norm) or their largest (-inf for none): what other processes' partials combine
+  // with (combine) before the total is taken.
+  double partial() const { return partial_; }
+  double total() const { return total_of(l2_, partial_); }
+  static double combine(bool l2, double a, double b) { return l2 ? a + b : max_propagating_nan(a, b); }
+  static double total_of(bool l2, double partial) {
+    return l2 ? std::sqrt(partial) : partial == -std::numeric_limits<double>::infinity() ? 0.0 : partial;
   }
-  double total() const { return !any_ ? 0.0 : l2_ ? std::sqrt(total_) : total_; }
 
 private:
   bool l2_;
-  double total_;
-  bool any_ = false;
+  double partial_;
 };
 
 class StepSource {
@@ -96,8 +99,8 @@ public:
   // The grads of the bucket's members, the grad pass graph's only slot, with this step's hyperparameters.
   virtual ListArguments grad_arguments(const ParamBucket& bucket) const = 0;
   struct GradPassTotals {
-    double norm = 0;        // the total norm (sqrt applied) when the step clips
-    bool nonfinite = false; // whether a grad holds an inf or NaN, when the step checks
+    double norm_partial = 0; // when the step clips: GradNormTotal::partial() over this process's grads
+    bool nonfinite = false;  // whether a grad holds an inf or NaN, when the step checks
   };
   // Takes the grad pass's totals; may throw optjit::Error (error_if_nonfinite). Returns false when the step must
   // change nothing: the check found an inf or NaN (found_inf is written, and the state this step created is gone).

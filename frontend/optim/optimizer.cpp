@@ -398,7 +398,8 @@ static Tensor contiguous_compute_values(const Tensor& grad) {
   return g.is_contiguous() ? g : g.clone();
 }
 
-// The forloop's total grad norm: each grad's sum of squares (or largest |element|) in f64, combined in param order.
+// The forloop's partial grad norm: each grad's sum of squares (or largest |element|) in f64, combined in param order
+// (GradNormTotal::partial).
 static double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
   GradNormTotal total(norm_type);
   for (const Tensor& grad : grads) {
@@ -415,7 +416,7 @@ static double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_ty
     });
     total.add(contribution);
   }
-  return total.total();
+  return total.partial();
 }
 
 bool Optimizer::any_nonfinite(const std::vector<Tensor>& grads) {
@@ -793,10 +794,17 @@ bool Optimizer::take_grad_pass(const GradPassTotals& totals) {
   if (skipped) // written before clipping may throw: GradScaler's unscale_ has found the inf when clip_grad_norm_ raises
     found_inf_.set_item(0, 1.0);
   if (clipping_)
-    set_total_grad_norm(totals.norm); // may throw
+    set_total_grad_norm(total_over_processes(totals.norm_partial)); // may throw
   if (skipped)
     drop_state_created_since_grad_pass(); // the step is skipped: the state it made for first-time params goes too
   return !skipped;
+}
+
+double Optimizer::total_over_processes(double partial) const {
+  const bool l2 = clipping_->norm_type == 2.0;
+  if (grad_norm_reducer_)
+    partial = grad_norm_reducer_(partial, l2);
+  return GradNormTotal::total_of(l2, partial);
 }
 
 void Optimizer::set_total_grad_norm(double total) {
@@ -1002,7 +1010,7 @@ void Optimizer::eager_update() {
     if (skipped)
       found_inf_.set_item(0, 1.0);
     if (clipping_)
-      set_total_grad_norm(forloop_grad_norm(used, clipping_->norm_type)); // may throw: nothing changed yet
+      set_total_grad_norm(total_over_processes(forloop_grad_norm(used, clipping_->norm_type))); // may throw
     if (skipped)
       return; // no state was created yet
     if (clipping_)

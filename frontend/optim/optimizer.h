@@ -252,6 +252,12 @@ public:
     bool error_if_nonfinite = false;
   };
   void set_grad_clipping(std::optional<GradClipping> clipping);
+  // When the params are shards of tensors spread over processes (FSDP2's DTensors), the norm is over the whole
+  // tensors: `reducer(partial, l2)` gets this process's partial (its sum of squares for the 2-norm, its largest
+  // |element| otherwise, -inf for none) and returns the partial over every process (an all-reduce with sum or max),
+  // before the square root. Called from the step, on the stepping thread; empty: this process's alone.
+  using GradNormReducer = std::function<double(double partial, bool l2)>;
+  void set_grad_norm_reducer(GradNormReducer reducer) { grad_norm_reducer_ = std::move(reducer); }
   const std::optional<GradClipping>& grad_clipping() const { return clipping_; }
   // The total norm of the last clipped step, before clipping (what clip_grad_norm_ returns); NaN before one.
   double total_grad_norm() const { return total_grad_norm_; }
@@ -388,6 +394,9 @@ private:
   std::vector<int64_t> state_created_since_grad_pass_;
   Dtype forloop_param_dtype_ = Dtype::f32; // the storage dtype of the param the forloop steps now
   uint64_t rounding_seed_ = 0, rounding_steps_ = 0;
+  // The total norm from this process's partial (GradNormTotal::partial), over every process with a reducer.
+  double total_over_processes(double partial) const;
+  GradNormReducer grad_norm_reducer_;
   // Clipping's total norm of this step: total_grad_norm_ and clip_coefficient_; throws for error_if_nonfinite.
   void set_total_grad_norm(double total);
   void drop_state_created_since_grad_pass();

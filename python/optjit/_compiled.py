@@ -191,8 +191,11 @@ class CompiledStep:
         ]
         self._scalar_dtype = _torch_optim.scalar_state_dtype(opt)
         self._cxx = TorchStep(self._cls.__name__, opt.param_groups, defaults, group_options, self._scalar_dtype)
-        self._cxx.set_grad_clipping(*self._clipping)
         self._params = [p for group in opt.param_groups for p in group["params"]]
+        self._cxx.set_grad_clipping(*self._clipping)
+        if self._clipping[0] is not None:
+            self._cxx.set_grad_norm_reducer(_grad_norm_reducer(self._params))
+        _check_sharded_reductions(self._cls, self._params)
         self._groups_seen = groups
         self._state_seen = None  # adopt torch's state afresh
         return self._cxx
@@ -242,6 +245,55 @@ def _mark_state_replaced(step_ref, opt):
     step = step_ref()
     if step is not None:
         step._state_seen = None
+
+
+def _sharded(params):
+    """The params that are shards of DTensors (FSDP2's), which optjit steps through their local tensors."""
+    try:
+        from torch.distributed.tensor import DTensor, Shard
+    except ImportError:  # a torch built without torch.distributed
+        return []
+    return [p for p in params if isinstance(p, DTensor) and any(isinstance(s, Shard) for s in p.placements)]
+
+
+def _grad_norm_reducer(params):
+    """For clipping over sharded params: the all-reduce that makes each process's partial norm (a sum of squares,
+    or the largest |element|) the whole tensors', over the mesh dimensions the params are sharded along, as
+    clip_grad_norm_ on DTensors reduces. None for plain tensors (DDP's replicas hold whole grads)."""
+    sharded = _sharded(params)
+    if not sharded:
+        return None
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard
+
+    mesh, placements = sharded[0].device_mesh, tuple(sharded[0].placements)
+    if len(sharded) != len(params) or any(
+        p.device_mesh != mesh or tuple(p.placements) != placements for p in sharded
+    ):
+        raise Error(
+            "max_grad_norm over params that are not all shards of one device mesh with one placement: optjit "
+            "reduces the norm over one mesh (compile such groups' optimizers apart, or clip with torch)"
+        )
+    dims = [d for d, placement in enumerate(placements) if isinstance(placement, Shard)]
+    device = sharded[0].to_local().device
+
+    def reduce(partial, l2):
+        value = torch.tensor([partial], dtype=torch.float64, device=device)
+        for d in dims:
+            dist.all_reduce(value, op=dist.ReduceOp.SUM if l2 else dist.ReduceOp.MAX, group=mesh.get_group(d))
+        return value.item()
+
+    return reduce
+
+
+def _check_sharded_reductions(cls, params):
+    """Adafactor reduces over rows, columns and whole tensors, which span the shards of a sharded param: optjit would
+    reduce each process's shard alone, so it refuses rather than step differently from torch."""
+    if cls is torch.optim.Adafactor and _sharded(params):
+        raise Error(
+            "torch.optim.Adafactor over DTensor shards (FSDP2): its row, column and RMS reductions span the shards, "
+            "and optjit reduces each process's local shard alone; step it with torch, or unshard the params"
+        )
 
 
 def _take_over_inf_check(opt, scaler):

@@ -172,6 +172,18 @@ void TorchStep::set_grad_clipping(std::optional<double> max_norm, double norm_ty
     optimizer_->set_grad_clipping(Optimizer::GradClipping{*max_norm, norm_type, error_if_nonfinite});
 }
 
+void TorchStep::set_grad_norm_reducer(nb::object reducer) {
+  grad_norm_reducer_ = std::move(reducer);
+  if (grad_norm_reducer_.is_none()) {
+    optimizer_->set_grad_norm_reducer({});
+    return;
+  }
+  optimizer_->set_grad_norm_reducer([this](double partial, bool l2) { // the step runs without the GIL
+    nb::gil_scoped_acquire gil;
+    return nb::cast<double>(grad_norm_reducer_(partial, l2));
+  });
+}
+
 std::vector<int64_t> TorchStep::params_without_state() const {
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < param_count(); ++i)

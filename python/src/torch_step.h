@@ -44,6 +44,9 @@ public:
   // Gradient clipping fused into the step (torch.nn.utils.clip_grad_norm_ over every param with a grad, before the
   // update): `max_norm` None turns it off; `norm_type` 2 or inf.
   void set_grad_clipping(std::optional<double> max_norm, double norm_type, bool error_if_nonfinite);
+  // For params that are shards spread over processes: `reducer(partial, l2)` all-reduces the norm's partial (a sum of
+  // squares, or the largest |element|) and returns it; None: this process's alone. Called with the GIL taken.
+  void set_grad_norm_reducer(nb::object reducer);
   // The total grad norm of the last clipped step (NaN before one).
   double total_grad_norm() const { return optimizer_->total_grad_norm(); }
   // Whether this step changes nothing (found_inf is non-zero): the Python side then creates no state either.
@@ -100,6 +103,7 @@ private:
   std::vector<BoundParam> params_;
   std::vector<std::vector<OptionSource>> options_;
   HeldTensor grad_scale_, found_inf_;
+  nb::object grad_norm_reducer_; // held here: the optimizer's reducer calls it
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<CompiledStep> step_;
 };

@@ -57,10 +57,12 @@ def _fsdp_model(mesh):
     return fully_shard(model, mesh=mesh)
 
 
-def _train(model, opt, rank, steps, first=0):
+def _train(model, opt, rank, steps, first=0, clip=None):
     for t in range(first, first + steps):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * rank + t))
         model(x).square().mean().backward()
+        if clip is not None:
+            clip()
         opt.step()
         opt.zero_grad()
 
@@ -145,7 +147,47 @@ def _ddp(rank, mesh):
             assert all(torch.equal(g, gathered[0]) for g in gathered), "DDP replicas diverged"
 
 
-SCENARIOS = {"fsdp_every_optimizer": _fsdp_every_optimizer, "fsdp_checkpoint": _fsdp_checkpoint_resumes, "ddp": _ddp}
+def _fsdp_clipping(rank, mesh):
+    """max_grad_norm over FSDP2 shards: the norm is the whole model's (each process's partial all-reduced over the
+    mesh), as clip_grad_norm_ computes it on DTensors, with clipping active. (The 2-norm: torch's own inf-norm
+    raises on rank 1's empty shard of the last bias.) Adafactor, whose reductions span the shards, is refused."""
+    for norm_type in (2.0,):
+        max_norm = 0.05
+        reference = _fsdp_model(mesh)
+        opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1)
+        norms = []
+
+        def clip():
+            norms.append(torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm, norm_type=norm_type))
+
+        _train(reference, opt_ref, rank, STEPS, clip=clip)
+        model = _fsdp_model(mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        compiled = optjit.patch(opt, max_grad_norm=max_norm, norm_type=norm_type)
+        _train(model, opt, rank, STEPS)
+        what = f"rank {rank}, FSDP2 AdamW clipped ({norm_type})"
+        _assert_same_run(model, opt, reference, opt_ref, what)
+        last = norms[-1].full_tensor() if hasattr(norms[-1], "full_tensor") else norms[-1]
+        assert float(last) > max_norm, what  # clipping was active
+        torch.testing.assert_close(compiled.total_norm.float(), last.float(), rtol=1e-5, atol=0)
+    model = _fsdp_model(mesh)
+    opt = torch.optim.Adafactor(model.parameters(), lr=1e-2)
+    optjit.patch(opt)
+    model(torch.randn(4, 8)).square().mean().backward()
+    try:
+        opt.step()
+    except optjit.Error as e:
+        assert "its row, column and RMS reductions span the shards" in str(e), e
+    else:
+        raise AssertionError("Adafactor over FSDP2 shards was not refused")
+
+
+SCENARIOS = {
+    "fsdp_every_optimizer": _fsdp_every_optimizer,
+    "fsdp_checkpoint": _fsdp_checkpoint_resumes,
+    "fsdp_clipping": _fsdp_clipping,
+    "ddp": _ddp,
+}
 
 
 def _worker(rank, scenario, init_method):

@@ -107,7 +107,7 @@ TEST_CASE("list reductions: clipping by the global norm is two kernels, and ever
   CHECK(plans.find("(list sum)") != std::string::npos);
   CHECK(plans.find("(list max)") != std::string::npos);
   CHECK(parse_kernel_plans(plans) == r.kernels); // the carries' kinds print and parse back
-  for (const KernelPlan& kernel : r.kernels) // ordinary GPU kernels: the GPU backend combines on the host
+  for (const KernelPlan& kernel : r.kernels)     // ordinary GPU kernels: the GPU backend combines on the host
     CHECK(compile_gpu_kernel(kernel, 80).ptx.find(".entry") != std::string::npos);
 
   // By hand: the global norm over every tensor, then the update.
