@@ -36,6 +36,7 @@ import inspect
 
 import torch
 
+from ._compiled import _sharded
 from ._optjit import Error, StepInstruction, TorchStepFunction
 
 
@@ -382,6 +383,7 @@ class StepFunction:
             self._cxx = None
         if self._cxx is None or key != self._key:
             instructions, names, scalar = self._program
+            _check_sharded_reductions(self._name, instructions, lists)
             self._cxx = TorchStepFunction(
                 self._name, instructions, list(zip(names, lists)), scalar, {k: float(v) for k, v in hypers.items()}
             )
@@ -398,6 +400,16 @@ class StepFunction:
         if self._cxx is None:
             raise Error(f"step function {self._name} has not been called yet: nothing is compiled")
         return self._cxx.dump(stage)
+
+
+def _check_sharded_reductions(name, instructions, lists):
+    """Norms and other reductions of DTensor shards (FSDP2) would reduce each process's local shard alone: refused."""
+    reduces = any(i.op in ("sum", "max", "list_sum", "list_max") for i in instructions)
+    if reduces and _sharded([t for lst in lists for t in lst]):
+        raise Error(
+            f"step function {name} reduces (a norm, a sum or a max) over DTensor shards (FSDP2): optjit would reduce "
+            "each process's local shard alone, not the whole tensor; step it with torch, or unshard the tensors"
+        )
 
 
 def step_function(fn=None, *, name=None):

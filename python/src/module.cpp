@@ -52,7 +52,8 @@ NB_MODULE(_optjit, m) {
           [](StepInstruction* self, std::string op, std::vector<int> inputs, std::string name, double number) {
             new (self) StepInstruction{std::move(op), std::move(inputs), std::move(name), number};
           },
-          nb::arg("op"), nb::arg("inputs"), nb::arg("name") = "", nb::arg("number") = 0.0);
+          nb::arg("op"), nb::arg("inputs"), nb::arg("name") = "", nb::arg("number") = 0.0)
+      .def_ro("op", &StepInstruction::op);
   nb::class_<TorchStepFunction>(m, "TorchStepFunction")
       .def(nb::init<const std::string&, std::vector<StepInstruction>,
                     const std::vector<std::pair<std::string, nb::list>>&, const std::vector<std::string>&,

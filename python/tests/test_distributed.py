@@ -181,6 +181,18 @@ def _fsdp_clipping(rank, mesh):
     else:
         raise AssertionError("Adafactor over FSDP2 shards was not refused")
 
+    @optjit.step_function
+    def normalized(params, grads, *, lr):
+        torch._foreach_add_(params, torch._foreach_div(grads, torch._foreach_norm(grads)), alpha=-lr)
+
+    params = [p.detach() for p in model.parameters()]
+    try:
+        normalized(params, [p.grad for p in model.parameters()], lr=0.1)
+    except optjit.Error as e:
+        assert "reduces (a norm, a sum or a max) over DTensor shards" in str(e), e
+    else:
+        raise AssertionError("a step function's norm over FSDP2 shards was not refused")
+
 
 SCENARIOS = {
     "fsdp_every_optimizer": _fsdp_every_optimizer,
