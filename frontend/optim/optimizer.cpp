@@ -790,7 +790,7 @@ void Optimizer::drop_state_created_since_grad_pass() {
 }
 
 bool Optimizer::take_grad_pass(const GradPassTotals& totals) {
-  const bool skipped = checks_grads_finite() && totals.nonfinite;
+  const bool skipped = checks_grads_finite() && found_in_any_process(totals.nonfinite);
   if (skipped) // written before clipping may throw: GradScaler's unscale_ has found the inf when clip_grad_norm_ raises
     found_inf_.set_item(0, 1.0);
   if (clipping_)
@@ -1006,7 +1006,7 @@ void Optimizer::eager_update() {
     std::vector<Tensor> given;
     for (int64_t i = 0; i < param_count(); ++i)
       given.push_back(flat_param(i).grad());
-    const bool skipped = checks_grads_finite() && any_nonfinite(given); // the grads as given, as in the grad pass
+    const bool skipped = checks_grads_finite() && found_in_any_process(any_nonfinite(given)); // the grads as given
     if (skipped)
       found_inf_.set_item(0, 1.0);
     if (clipping_)

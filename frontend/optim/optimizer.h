@@ -258,6 +258,11 @@ public:
   // before the square root. Called from the step, on the stepping thread; empty: this process's alone.
   using GradNormReducer = std::function<double(double partial, bool l2)>;
   void set_grad_norm_reducer(GradNormReducer reducer) { grad_norm_reducer_ = std::move(reducer); }
+  // Likewise for the in-step inf check over shards: `reducer(found)` returns whether any process found an inf or NaN
+  // (an all-reduce with max, as torch's DTensor check reduces found_inf), so that every process skips the same
+  // steps. Called at every checked step before the norm's reducer.
+  using InfCheckReducer = std::function<bool(bool found)>;
+  void set_inf_check_reducer(InfCheckReducer reducer) { inf_check_reducer_ = std::move(reducer); }
   const std::optional<GradClipping>& grad_clipping() const { return clipping_; }
   // The total norm of the last clipped step, before clipping (what clip_grad_norm_ returns); NaN before one.
   double total_grad_norm() const { return total_grad_norm_; }
@@ -397,6 +402,9 @@ private:
   // The total norm from this process's partial (GradNormTotal::partial), over every process with a reducer.
   double total_over_processes(double partial) const;
   GradNormReducer grad_norm_reducer_;
+  InfCheckReducer inf_check_reducer_;
+  // Whether this step's check found an inf or NaN in any process's grads.
+  bool found_in_any_process(bool found) const { return inf_check_reducer_ ? inf_check_reducer_(found) : found; }
   // Clipping's total norm of this step: total_grad_norm_ and clip_coefficient_; throws for error_if_nonfinite.
   void set_total_grad_norm(double total);
   void drop_state_created_since_grad_pass();

@@ -195,6 +195,7 @@ class CompiledStep:
         self._cxx.set_grad_clipping(*self._clipping)
         if self._clipping[0] is not None:
             self._cxx.set_grad_norm_reducer(_grad_norm_reducer(self._params))
+        self._cxx.set_inf_check_reducer(_inf_check_reducer(self._params))
         _check_sharded_reductions(self._cls, self._params)
         self._groups_seen = groups
         self._state_seen = None  # adopt torch's state afresh
@@ -256,34 +257,59 @@ def _sharded(params):
     return [p for p in params if isinstance(p, DTensor) and any(isinstance(s, Shard) for s in p.placements)]
 
 
-def _grad_norm_reducer(params):
-    """For clipping over sharded params: the all-reduce that makes each process's partial norm (a sum of squares,
-    or the largest |element|) the whole tensors', over the mesh dimensions the params are sharded along, as
-    clip_grad_norm_ on DTensors reduces. None for plain tensors (DDP's replicas hold whole grads)."""
+def _all_reduce_over_shards(params, what):
+    """`reduce(value, op)`: an all-reduce of one number over the mesh dimensions the params are sharded along (as
+    torch reduces a Partial DTensor), or None when no param is a shard (DDP's replicas hold whole grads)."""
     sharded = _sharded(params)
     if not sharded:
         return None
     import torch.distributed as dist
-    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor import Replicate
 
     mesh, placements = sharded[0].device_mesh, tuple(sharded[0].placements)
     if len(sharded) != len(params) or any(
         p.device_mesh != mesh or tuple(p.placements) != placements for p in sharded
     ):
-        raise Error(
-            "max_grad_norm over params that are not all shards of one device mesh with one placement: optjit "
-            "reduces the norm over one mesh (compile such groups' optimizers apart, or clip with torch)"
-        )
-    dims = [d for d, placement in enumerate(placements) if isinstance(placement, Shard)]
+
+        def refuse(number, op):  # raised by the step that needs the reduction, before it changes anything
+            raise Error(
+                f"{what} over params that are not all shards of one device mesh with one placement: optjit "
+                "reduces over one mesh (compile such groups' optimizers apart)"
+            )
+
+        return refuse
+    dims = [d for d, placement in enumerate(placements) if not isinstance(placement, Replicate)]
     device = sharded[0].to_local().device
 
-    def reduce(partial, l2):
-        value = torch.tensor([partial], dtype=torch.float64, device=device)
+    def reduce(number, op):
+        value = torch.tensor([number], dtype=torch.float64, device=device)
         for d in dims:
-            dist.all_reduce(value, op=dist.ReduceOp.SUM if l2 else dist.ReduceOp.MAX, group=mesh.get_group(d))
+            dist.all_reduce(value, op=op, group=mesh.get_group(d))
         return value.item()
 
     return reduce
+
+
+def _grad_norm_reducer(params):
+    """For clipping over sharded params: each process's partial norm (a sum of squares, or the largest |element|)
+    made the whole tensors', as clip_grad_norm_ on DTensors reduces."""
+    reduce = _all_reduce_over_shards(params, "max_grad_norm")
+    if reduce is None:
+        return None
+    import torch.distributed as dist
+
+    return lambda partial, l2: reduce(partial, dist.ReduceOp.SUM if l2 else dist.ReduceOp.MAX)
+
+
+def _inf_check_reducer(params):
+    """For the in-step inf check over sharded params: whether any process found an inf or NaN, as torch's DTensor
+    check all-reduces found_inf with max, so that every process skips the same steps."""
+    reduce = _all_reduce_over_shards(params, "the in-step inf check")
+    if reduce is None:
+        return None
+    import torch.distributed as dist
+
+    return lambda found: reduce(1.0 if found else 0.0, dist.ReduceOp.MAX) != 0
 
 
 def _check_sharded_reductions(cls, params):

@@ -34,6 +34,7 @@ NB_MODULE(_optjit, m) {
       .def("set_grad_clipping", &TorchStep::set_grad_clipping, nb::arg("max_norm").none(), nb::arg("norm_type"),
            nb::arg("error_if_nonfinite"))
       .def("set_grad_norm_reducer", &TorchStep::set_grad_norm_reducer, nb::arg("reducer").none())
+      .def("set_inf_check_reducer", &TorchStep::set_inf_check_reducer, nb::arg("reducer").none())
       .def("total_grad_norm", &TorchStep::total_grad_norm)
       .def("step_skipped", &TorchStep::step_skipped)
       .def("params_without_state", &TorchStep::params_without_state)

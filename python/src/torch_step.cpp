@@ -184,6 +184,18 @@ void TorchStep::set_grad_norm_reducer(nb::object reducer) {
   });
 }
 
+void TorchStep::set_inf_check_reducer(nb::object reducer) {
+  inf_check_reducer_ = std::move(reducer);
+  if (inf_check_reducer_.is_none()) {
+    optimizer_->set_inf_check_reducer({});
+    return;
+  }
+  optimizer_->set_inf_check_reducer([this](bool found) { // the step runs without the GIL
+    nb::gil_scoped_acquire gil;
+    return nb::cast<bool>(inf_check_reducer_(found));
+  });
+}
+
 std::vector<int64_t> TorchStep::params_without_state() const {
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < param_count(); ++i)

@@ -47,6 +47,8 @@ public:
   // For params that are shards spread over processes: `reducer(partial, l2)` all-reduces the norm's partial (a sum of
   // squares, or the largest |element|) and returns it; None: this process's alone. Called with the GIL taken.
   void set_grad_norm_reducer(nb::object reducer);
+  // Likewise for the in-step inf check: `reducer(found)` returns whether any process found an inf or NaN.
+  void set_inf_check_reducer(nb::object reducer);
   // The total grad norm of the last clipped step (NaN before one).
   double total_grad_norm() const { return optimizer_->total_grad_norm(); }
   // Whether this step changes nothing (found_inf is non-zero): the Python side then creates no state either.
@@ -103,7 +105,7 @@ private:
   std::vector<BoundParam> params_;
   std::vector<std::vector<OptionSource>> options_;
   HeldTensor grad_scale_, found_inf_;
-  nb::object grad_norm_reducer_; // held here: the optimizer's reducer calls it
+  nb::object grad_norm_reducer_, inf_check_reducer_; // held here: the optimizer's reducers call them
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<CompiledStep> step_;
 };

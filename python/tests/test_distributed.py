@@ -16,6 +16,7 @@ import datetime
 import gc
 import os
 import tempfile
+import warnings
 
 import pytest
 import torch
@@ -194,10 +195,40 @@ def _fsdp_clipping(rank, mesh):
         raise AssertionError("a step function's norm over FSDP2 shards was not refused")
 
 
+def _fsdp_fused_inf_check(rank, mesh):
+    """GradScaler with the step's own inf check over FSDP2 shards: an inf in rank 0's shard only skips the step on
+    every rank (found_inf is all-reduced, as torch's DTensor check does), so the run equals torch's GradScaler path."""
+
+    def run(patched):
+        model = _fsdp_model(mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        if patched:
+            optjit.patch(opt, fuse_inf_check=True)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+        for t in range(6):
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * rank + t))
+            scaler.scale(model(x).square().mean()).backward()
+            if t == 3 and rank == 0:
+                with torch.no_grad():
+                    next(model.parameters()).grad.to_local()[0, 0] = float("inf")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        return model, opt, scaler
+
+    model, opt, scaler = run(True)
+    reference, opt_ref, scaler_ref = run(False)
+    assert scaler.get_scale() == scaler_ref.get_scale(), (scaler.get_scale(), scaler_ref.get_scale())
+    _assert_same_run(model, opt, reference, opt_ref, f"rank {rank}, FSDP2 AdamW with the fused inf check")
+
+
 SCENARIOS = {
     "fsdp_every_optimizer": _fsdp_every_optimizer,
     "fsdp_checkpoint": _fsdp_checkpoint_resumes,
     "fsdp_clipping": _fsdp_clipping,
+    "fsdp_fused_inf_check": _fsdp_fused_inf_check,
     "ddp": _ddp,
 }
 
