@@ -302,9 +302,9 @@ struct CompiledStep::Impl {
       if (source.clips_grads())
         for (double contribution : bp.grad_pass_code->carried(kGradNormCarry))
           norm.add(contribution);
-      if (source.checks_grads_finite()) // an empty tensor's largest |element| is -inf: it holds no inf
-        for (double largest : bp.grad_pass_code->carried(kGradMaxAbsCarry))
-          totals.nonfinite = totals.nonfinite || std::isnan(largest) || largest == HUGE_VAL;
+      if (source.checks_grads_finite()) // 0 for a tensor of finite grads (an empty one too), NaN otherwise
+        for (double nonfinite : bp.grad_pass_code->carried(kGradNonfiniteCarry))
+          totals.nonfinite = totals.nonfinite || nonfinite != 0;
     }
     totals.norm_partial = norm.partial();
     return totals;

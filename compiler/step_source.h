@@ -32,10 +32,10 @@ struct ParamBucket {
   std::vector<BucketMember> members;
 };
 
-// The carried values a grad pass graph stores each tensor's results in: its contribution to the total norm, and
-// its largest |element| (an inf or NaN when the tensor holds one).
+// The carried values a grad pass graph stores each tensor's results in: its contribution to the total norm, and the
+// sum of its elements times 0 (0 when every element is finite, NaN when one is an inf or a NaN).
 inline constexpr const char* kGradNormCarry = "grad_norm";
-inline constexpr const char* kGradMaxAbsCarry = "grad_max_abs";
+inline constexpr const char* kGradNonfiniteCarry = "grad_nonfinite";
 
 // A clipping step's total grad norm from each tensor's contribution (its sum of squares for the 2-norm, its largest
 // |element| for the infinity norm), combined in the order they are added: a sum then its square root, or the largest
@@ -87,10 +87,10 @@ public:
 
   // The grad pass: one reduction pass over a bucket's grads (after grad_scale), run by the driver before the update
   // when the step clips its grads by their total norm, checks them for infs and NaNs itself, or both. Its graph
-  // stores each tensor's contribution to the norm as the carried value kGradNormCarry (clipping) and its largest
-  // |element| as kGradMaxAbsCarry (the check). The driver runs every bucket's pass, combines the values over all
-  // buckets in a fixed order (GradNormTotal; a largest |element| of +inf or NaN is an inf or NaN) and hands the
-  // totals to take_grad_pass, before reading hyper_values().
+  // stores each tensor's contribution to the norm as the carried value kGradNormCarry (clipping) and the sum of its
+  // elements times 0 as kGradNonfiniteCarry (the check: NaN exactly when an element is an inf or a NaN). The driver
+  // runs every bucket's pass, combines the values over all buckets in a fixed order (GradNormTotal; any non-zero
+  // check value is an inf or NaN) and hands the totals to take_grad_pass, before reading hyper_values().
   virtual bool clips_grads() const = 0;
   virtual double clip_norm_type() const = 0; // 2 or infinity
   virtual bool checks_grads_finite() const = 0;

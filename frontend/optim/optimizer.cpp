@@ -755,10 +755,12 @@ Graph Optimizer::trace_grad_pass(const ParamBucket& bucket) const {
     if (slot.role == SlotRole::Grad)
       grad_slot.push_back(slot);
   Tracer tracer("grad_pass", compute_dtype(bucket.dtype), grad_slot);
-  // The check reads the grads as given, before grad_scale divides them, as GradScaler's check does. The largest
-  // |element| is an inf or NaN exactly when an element is one (a sum of squares overflows on large finite grads).
+  // The check reads the grads as given, before grad_scale divides them, as GradScaler's check does. x * 0 is 0 for a
+  // finite x and NaN for an inf or a NaN, so the sum of g * 0 is NaN exactly when an element is one (never folded:
+  // fold_constants keeps x * 0). A sum, not a max: a max of vectors is a chain of compares and blends per step,
+  // which made the pass latency-bound (3x a sum's time); a sum of squares would overflow on large finite grads.
   if (checks_grads_finite())
-    tracer.store_carry(kGradMaxAbsCarry, max_of(abs(tracer.tensors(grad_slot.front().name))));
+    tracer.store_carry(kGradNonfiniteCarry, sum(tracer.tensors(grad_slot.front().name) * 0.0));
   if (s["grad_scale"])
     tracer.divide_grads_by("grad_scale", false);
   Sym grads = tracer.tensors(grad_slot.front().name);

@@ -6,15 +6,20 @@ time of each compiled mode (its first call), and the ratio to torch's fused step
     python -m optjit.bench --shapes 1000x10k --modes optjit,fused --new-grads
     python -m optjit.bench --device cuda                # on a GPU (timed with CUDA events)
     python -m optjit.bench --optimizers adam --shapes 1000x10k --modes optjit,fused --max-grad-norm 1.0
+    python -m optjit.bench --optimizers adam --shapes 1000x10k --modes optjit,fused --grad-scaler
 
 --new-grads gives every param a new grad tensor before each step (zero_grad(set_to_none=True), torch's default), so
-the time includes optjit's rebinding; the grads are made outside the timed region."""
+the time includes optjit's rebinding; the grads are made outside the timed region. --grad-scaler runs every step as
+scaler.step(opt); scaler.update() under a torch.amp.GradScaler (scale 1, so the grads keep their values): optjit's
+step is patched with fuse_inf_check=True (the check in its own first pass), "optjit-unfused" is patched without it
+(GradScaler's check pass, then the step), and torch's modes take GradScaler's usual paths."""
 
 import argparse
 import gc
 import json
 import statistics
 import time
+import warnings
 
 import torch
 
@@ -25,7 +30,7 @@ OPTIMIZERS = {
     "adam": (torch.optim.Adam, dict(lr=1e-3)),
     "sgd": (torch.optim.SGD, dict(lr=1e-3, momentum=0.9)),
 }
-MODES = ("optjit", "foreach", "fused", "torch.compile")
+MODES = ("optjit", "optjit-unfused", "foreach", "fused", "torch.compile")
 
 
 def model_shapes():
@@ -61,9 +66,30 @@ class Timer:
         return time.perf_counter() - start
 
 
-def make_step(mode, opt, params, max_grad_norm):
+def make_step(mode, opt, params, args):
     """One step of `mode`; with max_grad_norm, clipped first: fused into optjit's step, and
-    torch.nn.utils.clip_grad_norm_(foreach=True) before torch's."""
+    torch.nn.utils.clip_grad_norm_(foreach=True) before torch's. With grad_scaler, under a GradScaler."""
+    max_grad_norm = args.max_grad_norm
+    if args.grad_scaler:
+        if max_grad_norm is not None:
+            raise SystemExit("--grad-scaler and --max-grad-norm: measure one at a time")
+        scaler = torch.amp.GradScaler(torch.device(args.device).type, init_scale=1.0, growth_interval=10**9)
+        scaler.scale(torch.ones((), device=args.device))  # makes its scale tensor, as a first loss would
+        patched = optjit.patch(opt, fuse_inf_check=mode == "optjit") if mode.startswith("optjit") else None
+        step = torch.compile(opt.step) if mode == "torch.compile" else opt.step
+        if mode == "torch.compile":
+            opt.step = step
+
+        def scaled_step():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # GradScaler's grad_scaler= contract
+                scaler.step(opt)
+            scaler.update()
+
+        scaled_step.metrics = patched.metrics if patched is not None else None
+        return scaled_step
+    if mode == "optjit-unfused":
+        raise SystemExit("the optjit-unfused mode measures GradScaler's own check pass: give --grad-scaler")
     if mode == "optjit":
         return optjit.compile(opt, max_grad_norm=max_grad_norm)
     step = torch.compile(opt.step) if mode == "torch.compile" else opt.step
@@ -89,7 +115,7 @@ def measure(mode, cls, options, shapes, args):
         opt = cls(params, **kwargs)
     except RuntimeError as error:  # e.g. no fused kernel for this device
         return {"step_ms": None, "refused": str(error).splitlines()[0]}
-    step = make_step(mode, opt, params, args.max_grad_norm)
+    step = make_step(mode, opt, params, args)
     timer = Timer(args.device)
     grads = [p.grad for p in params]
 
@@ -113,7 +139,7 @@ def measure(mode, cls, options, shapes, args):
             total += timer(step)
         batches.append(total / args.steps * 1e3)
     result = {"step_ms": statistics.median(batches), "first_call_ms": first_ms}
-    if mode == "optjit":  # the first call also makes torch's state tensors and binds them; this is the compiler alone
+    if mode.startswith("optjit"):  # the first call also makes torch's state tensors and binds them; the compiler alone
         result["compile_ms"] = step.metrics()["compile_ms"]
     del opt, step, params, grads
     gc.collect()
@@ -126,12 +152,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m optjit.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--optimizers", default="adam,sgd", help=f"comma-separated: {', '.join(OPTIMIZERS)}")
     parser.add_argument("--shapes", default="1x50M,1000x10k,10000x100,model", help=f"{', '.join(SHAPES)}, model")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated: {', '.join(MODES)}")
+    parser.add_argument(
+        "--modes", default="optjit,foreach,fused,torch.compile", help=f"comma-separated: {', '.join(MODES)}"
+    )
     parser.add_argument(
         "--max-grad-norm",
         type=float,
         default=None,
         help="clip the grads first: fused into optjit's step, torch's clip_grad_norm_(foreach=True) before torch's",
+    )
+    parser.add_argument(
+        "--grad-scaler", action="store_true", help="every step as scaler.step(opt); scaler.update() under a GradScaler"
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=10, help="steps per timed batch")
