@@ -75,16 +75,23 @@ struct CompiledStep::Impl {
   bool state_facts_read = false;
 
   void read_facts() {
-    const std::vector<uint32_t> params_before = facts.params;
-    const std::vector<std::string> groups_before = facts.groups;
+    // Updated in place, noting whether any fact changed (no copy of the last facts on this per-step path).
+    bool changed = !state_facts_read || state_facts_version != source.state_version() ||
+                   facts.params.size() != static_cast<std::size_t>(source.param_count()) ||
+                   facts.groups.size() != static_cast<std::size_t>(source.group_count());
     facts.params.resize(static_cast<std::size_t>(source.param_count()));
-    for (int64_t i = 0; i < source.param_count(); ++i)
-      facts.params[static_cast<std::size_t>(i)] = param_fact(*source.flat_param(i).impl());
+    for (int64_t i = 0; i < source.param_count(); ++i) {
+      const uint32_t fact = param_fact(*source.flat_param(i).impl());
+      changed = changed || facts.params[static_cast<std::size_t>(i)] != fact;
+      facts.params[static_cast<std::size_t>(i)] = fact;
+    }
     facts.groups.resize(static_cast<std::size_t>(source.group_count()));
     for (int g = 0; g < source.group_count(); ++g)
-      facts.groups[static_cast<std::size_t>(g)] = source.group_structure_key(g);
-    if (!state_facts_read || state_facts_version != source.state_version() || facts.params != params_before ||
-        facts.groups != groups_before) {
+      if (std::string key = source.group_structure_key(g); key != facts.groups[static_cast<std::size_t>(g)]) {
+        facts.groups[static_cast<std::size_t>(g)] = std::move(key);
+        changed = true;
+      }
+    if (changed) {
       facts.state_dtypes = source.state_dtype_facts();
       state_facts_version = source.state_version();
       state_facts_read = true;
