@@ -1005,16 +1005,19 @@ void Optimizer::eager_update() {
       if (const Tensor g = flat_param(i).grad(); g.defined())
         used[static_cast<std::size_t>(i)] = grad_scale_.defined() ? unscaled(g.real_view(), grad_scale_.item()) : g;
     const std::vector<Tensor> unclipped = used;
-    std::vector<Tensor> given;
-    for (int64_t i = 0; i < param_count(); ++i)
-      given.push_back(flat_param(i).grad());
-    const bool skipped = checks_grads_finite() && found_in_any_process(any_nonfinite(given)); // the grads as given
-    if (skipped)
-      found_inf_.set_item(0, 1.0);
-    if (clipping_)
-      set_total_grad_norm(total_over_processes(forloop_grad_norm(used, clipping_->norm_type))); // may throw
-    if (skipped)
-      return; // no state was created yet
+    if (has_grad_pass()) { // the compiled steps' grad pass, on the host, taken the same way
+      GradPassTotals totals;
+      if (clipping_)
+        totals.norm_partial = forloop_grad_norm(used, clipping_->norm_type);
+      if (checks_grads_finite()) {
+        std::vector<Tensor> given; // the grads as given, before grad_scale divides them
+        for (int64_t i = 0; i < param_count(); ++i)
+          given.push_back(flat_param(i).grad());
+        totals.nonfinite = any_nonfinite(given);
+      }
+      if (!take_grad_pass(totals)) // may throw; no state was created yet
+        return;
+    }
     if (clipping_)
       for (Tensor& g : used)
         if (g.defined())
