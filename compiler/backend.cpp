@@ -15,4 +15,18 @@ const Backend& backend_for(const Target& target) {
   OPTJIT_ASSERT(false, "unknown device kind");
 }
 
+// A compiled plan pauses after each kernel that stores list reductions, with them in its carried_out order.
+std::vector<std::vector<CarryKind>> Backend::list_pauses(const PipelineResult& pipeline) const {
+  std::vector<std::vector<CarryKind>> pauses;
+  for (const KernelPlan& kernel : pipeline.kernels) {
+    std::vector<CarryKind> kinds;
+    for (const std::string& name : kernel.abi.carried_out)
+      if (const CarryKind kind = kernel.carry_kinds[carry_index(kernel, name)]; is_list_carry(kind))
+        kinds.push_back(kind);
+    if (!kinds.empty())
+      pauses.push_back(std::move(kinds));
+  }
+  return pauses;
+}
+
 } // namespace optjit

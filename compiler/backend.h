@@ -24,8 +24,19 @@ public:
   virtual void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) = 0;
   // This step's hyperparameters, per group, in the bound ListArguments' hyper_names order.
   virtual void set_hyper(const std::vector<double>& values_by_group) = 0;
-  // Runs the step's kernels, in order, over the bound arguments.
-  virtual void launch() = 0;
+  // Runs the step's kernels, in order, over the bound arguments; a list reduction combines over this list alone.
+  void launch() {
+    std::vector<ListPartials> pending;
+    start();
+    while (advance(pending))
+      combine_each_over_list(pending);
+  }
+  // The same run in phases, so that list reductions can combine over several executables' lists (the driver's
+  // buckets): start(), then advance() until it returns false. Each advance runs up to the next list reductions
+  // (returning true, with each one's per-entry operands in `pending`, which the caller combines in place before the
+  // next advance, which goes on with them) or to the end (returning false).
+  virtual void start() = 0;
+  virtual bool advance(std::vector<ListPartials>& pending) = 0;
   // After a launch: the plan's carried value `name` (a carry store of the traced graph itself), one per list entry.
   virtual std::vector<double> carried(const std::string& name) const = 0;
   // CUDA graphs captured so far (CompileOptions::cuda_graphs).
@@ -40,6 +51,9 @@ public:
                                            const CompileOptions& options, bool& cache_hit) const = 0;
   // Kernels launched per step.
   virtual int kernel_count(const PipelineResult& pipeline) const { return pipeline.stats.kernels; }
+  // The list reductions a run of `pipeline` pauses at (Executable::advance), in order: per pause, each one's kind.
+  // Buckets whose lists combine together must pause alike.
+  virtual std::vector<std::vector<CarryKind>> list_pauses(const PipelineResult& pipeline) const;
   // The code as text: Stage::LLVM or Stage::PTX (throws optjit::Error for a stage the backend has no code for).
   virtual std::string code(const PipelineResult& pipeline, const Target& target, Stage stage) const = 0;
 };

@@ -6,6 +6,8 @@
 #include "runtime/error.h"
 #include "runtime/log.h"
 
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -43,7 +45,55 @@ struct Program {
   std::vector<uint64_t> bound_param_layout; // per flat param: the layouts the binding holds
   std::vector<uint64_t> bound_grad_layout;
   std::vector<std::pair<int, int64_t>> entry_of_flat; // per flat param: (bucket, list entry), bucket -1 if none
+  // The traced program has list reductions and several buckets: they run in phases, each list reduction combined
+  // over every bucket's tensors (a list is every param of the step, whatever its dtype or device).
+  bool lists_span_buckets = false;
 };
+
+// "the f32 params on cpu", and the flags of its structure key that `other`'s lacks ("with normed=1").
+std::string describe_bucket(const ParamBucket& bucket, const ParamBucket& other) {
+  std::string text = fmt::format("the {} params on {}", dtype_name(bucket.dtype), bucket.device.to_string()), flags;
+  const std::string others = "," + other.structure_key + ",";
+  std::size_t begin = 0;
+  while (begin < bucket.structure_key.size()) {
+    std::size_t end = bucket.structure_key.find(',', begin);
+    end = end == std::string::npos ? bucket.structure_key.size() : end;
+    const std::string flag = bucket.structure_key.substr(begin, end - begin);
+    if (others.find("," + flag + ",") == std::string::npos)
+      flags += (flags.empty() ? " with " : ", ") + flag;
+    begin = end + 1;
+  }
+  return text + flags;
+}
+
+std::string describe_pauses(const std::vector<std::vector<CarryKind>>& pauses) {
+  std::string text;
+  for (const std::vector<CarryKind>& pause : pauses)
+    for (CarryKind kind : pause)
+      text += std::string(text.empty() ? "" : ", ") + (kind == CarryKind::ListSum ? "list_sum" : "list_max");
+  return text.empty() ? "none" : text;
+}
+
+// Every bucket of a step whose lists span buckets must reach the same list reductions in the same order, since each
+// is combined over all of them; checked when the program is compiled, before anything runs.
+bool check_list_reductions_match(const std::string& name, const std::vector<BucketProgram>& buckets) {
+  std::vector<std::vector<std::vector<CarryKind>>> pauses;
+  bool any = false;
+  for (const BucketProgram& bp : buckets) {
+    pauses.push_back(backend_for(bp.target).list_pauses(bp.pipeline));
+    any = any || !pauses.back().empty();
+  }
+  if (!any || buckets.size() < 2)
+    return false;
+  for (std::size_t b = 1; b < buckets.size(); ++b)
+    if (pauses[b] != pauses[0])
+      throw Error(fmt::format("{}: a list reduction (list_sum, list_max) combines over every param of the step, so "
+                              "every bucket must trace the same ones in the same order, but {} reach {} and {} "
+                              "reach {}: give the groups the options that change what the step traces alike",
+                              name, describe_bucket(buckets[0].bucket, buckets[b].bucket), describe_pauses(pauses[0]),
+                              describe_bucket(buckets[b].bucket, buckets[0].bucket), describe_pauses(pauses[b])));
+  return true;
+}
 
 // What changed in a step's arguments since the program's binding.
 struct ArgumentChanges {
@@ -111,14 +161,12 @@ struct CompiledStep::Impl {
 
   Program& compile_program() {
     auto start = std::chrono::steady_clock::now();
-    if (metrics.compiles > 0) {
-      const GuardFacts& before = current ? current->facts : programs.back()->facts;
-      std::string reason = explain_guard_failure(before, facts);
-      ++metrics.recompiles;
-      metrics.recompile_reasons.push_back(reason);
-      OPTJIT_LOG(recompiles, "{}: recompiling step #{}: {}", source.name(), metrics.steps, reason);
+    // A compile that failed (an error in the trace, say) left no program: the next one is still the first.
+    std::optional<std::string> recompile_reason;
+    if (!programs.empty()) {
+      recompile_reason = explain_guard_failure(current ? current->facts : programs.back()->facts, facts);
+      OPTJIT_LOG(recompiles, "{}: recompiling step #{}: {}", source.name(), metrics.steps, *recompile_reason);
     }
-    ++metrics.compiles;
     auto program = std::make_unique<Program>();
     program->facts = facts;
     for (ParamBucket& bucket : source.compile_buckets()) {
@@ -143,6 +191,12 @@ struct CompiledStep::Impl {
                  dtype_name(bucket.dtype), bucket.structure_key, bp.target.isa);
       bp.bucket = std::move(bucket);
       program->buckets.push_back(std::move(bp));
+    }
+    program->lists_span_buckets = check_list_reductions_match(source.name(), program->buckets);
+    ++metrics.compiles;
+    if (recompile_reason) {
+      ++metrics.recompiles;
+      metrics.recompile_reasons.push_back(std::move(*recompile_reason));
     }
     metrics.compile_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (programs.size() >= options.max_variants) {
@@ -285,15 +339,55 @@ struct CompiledStep::Impl {
     for (BucketProgram& bp : program.buckets)
       if (bp.launched)
         bp.code->set_hyper(hyper);
-    for (BucketProgram& bp : program.buckets)
-      if (bp.launched) {
-        const int64_t captured = bp.code->graph_captures();
-        bp.code->launch();
-        metrics.graph_captures += bp.code->graph_captures() - captured;
-      }
+    if (program.lists_span_buckets)
+      launch_in_phases(program);
+    else
+      for (BucketProgram& bp : program.buckets)
+        if (bp.launched) {
+          const int64_t captured = bp.code->graph_captures();
+          bp.code->launch();
+          metrics.graph_captures += bp.code->graph_captures() - captured;
+        }
     source.stage_out(); // staged params are CPU params: their launches have finished
     source.after_step();
     ++metrics.steps;
+  }
+
+  // Every bucket's kernels, phase by phase: at each list reduction, every bucket's tensors' values are combined in
+  // bucket order, then list order (deterministic for any thread count), and each bucket goes on with the total.
+  void launch_in_phases(Program& program) {
+    std::vector<Executable*> running;
+    int64_t captured = 0;
+    for (BucketProgram& bp : program.buckets)
+      if (bp.launched) {
+        running.push_back(bp.code.get());
+        captured -= bp.code->graph_captures();
+        bp.code->start();
+      }
+    std::vector<std::vector<ListPartials>> pending(running.size());
+    std::vector<double> all;
+    for (;;) {
+      bool paused = false;
+      for (std::size_t b = 0; b < running.size(); ++b) {
+        const bool p = running[b]->advance(pending[b]);
+        OPTJIT_ASSERT((b == 0 || p == paused) && pending[b].size() == pending[0].size(),
+                      "buckets paused at different list reductions");
+        paused = p;
+      }
+      if (!paused)
+        break;
+      for (std::size_t r = 0; r < pending[0].size(); ++r) {
+        all.clear();
+        for (const std::vector<ListPartials>& bucket : pending)
+          all.insert(all.end(), bucket[r].values.begin(), bucket[r].values.end());
+        combine_over_list(pending[0][r].kind, all.data(), all.size());
+        for (std::vector<ListPartials>& bucket : pending)
+          std::fill(bucket[r].values.begin(), bucket[r].values.end(), all.front());
+      }
+    }
+    for (Executable* code : running)
+      captured += code->graph_captures();
+    metrics.graph_captures += captured;
   }
 
   // Every bucket's grad pass, then the totals over all of them: every tensor's norm contribution combined in bucket

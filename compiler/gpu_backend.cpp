@@ -50,11 +50,19 @@ public:
     for (BoundGpuKernel& k : kernels_)
       k.binding.set_hyper(values_by_group);
   }
-  void launch() override {
-    for (BoundGpuKernel& k : kernels_) {
+  void start() override {
+    next_kernel_ = 0;
+    paused_columns_.clear();
+  }
+  bool advance(std::vector<ListPartials>& pending) override {
+    write_back(pending);
+    while (next_kernel_ < kernels_.size()) {
+      BoundGpuKernel& k = kernels_[next_kernel_++];
       k.binding.launch(*k.module, cuda_graphs_);
-      combine_list_carries(k.plan);
+      if (read_list_carries(k.plan, pending))
+        return true;
     }
+    return false;
   }
   // A synchronous copy to the host, which waits for the launches before it (the launch stream is ordered with the
   // legacy default stream): the one host wait of a clipping step on the GPU.
@@ -76,27 +84,41 @@ public:
   }
 
 private:
-  // The list reductions a kernel stored, combined over the list on the host before the next kernel: the carry buffer
-  // comes back (a synchronous copy, which waits for the kernel), each such column is combined, and it goes out again
-  // (also synchronous, so the next launch reads it). A host wait per kernel that ends with one, as clipping's norm.
-  void combine_list_carries(const KernelPlan& plan) {
-    std::vector<std::size_t> columns;
+  // The list reductions a kernel stored, each tensor's operand, into `pending` (false when it stored none): the
+  // carry buffer comes back with a synchronous copy, which waits for the kernel. A host wait per kernel that ends
+  // with one, as clipping's norm.
+  bool read_list_carries(const KernelPlan& plan, std::vector<ListPartials>& pending) {
+    pending.clear();
+    const std::size_t n_carry = plan.carries.size();
     for (const std::string& name : plan.abi.carried_out)
       if (const std::size_t c = carry_index(plan, name); is_list_carry(plan.carry_kinds[c]))
-        columns.push_back(c);
-    if (columns.empty() || n_tensors_ == 0)
-      return;
-    const std::size_t n_carry = plan.carries.size();
-    std::vector<double> all(n_carry * n_tensors_), column(n_tensors_);
-    cuda::copy_to_host(device_, all.data(), carry_.address(), all.size() * 8);
-    for (std::size_t c : columns) {
+        paused_columns_.push_back(c);
+    if (paused_columns_.empty())
+      return false;
+    host_carry_.resize(n_carry * n_tensors_);
+    if (n_tensors_ > 0)
+      cuda::copy_to_host(device_, host_carry_.data(), carry_.address(), host_carry_.size() * 8);
+    for (std::size_t c : paused_columns_) {
+      ListPartials& p = pending.emplace_back(ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_)});
       for (std::size_t t = 0; t < n_tensors_; ++t)
-        column[t] = all[t * n_carry + c];
-      combine_over_list(plan.carry_kinds[c], column.data(), n_tensors_);
-      for (std::size_t t = 0; t < n_tensors_; ++t)
-        all[t * n_carry + c] = column[t];
+        p.values[t] = host_carry_[t * n_carry + c];
     }
-    cuda::copy_to_device(device_, carry_.address(), all.data(), all.size() * 8);
+    return true;
+  }
+  // The combined list reductions back into the device's carry buffer (a synchronous copy, so the next launch reads
+  // them).
+  void write_back(const std::vector<ListPartials>& combined) {
+    if (paused_columns_.empty())
+      return;
+    OPTJIT_ASSERT(combined.size() == paused_columns_.size(),
+                  "advance() was not handed back the list reductions it paused at");
+    const std::size_t n_carry = kernels_.front().plan.carries.size();
+    for (std::size_t i = 0; i < paused_columns_.size(); ++i)
+      for (std::size_t t = 0; t < n_tensors_; ++t)
+        host_carry_[t * n_carry + paused_columns_[i]] = combined[i].values[t];
+    if (n_tensors_ > 0)
+      cuda::copy_to_device(device_, carry_.address(), host_carry_.data(), host_carry_.size() * 8);
+    paused_columns_.clear();
   }
 
   std::vector<BoundGpuKernel> kernels_;
@@ -104,6 +126,9 @@ private:
   bool cuda_graphs_;
   DeviceBuffer carry_;
   std::size_t n_tensors_ = 0;
+  std::size_t next_kernel_ = 0;             // advance(): the next kernel to launch
+  std::vector<std::size_t> paused_columns_; // advance(): the carries of the list reductions it paused at
+  std::vector<double> host_carry_;          // advance(): the carry buffer's host copy while paused
 };
 
 class GpuBackend final : public Backend {

@@ -6,6 +6,7 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace optjit {
 namespace {
@@ -22,7 +23,8 @@ public:
         tensor;
   }
   void set_hyper(const std::vector<double>& values_by_group) override { args_.hyper = values_by_group; }
-  void launch() override { interpret(graph_, args_, &carried_); }
+  void start() override { run_.emplace(graph_, args_, &carried_); }
+  bool advance(std::vector<ListPartials>& pending) override { return run_->advance(pending); }
   std::vector<double> carried(const std::string& name) const override {
     auto it = carried_.per_tensor.find(name);
     OPTJIT_ASSERT(it != carried_.per_tensor.end(), "carried value '" + name + "' read before a launch wrote it");
@@ -33,6 +35,7 @@ private:
   Graph graph_;
   ListArguments args_;
   CarriedValues carried_;
+  std::optional<Interpretation> run_; // the run start() began
 };
 
 class InterpreterBackend final : public Backend {
@@ -46,6 +49,14 @@ public:
   }
   // One launch per element op, as eager foreach.
   int kernel_count(const PipelineResult& pipeline) const override { return pipeline.stats.unfused_kernels; }
+  // The traced graph pauses at each list reduction, in node order.
+  std::vector<std::vector<CarryKind>> list_pauses(const PipelineResult& pipeline) const override {
+    std::vector<std::vector<CarryKind>> pauses;
+    for (const Node& n : pipeline.traced.nodes)
+      if (op_has_trait(n.op, kListReduction))
+        pauses.push_back({n.op == Op::list_sum ? CarryKind::ListSum : CarryKind::ListMax});
+    return pauses;
+  }
   std::string code(const PipelineResult&, const Target&, Stage) const override {
     throw Error("the interpreter compiles no code: ask for the traced, optimized or fused stage");
   }

@@ -221,132 +221,138 @@ template <class T> PerTensorValues reduce_elements(Op op, const ElementValues& i
 
 } // namespace
 
-void interpret(const Graph& graph, const ListArguments& args, CarriedValues* carried) {
-  const int64_t n_tensors = args.n_tensors();
-  std::vector<Value> values(static_cast<std::size_t>(graph.size()));
+// The interpretation's values so far, and where it is: evaluate() one node, store() at the end.
+struct Interpretation::State {
+  const Graph& graph;
+  const ListArguments& args;
+  CarriedValues* carried;
+  int64_t n_tensors;
+  std::vector<Value> values;
   // Every element value has the list's shapes: cut them into work items once, so that one parallel loop per op
   // covers many small tensors as well as one large one.
   std::vector<WorkItem> items;
   int64_t grain = 1;
-  for (int id = 0; id < graph.size(); ++id) {
-    const Node& n = graph.node(id);
-    Value& out = values[static_cast<std::size_t>(id)];
-    switch (n.op) {
-    case Op::constant:
-      out = PerTensorValues(static_cast<std::size_t>(n_tensors), n.number);
-      continue;
-    case Op::hyper: {
-      int k = args.hyper_index(n.name);
-      PerTensorValues v(static_cast<std::size_t>(n_tensors));
-      for (int64_t t = 0; t < n_tensors; ++t)
-        v[static_cast<std::size_t>(t)] = args.hyper_value(t, k);
-      out = std::move(v);
-      continue;
-    }
-    case Op::scalar_state: {
-      PerTensorValues v;
-      for (const Tensor& s : args.slot(n.name))
-        v.push_back(s.item(0));
-      out = std::move(v);
-      continue;
-    }
-    case Op::tensor: {
-      // Loads alias the argument (stores replace contents only at the end); a slot stored in another dtype than
-      // the graph computes in (bf16, f16) is loaded as a converted copy. A rows or columns slot is broadcast over
-      // its param's elements.
-      ElementValues loaded = args.slot(n.name);
-      const SlotKind kind = graph.slot(n.name)->kind;
-      for (std::size_t t = 0; t < loaded.size(); ++t)
-        loaded[t] = kind == SlotKind::Tensor
-                        ? loaded[t].to(graph.dtype)
-                        : broadcast_axis(loaded[t], param_shape(graph, args, t), kind, graph.dtype);
-      out = std::move(loaded);
-      continue;
-    }
-    case Op::carried: {
-      OPTJIT_ASSERT(carried && carried->per_tensor.count(n.name),
-                    "carried value '" + n.name + "' read before a kernel wrote it");
-      out = carried->per_tensor.at(n.name);
-      continue;
-    }
-    case Op::extent: {
-      PerTensorValues v;
-      for (int64_t t = 0; t < n_tensors; ++t) {
-        const Extents e = extents_of(param_shape(graph, args, static_cast<std::size_t>(t)));
-        v.push_back(static_cast<double>(n.name == "numel" ? e.numel : n.name == "n" ? e.n : e.m));
-      }
-      out = std::move(v);
-      continue;
-    }
-    case Op::carried_rows:
-    case Op::carried_cols: {
-      OPTJIT_ASSERT(carried && carried->arrays.count(n.name),
-                    "carried value '" + n.name + "' read before a kernel wrote it");
-      out = carried->arrays.at(n.name);
-      continue;
-    }
-    default:
-      break;
-    }
-    std::vector<const Value*> in;
-    for (ValueId operand : n.inputs)
-      in.push_back(&values[static_cast<std::size_t>(operand)]);
-    if (op_has_trait(n.op, kAxis)) {
-      ElementValues sums;
-      for (const Tensor& x : std::get<ElementValues>(*in[0]))
-        sums.push_back(axis_sum(x, n.op == Op::row_sum ? SlotKind::Rows : SlotKind::Cols, graph.dtype));
-      out = std::move(sums);
-      continue;
-    }
-    if (op_has_trait(n.op, kListReduction)) {
-      PerTensorValues v = std::get<PerTensorValues>(*in[0]);
-      combine_over_list(n.op == Op::list_sum ? CarryKind::ListSum : CarryKind::ListMax, v.data(), v.size());
-      out = std::move(v);
-      continue;
-    }
-    if (op_has_trait(n.op, kReduction)) {
-      const ElementValues& operand = std::get<ElementValues>(*in[0]);
-      out = visit_compute_dtype(graph.dtype, [&]<class T>() { return reduce_elements<T>(n.op, operand); });
-      continue;
-    }
-    if (n.level == Level::PerTensor) {
-      PerTensorValues v(static_cast<std::size_t>(n_tensors));
-      std::vector<double> operands(n.inputs.size());
-      for (int64_t t = 0; t < n_tensors; ++t) {
-        for (std::size_t k = 0; k < in.size(); ++k)
-          operands[k] = std::get<PerTensorValues>(*in[k])[static_cast<std::size_t>(t)];
-        v[static_cast<std::size_t>(t)] = scalar_op(n, operands);
-      }
-      out = std::move(v);
-      continue;
-    }
-    // An element op: the shape of each list entry comes from any element operand.
-    const ElementValues* shape_source = nullptr;
-    for (const Value* v : in)
-      if (auto* e = std::get_if<ElementValues>(v))
-        shape_source = e;
-    // Element ops walk memory flat: results take their operand's layout, as every tensor of a list entry shares one
-    // (loads of other dtypes convert in place of layout; frontend/optim/layout_staging.h stages the others).
-    ElementValues result;
-    for (const Tensor& like : *shape_source)
-      result.push_back(Tensor::empty_like(like, graph.dtype, like.device()));
-    if (items.empty()) {
-      std::vector<int64_t> numels;
-      for (const Tensor& t : result)
-        numels.push_back(t.numel());
-      items = make_work_items(numels, LaunchShape{});
-      grain = items_per_task(items, LaunchShape{});
-    }
-    ThreadPool::global().parallel_for(static_cast<int64_t>(items.size()), grain, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        const WorkItem& item = items[static_cast<std::size_t>(k)];
-        const Tensor& dst = result[static_cast<std::size_t>(item.tensor)];
-        visit_compute_dtype(graph.dtype,
-                            [&]<class T>() { element_op<T>(n, in, item.tensor, dst, item.begin, item.end); });
-      }
-    });
-    out = std::move(result);
+  int next = 0;    // the next node to evaluate
+  int paused = -1; // the list reduction advance() paused at, if any
+
+  void evaluate(int id);
+  void store();
+};
+
+void Interpretation::State::evaluate(int id) {
+  const Node& n = graph.node(id);
+  Value& out = values[static_cast<std::size_t>(id)];
+  switch (n.op) {
+  case Op::constant:
+    out = PerTensorValues(static_cast<std::size_t>(n_tensors), n.number);
+    return;
+  case Op::hyper: {
+    int k = args.hyper_index(n.name);
+    PerTensorValues v(static_cast<std::size_t>(n_tensors));
+    for (int64_t t = 0; t < n_tensors; ++t)
+      v[static_cast<std::size_t>(t)] = args.hyper_value(t, k);
+    out = std::move(v);
+    return;
   }
+  case Op::scalar_state: {
+    PerTensorValues v;
+    for (const Tensor& s : args.slot(n.name))
+      v.push_back(s.item(0));
+    out = std::move(v);
+    return;
+  }
+  case Op::tensor: {
+    // Loads alias the argument (stores replace contents only at the end); a slot stored in another dtype than
+    // the graph computes in (bf16, f16) is loaded as a converted copy. A rows or columns slot is broadcast over
+    // its param's elements.
+    ElementValues loaded = args.slot(n.name);
+    const SlotKind kind = graph.slot(n.name)->kind;
+    for (std::size_t t = 0; t < loaded.size(); ++t)
+      loaded[t] = kind == SlotKind::Tensor ? loaded[t].to(graph.dtype)
+                                           : broadcast_axis(loaded[t], param_shape(graph, args, t), kind, graph.dtype);
+    out = std::move(loaded);
+    return;
+  }
+  case Op::carried: {
+    OPTJIT_ASSERT(carried && carried->per_tensor.count(n.name),
+                  "carried value '" + n.name + "' read before a kernel wrote it");
+    out = carried->per_tensor.at(n.name);
+    return;
+  }
+  case Op::extent: {
+    PerTensorValues v;
+    for (int64_t t = 0; t < n_tensors; ++t) {
+      const Extents e = extents_of(param_shape(graph, args, static_cast<std::size_t>(t)));
+      v.push_back(static_cast<double>(n.name == "numel" ? e.numel : n.name == "n" ? e.n : e.m));
+    }
+    out = std::move(v);
+    return;
+  }
+  case Op::carried_rows:
+  case Op::carried_cols: {
+    OPTJIT_ASSERT(carried && carried->arrays.count(n.name),
+                  "carried value '" + n.name + "' read before a kernel wrote it");
+    out = carried->arrays.at(n.name);
+    return;
+  }
+  default:
+    break;
+  }
+  std::vector<const Value*> in;
+  for (ValueId operand : n.inputs)
+    in.push_back(&values[static_cast<std::size_t>(operand)]);
+  if (op_has_trait(n.op, kAxis)) {
+    ElementValues sums;
+    for (const Tensor& x : std::get<ElementValues>(*in[0]))
+      sums.push_back(axis_sum(x, n.op == Op::row_sum ? SlotKind::Rows : SlotKind::Cols, graph.dtype));
+    out = std::move(sums);
+    return;
+  }
+  if (op_has_trait(n.op, kReduction)) {
+    const ElementValues& operand = std::get<ElementValues>(*in[0]);
+    out = visit_compute_dtype(graph.dtype, [&]<class T>() { return reduce_elements<T>(n.op, operand); });
+    return;
+  }
+  if (n.level == Level::PerTensor) {
+    PerTensorValues v(static_cast<std::size_t>(n_tensors));
+    std::vector<double> operands(n.inputs.size());
+    for (int64_t t = 0; t < n_tensors; ++t) {
+      for (std::size_t k = 0; k < in.size(); ++k)
+        operands[k] = std::get<PerTensorValues>(*in[k])[static_cast<std::size_t>(t)];
+      v[static_cast<std::size_t>(t)] = scalar_op(n, operands);
+    }
+    out = std::move(v);
+    return;
+  }
+  // An element op: the shape of each list entry comes from any element operand.
+  const ElementValues* shape_source = nullptr;
+  for (const Value* v : in)
+    if (auto* e = std::get_if<ElementValues>(v))
+      shape_source = e;
+  // Element ops walk memory flat: results take their operand's layout, as every tensor of a list entry shares one
+  // (loads of other dtypes convert in place of layout; frontend/optim/layout_staging.h stages the others).
+  ElementValues result;
+  for (const Tensor& like : *shape_source)
+    result.push_back(Tensor::empty_like(like, graph.dtype, like.device()));
+  if (items.empty()) {
+    std::vector<int64_t> numels;
+    for (const Tensor& t : result)
+      numels.push_back(t.numel());
+    items = make_work_items(numels, LaunchShape{});
+    grain = items_per_task(items, LaunchShape{});
+  }
+  ThreadPool::global().parallel_for(static_cast<int64_t>(items.size()), grain, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      const WorkItem& item = items[static_cast<std::size_t>(k)];
+      const Tensor& dst = result[static_cast<std::size_t>(item.tensor)];
+      visit_compute_dtype(graph.dtype,
+                          [&]<class T>() { element_op<T>(n, in, item.tensor, dst, item.begin, item.end); });
+    }
+  });
+  out = std::move(result);
+}
+
+void Interpretation::State::store() {
   // A store whose value is a plain load still aliases its slot; copy it before any store can overwrite it.
   for (const Store& s : graph.stores)
     if (graph.node(s.value).op == Op::tensor) {
@@ -380,6 +386,46 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
       }
     }
   }
+}
+
+Interpretation::Interpretation(const Graph& graph, const ListArguments& args, CarriedValues* carried)
+    : state_(new State{.graph = graph,
+                       .args = args,
+                       .carried = carried,
+                       .n_tensors = args.n_tensors(),
+                       .values = std::vector<Value>(static_cast<std::size_t>(graph.size())),
+                       .items = {}}) {}
+
+Interpretation::~Interpretation() = default;
+
+bool Interpretation::advance(std::vector<ListPartials>& pending) {
+  State& st = *state_;
+  if (st.paused >= 0) {
+    OPTJIT_ASSERT(pending.size() == 1, "advance() was not handed back the list reduction it paused at");
+    st.values[static_cast<std::size_t>(st.paused)] = std::move(pending[0].values);
+    st.paused = -1;
+  }
+  pending.clear();
+  while (st.next < st.graph.size()) {
+    const int id = st.next++;
+    const Node& n = st.graph.node(id);
+    if (op_has_trait(n.op, kListReduction)) {
+      pending.push_back({n.op == Op::list_sum ? CarryKind::ListSum : CarryKind::ListMax,
+                         std::get<PerTensorValues>(st.values[static_cast<std::size_t>(n.inputs[0])])});
+      st.paused = id;
+      return true;
+    }
+    st.evaluate(id);
+  }
+  st.store();
+  return false;
+}
+
+void interpret(const Graph& graph, const ListArguments& args, CarriedValues* carried) {
+  Interpretation run(graph, args, carried);
+  std::vector<ListPartials> pending;
+  while (run.advance(pending))
+    combine_each_over_list(pending);
 }
 
 void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArguments& args) {

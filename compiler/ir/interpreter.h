@@ -7,6 +7,7 @@
 #include "compiler/ir/kernel_plan.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,21 @@ struct CarriedValues {
 // Evaluates every value, then performs the stores (so loads see the values from before the step). `carried`
 // supplies the graph's `carried` inputs and receives its carry stores; a whole graph needs none.
 void interpret(const Graph& graph, const ListArguments& args, CarriedValues* carried = nullptr);
+
+// The same interpretation, pausing at each list reduction so that several lists can combine it together (the eager
+// path of a step whose buckets share a list): advance() evaluates up to the next list reduction (true, with its
+// operand per list entry in `pending`, which the caller combines in place before the next advance, which goes on
+// with it) or to the end, then performs the stores (false). The graph, arguments and carried values must outlive it.
+class Interpretation {
+public:
+  Interpretation(const Graph& graph, const ListArguments& args, CarriedValues* carried = nullptr);
+  ~Interpretation();
+  bool advance(std::vector<ListPartials>& pending);
+
+private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 // Runs a plan's kernels in order, each interpreted, handing carried values on: the meaning of a kernel plan.
 void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArguments& args);
 

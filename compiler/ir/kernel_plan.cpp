@@ -156,6 +156,11 @@ void combine_over_list(CarryKind kind, double* values, std::size_t count) {
   std::fill(values, values + count, total);
 }
 
+void combine_each_over_list(std::vector<ListPartials>& pending) {
+  for (ListPartials& p : pending)
+    combine_over_list(p.kind, p.values.data(), p.values.size());
+}
+
 std::size_t carry_index(const KernelPlan& plan, const std::string& name) {
   auto it = std::find(plan.carries.begin(), plan.carries.end(), name);
   OPTJIT_ASSERT(it != plan.carries.end(), "kernel " + plan.name + " carries no value '" + name + "'");

@@ -34,6 +34,15 @@ inline bool is_list_carry(CarryKind kind) { return kind == CarryKind::ListSum ||
 // Combines `values` (one per tensor of the list, in list order) into every entry, as list carry `kind` says.
 void combine_over_list(CarryKind kind, double* values, std::size_t count);
 
+// A list reduction a run has reached: each list entry's operand, which the caller combines in place (over this list
+// alone, or over the lists of every bucket of a step, which then hands each its part back).
+struct ListPartials {
+  CarryKind kind;
+  std::vector<double> values;
+};
+// Combines each of `pending` over its own list alone.
+void combine_each_over_list(std::vector<ListPartials>& pending);
+
 struct KernelPlan {
   std::string name;
   Graph graph;                        // the kernel's nodes (per-tensor prefix, then element nodes) and stores

@@ -130,10 +130,12 @@ Sym sum(Sym a);          // the sum of the elements (0 for an empty tensor)
 Sym max_of(Sym a);       // the largest element, NaN-propagating (-inf for an empty tensor)
 Sym foreach_norm(Sym a); // torch._foreach_norm(a): the L2 norm of each tensor, sqrt(sum(a * a))
 
-// Reductions over the list: a per-tensor f64 value (such as a reduction's) combined over every tensor of the list
-// (a step function's lists; an optimizer's bucket), in list order, the same value for every tensor after it. The
-// host combines it when the kernel computing it has ended, so a value that uses it runs in the next kernel: the
-// global grad norm of clip_grad_norm_ is sqrt(list_sum(sum(g * g))), two kernels with the update.
+// Reductions over the list: a per-tensor f64 value (such as a reduction's) combined over every param of the step
+// (every group, dtype and device: a step runs as one bucket per (device, dtype, structure), combined together), in
+// bucket then list order, the same value for every tensor after it. The host combines it when the kernels computing
+// it have ended, so a value that uses it runs in the next kernel: the global grad norm of clip_grad_norm_ is
+// sqrt(list_sum(sum(g * g))), two kernels per bucket with the update. Buckets must trace the same list reductions
+// (groups whose options change them are refused when the step compiles).
 Sym list_sum(Sym a); // the sum over the list
 Sym list_max(Sym a); // the largest over the list, NaN-propagating
 

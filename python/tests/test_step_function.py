@@ -171,6 +171,32 @@ def test_a_global_norm_is_two_kernels_and_equals_clip_grad_norm():
     assert "then the host combines" in clipped_sgd.dump("fused")
 
 
+def test_a_global_norm_spans_every_dtype_of_the_lists():
+    """Lists of f32, f64 and bf16 tensors run as three buckets, but the norm is over every tensor, as
+    clip_grad_norm_'s is: the largest grad is in the f64 tensor, so a norm per bucket would clip the others less."""
+    generator = torch.Generator().manual_seed(11)
+    dtypes = [torch.float32, torch.float64, torch.bfloat16, torch.float32]
+    params = [torch.randn(17 + 4 * k, 3, generator=generator).to(d) for k, d in enumerate(dtypes)]
+    grads = [torch.randn(p.shape, generator=generator).to(p.dtype) for p in params]
+    grads[1][2, 1] = 40.0
+    reference = [torch.nn.Parameter(p.clone()) for p in params]
+    for r, g in zip(reference, grads):
+        r.grad = g.clone()
+    eager = _clone([params, grads])
+    clipped_sgd(params, grads, lr=1.0, max_norm=1.0)
+    clipped_sgd.eager(*eager, lr=1.0, max_norm=1.0)
+    assert torch.nn.utils.clip_grad_norm_(reference, 1.0) > 1.0
+    with torch.no_grad():
+        for r in reference:
+            r.add_(r.grad, alpha=-1.0)
+    # torch takes the bf16 tensor's norm in bf16 (optjit accumulates every norm in f64), so the coefficient, and
+    # with it every tensor, agrees to bf16's precision (one bf16 ulp is 2^-8 relative).
+    for k, (a, b, c) in enumerate(zip(params, reference, eager[0])):
+        for other, what in ((b.detach(), "clip_grad_norm_"), (c, "eager")):
+            torch.testing.assert_close(a, other, rtol=1e-2, atol=1e-2, msg=lambda m: f"params[{k}] vs {what}: {m}")
+    assert clipped_sgd.kernel_count == 6  # two per (dtype) bucket
+
+
 @pytest.mark.parametrize("fn,kernels", [(peak_scaled_sgd, 2), (norm_sum_scaled_sgd, 3)], ids=["max", "sum"])
 def test_the_inf_norm_and_sum_over_the_lists_follow_torch(fn, kernels):
     params, grads = _lists(torch.float64, 4, 2)

@@ -10,6 +10,7 @@
 #include "compiler/pipeline.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/sgd.h"
+#include "frontend/optim/step_function.h"
 #include "runtime/cuda_driver.h"
 #include "tools/count_configs.h"
 #include "tools/model.h"
@@ -235,6 +236,38 @@ TEST_CASE("cuda: a list reduction is combined between kernels on the GPU as on t
     for (std::size_t k = 0; k < cpu.size(); ++k) {
       INFO("param " << i << " element " << k);
       REQUIRE(gpu[k] == doctest::Approx(cpu[k]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("cuda: a list reduction spans params on the CPU and on the GPU, as on the CPU alone") {
+  if (skip_without_gpu())
+    return;
+  // Params alternate between the host and the device: two buckets, one global norm, combined between their kernels.
+  const auto clipped_sgd = [](Tracer& t) {
+    Sym grads = t.tensors("grad");
+    Sym coef = minimum(t.hyper("max_norm") / (sqrt(list_sum(sum(grads * grads))) + 1e-6), t.constant(1.0));
+    t.store("param", foreach_add(t.tensors("param"), grads * coef, -t.hyper("lr")));
+  };
+  std::vector<Tensor> reference = random_params({{33, 7}, {170001}, {5}, {64, 3}}, Dtype::f32, 9);
+  randomize_grads(reference, 4);
+  std::vector<Tensor> mixed;
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    const Device device = i % 2 ? Device::cuda(0) : Device::cpu();
+    mixed.push_back(reference[i].to(device));
+    mixed.back().set_grad(reference[i].grad().to(device));
+  }
+  const std::map<std::string, double> hypers = {{"lr", 0.5}, {"max_norm", 0.25}};
+  StepFunction on_cpu = compile_step("clipped_sgd", clipped_sgd, {.params = reference, .hypers = hypers});
+  StepFunction on_both = compile_step("clipped_sgd", clipped_sgd, {.params = mixed, .hypers = hypers});
+  on_cpu();
+  on_both();
+  CHECK(on_both.kernel_count() == 4);
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    const std::vector<double> got = mixed[i].to(Device::cpu()).to_vector(), want = reference[i].to_vector();
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      INFO("param " << i << " element " << k);
+      REQUIRE(got[k] == doctest::Approx(want[k]).epsilon(1e-5));
     }
   }
 }

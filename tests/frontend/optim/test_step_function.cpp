@@ -168,3 +168,92 @@ TEST_CASE("step function: SGD clipped by the global norm (list_sum) is two kerne
       REQUIRE(after[k] == doctest::Approx(before[i][k] - 0.5 * grads[i][k] * coef).epsilon(1e-5));
   }
 }
+
+namespace {
+
+// clip_grad_norm_ (2-norm or inf-norm) then SGD, over every param of the lists.
+void clipped_sgd_function(Tracer& t, bool inf_norm) {
+  Sym grads = t.tensors("grad");
+  Sym total = inf_norm ? list_max(max_of(abs(grads))) : sqrt(list_sum(sum(grads * grads)));
+  Sym coef = minimum(t.hyper("max_norm") / (total + 1e-6), t.constant(1.0));
+  t.store("param", foreach_add(t.tensors("param"), grads * coef, -t.hyper("lr")));
+}
+
+} // namespace
+
+TEST_CASE("step function: a list reduction spans every param of the step, whatever its dtype, compiled and eager") {
+  // f32, f64 and bf16 params, interleaved: three buckets, one list. The largest grad is in the f64 bucket, so a
+  // norm taken per bucket would give the f32 params another coefficient.
+  for (const bool inf_norm : {false, true})
+    for (const Execution execution : {Execution::Compiled, Execution::Interpreted}) {
+      CAPTURE(inf_norm);
+      CAPTURE(static_cast<int>(execution));
+      std::vector<Tensor> params;
+      const Dtype dtypes[] = {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f32, Dtype::f64};
+      for (int k = 0; k < 5; ++k) {
+        params.push_back(random_params({{17 + 5 * k, 3}}, Dtype::f32, static_cast<uint64_t>(k))[0].to(dtypes[k]));
+        params.back().set_grad(
+            random_params({{17 + 5 * k, 3}}, Dtype::f32, static_cast<uint64_t>(10 + k))[0].to(dtypes[k]));
+      }
+      params[1].grad().set_item(4, 9.5);
+      std::vector<std::vector<double>> before, grads;
+      double squares = 0, largest = 0;
+      for (const Tensor& p : params) {
+        before.push_back(p.to_vector());
+        grads.push_back(p.grad().to_vector());
+        for (double g : grads.back()) {
+          squares += g * g;
+          largest = std::max(largest, std::abs(g));
+        }
+      }
+      StepFunction step =
+          compile_step("clipped_sgd", [inf_norm](Tracer& t) { clipped_sgd_function(t, inf_norm); },
+                       {.params = params, .hypers = {{"lr", 0.5}, {"max_norm", 0.25}}}, {.execution = execution});
+      step();
+      if (execution == Execution::Compiled)
+        CHECK(step.kernel_count() == 6); // two per bucket
+      const double coef = 0.25 / ((inf_norm ? largest : std::sqrt(squares)) + 1e-6);
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        CAPTURE(i);
+        const double tolerance = dtypes[i] == Dtype::bf16 ? 1e-2 : 1e-6;
+        const std::vector<double> after = params[i].to_vector();
+        for (std::size_t k = 0; k < after.size(); ++k)
+          REQUIRE(after[k] == doctest::Approx(before[i][k] - 0.5 * grads[i][k] * coef).epsilon(tolerance));
+      }
+    }
+}
+
+TEST_CASE("step function: buckets that trace different list reductions are refused before anything runs") {
+  // A user optimizer whose groups trace a global norm or not: a list reduction of one group's program could not be
+  // combined with the other's.
+  struct NormedSgd : Optimizer {
+    explicit NormedSgd(std::vector<ParamGroupSpec> groups)
+        : Optimizer("NormedSgd", {{"lr", 0.1}, {"normed", 1}, {"master_weights", 0}, {"stochastic_rounding", 0}},
+                    /*foreach=*/true, {"master_weights", "stochastic_rounding"}) {
+      add_param_groups(std::move(groups));
+    }
+    Structure structure(const ParamGroup& group) const override {
+      Structure s;
+      s.set("normed", group.get("normed") != 0);
+      return s;
+    }
+    std::vector<StateSpec> state_specs(const Structure&) const override { return {}; }
+    std::vector<std::string> hyper_names() const override { return {"lr"}; }
+    void trace(Tracer& t, const Structure& s) const override {
+      Sym grads = t.tensors("grad");
+      Sym update = s["normed"] ? grads / sqrt(list_sum(sum(grads * grads))) : grads;
+      t.store("param", foreach_add(t.tensors("param"), update, -t.hyper("lr")));
+    }
+    void validate_options(const OptionMap&) const override {}
+  };
+  std::vector<Tensor> params = random_params({{8}, {9}}, Dtype::f32, 3);
+  randomize_grads(params, 4);
+  const std::vector<double> before = params[0].to_vector();
+  NormedSgd optimizer({ParamGroupSpec{{params[0]}, {}}, ParamGroupSpec{{params[1]}, {{"normed", 0}}}});
+  CompiledStep step = compile(optimizer);
+  check_error_contains([&] { step(); }, "a list reduction (list_sum, list_max) combines over every param of the step");
+  check_error_contains(
+      [&] { step(); },
+      "the f32 params on cpu with normed=1 reach list_sum and the f32 params on cpu with normed=0 reach none");
+  CHECK(params[0].to_vector() == before);
+}
