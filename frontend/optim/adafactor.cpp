@@ -161,6 +161,13 @@ std::vector<std::string> Adafactor::hyper_names() const {
   return {"lr", "beta2_decay", "eps1", "eps2", "d", "weight_decay"};
 }
 
+namespace {
+
+// Python's max(a, b), which torch's Adafactor takes of two Python floats: b when b > a, else a (a NaN b gives a).
+Sym python_max(Sym a, Sym b) { return where(greater(b, a), b, a); }
+
+} // namespace
+
 // Over tensor lists, as torch's single-tensor step: the step's decay rate w = t^beta2_decay and relative step size,
 // the second moment (factored into row and column means, or full), the update g / sqrt(V), clipped by its RMS.
 void Adafactor::trace(Tracer& t, const Structure& s) const {
@@ -176,7 +183,7 @@ void Adafactor::trace(Tracer& t, const Structure& s) const {
   Sym w = pow(step, t.hyper("beta2_decay"));
   Sym rho = minimum(lr, 1.0 / sqrt(step));
   Sym root_numel = sqrt(t.wrap(t.builder().add(Node{Op::extent, {}, {}, {}, 0, "numel"})));
-  Sym alpha = maximum(t.hyper("eps2"), foreach_norm(params) / root_numel) * rho;
+  Sym alpha = python_max(t.hyper("eps2"), foreach_norm(params) / root_numel) * rho;
   if (s["weight_decay"])
     params = params * (1.0 - lr * t.hyper("weight_decay"));
   Sym squares = grads * grads;
@@ -197,7 +204,7 @@ void Adafactor::trace(Tracer& t, const Structure& s) const {
     t.store("variance", second_moment);
   }
   Sym update = grads / sqrt(maximum(second_moment, eps1 * eps1));
-  Sym denom = maximum(t.constant(1.0), foreach_norm(update) / (root_numel * t.hyper("d")));
+  Sym denom = python_max(t.constant(1.0), foreach_norm(update) / (root_numel * t.hyper("d")));
   t.store("param", params + update * (-alpha / denom));
 }
 

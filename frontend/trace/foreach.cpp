@@ -95,6 +95,18 @@ Sym where(Sym condition, Sym if_true, Sym if_false) {
 Sym foreach_add(Sym self, Sym other, Sym alpha) { return self + alpha * other; }
 Sym foreach_addcmul(Sym self, Sym t1, Sym t2, Sym value) { return self + value * t1 * t2; }
 Sym foreach_addcdiv(Sym self, Sym t1, Sym t2, Sym value) { return self + value * (t1 / t2); }
-Sym foreach_lerp(Sym self, Sym end, Sym weight) { return self + weight * (end - self); }
+// torch's lerp: self + weight * (end - self) while |weight| < 0.5, else end - (end - self) * (1 - weight), which is
+// exact at weight 1 (and NaN where end - self is inf - inf, as torch's). Written as one select of the base and one of
+// the coefficient: end + (weight - 1) * (end - self) is the second form bit for bit, since weight - 1 = -(1 - weight)
+// exactly. A per-tensor weight is first rounded to the element dtype, as torch takes a Python scalar.
+Sym foreach_lerp(Sym self, Sym end, Sym weight) {
+  Tracer& t = self.tracer();
+  GraphBuilder& b = t.builder();
+  const bool elements = b.node(self.id()).level == Level::Element || b.node(end.id()).level == Level::Element;
+  if (elements && b.node(weight.id()).level == Level::PerTensor)
+    weight = t.rounded(b.dtype(), weight);
+  Sym small = less(abs(weight), t.constant(0.5));
+  return where(small, self, end) + where(small, weight, weight - 1.0) * (end - self);
+}
 
 } // namespace optjit

@@ -143,6 +143,7 @@ Sym list_max(Sym a); // the largest over the list, NaN-propagating
 Sym foreach_add(Sym self, Sym other, Sym alpha);          // self + alpha * other
 Sym foreach_addcmul(Sym self, Sym t1, Sym t2, Sym value); // self + value * t1 * t2
 Sym foreach_addcdiv(Sym self, Sym t1, Sym t2, Sym value); // self + value * (t1 / t2)
-Sym foreach_lerp(Sym self, Sym end, Sym weight);          // self + weight * (end - self)
+Sym foreach_lerp(Sym self, Sym end, Sym weight);          // torch's: self + weight * (end - self) for |weight| < 0.5,
+                                                          // end - (end - self) * (1 - weight) otherwise
 
 } // namespace optjit

@@ -2,6 +2,8 @@
 factored (rank >= 2) and unfactored params, params starting at zero, with some grads None; params and every state
 entry (keys, shapes, dtypes, values); a state_dict round trip both ways; kernel counts; and clipping."""
 
+import math
+
 import pytest
 import torch
 
@@ -90,3 +92,25 @@ def test_adafactor_refuses_complex_params_as_torch_does():
     step = optjit.compile(torch.optim.Adafactor([p]))
     with pytest.raises(optjit.Error, match="Adafactor does not support complex parameters"):
         step()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("shape", [(4,), (3, 4)], ids=["variance", "factored"])
+def test_a_non_finite_grad_spreads_as_in_torch(bad, shape):
+    """torch takes max(1.0, rms) with Python's max, for which a NaN rms gives 1.0, and lerps as torch.lerp does
+    (inf - inf is NaN where the weight is >= 0.5): a NaN or inf in a grad spreads through params and state exactly
+    as far as torch's."""
+    params = [torch.nn.Parameter(torch.linspace(0.5, 2.0, 12)[: math.prod(shape)].reshape(shape))]
+    reference = clone_params(params)
+    opt, ref = torch.optim.Adafactor(params, lr=0.01), torch.optim.Adafactor(reference, lr=0.01)
+    step = optjit.compile(opt)
+    for t in range(2):
+        for ps in (params, reference):
+            grad = torch.linspace(-1.0, 1.0, math.prod(shape)).reshape(shape)
+            grad.view(-1)[1] = bad if t == 0 else 0.5
+            ps[0].grad = grad
+        step()
+        ref.step()
+        torch.testing.assert_close(params[0].detach(), reference[0].detach(), equal_nan=True)
+        for key, value in ref.state[reference[0]].items():
+            torch.testing.assert_close(opt.state[params[0]][key], value, equal_nan=True, msg=key)
