@@ -41,12 +41,20 @@ from ._optjit import Error, StepInstruction, TorchStepFunction
 
 
 class _Program:
+    """The recorded instructions. A value is recorded once: the same op on the same operands gives the same id, so
+    a value written per element of a list (`[1 - beta1 ** s for s in steps]`) is one value of the whole list."""
+
     def __init__(self):
         self.instructions = []
+        self._ids = {}
 
     def emit(self, op, *inputs, name="", number=0.0):
+        key = (op, tuple(inputs), name, float(number))
+        if key in self._ids and not op.startswith("store"):
+            return self._ids[key]
         self.instructions.append(StepInstruction(op, [i for i in inputs], name, float(number)))
-        return len(self.instructions) - 1
+        self._ids[key] = len(self.instructions) - 1
+        return self._ids[key]
 
 
 def _operand(program, x):
@@ -215,7 +223,9 @@ def _list_id(program, value, what):
 
 
 def _result(program, vid, like):
-    return [_SymTensor(program, vid) for _ in like]
+    """The symbolic list an op on `like` gives: per-tensor scalars stay scalars (a step count plus one)."""
+    cls = _SymScalar if isinstance(like[0], _SymScalar) else _SymTensor
+    return [cls(program, vid) for _ in like]
 
 
 def _assign(target, vid):
@@ -296,7 +306,8 @@ def _dispatch(func, args, kwargs):
     inplace = op.endswith("_")
     op = op.rstrip("_")
     self_list = args[0]
-    if not (isinstance(self_list, (list, tuple)) and self_list and isinstance(self_list[0], _SymTensor)):
+    # A list of tensors, or of per-tensor scalars (scalar state such as a step count, or _foreach_norm's results).
+    if not (isinstance(self_list, (list, tuple)) and self_list and isinstance(self_list[0], (_SymTensor, _SymScalar))):
         raise Error(f"torch.{name}: its first argument must be one of the step function's lists")
     program = self_list[0].program
     self_id = _list_id(program, self_list, name)

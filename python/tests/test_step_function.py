@@ -224,3 +224,41 @@ def test_calls_on_stacks_outside_the_vocabulary_are_errors():
 
     with pytest.raises(optjit.Error, match="torch.stack: optjit stacks one per-tensor scalar of each tensor"):
         mixed(params, grads, lr=0.1)
+
+
+@optjit.step_function
+def adam_with_steps(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr, beta1, beta2, eps):
+    # torch's _multi_tensor_adam with its per-tensor step counts: incremented in place, then a bias correction per
+    # tensor written per element of the list, as a foreach_map user writes it.
+    torch._foreach_add_(steps, 1)
+    bias_correction1 = [1 - beta1**s for s in steps]
+    bias_correction2 = [(1 - beta2**s) ** 0.5 for s in steps]
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    denom = torch._foreach_div(torch._foreach_sqrt(exp_avg_sqs), bias_correction2)
+    torch._foreach_add_(denom, eps)
+    updates = torch._foreach_div(exp_avgs, denom)
+    torch._foreach_mul_(updates, [-lr / bc for bc in bias_correction1])
+    torch._foreach_add_(params, updates)
+
+
+def test_per_tensor_step_counts_are_updated_and_read_as_torch_does():
+    params, grads, exp_avgs, exp_avg_sqs = _lists(torch.float32, 8, 4)
+    exp_avgs, exp_avg_sqs = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    steps = [torch.tensor(0.0) for _ in params]
+    eager = _clone([params, grads, exp_avgs, exp_avg_sqs, steps])
+    reference = [torch.nn.Parameter(p.clone()) for p in params]
+    adam = torch.optim.Adam(reference, lr=0.01, betas=(0.8, 0.95), eps=1e-8, foreach=True)
+    hypers = dict(lr=0.01, beta1=0.8, beta2=0.95, eps=1e-8)
+    for _ in range(3):
+        for r, g in zip(reference, grads):
+            r.grad = g.clone()
+        adam_with_steps(params, grads, exp_avgs, exp_avg_sqs, steps, **hypers)
+        adam_with_steps.eager(*eager, **hypers)
+        adam.step()
+    assert [float(s) for s in steps] == [3.0] * len(params)
+    assert adam_with_steps.kernel_count == 1
+    for k, (a, b, c) in enumerate(zip(params, eager[0], reference)):
+        assert_close(a, b, torch.float32, f"params[{k}] vs eager")
+        assert_close(a, c.detach(), torch.float32, f"params[{k}] vs torch.optim.Adam")
