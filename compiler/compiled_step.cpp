@@ -245,6 +245,8 @@ struct CompiledStep::Impl {
       if (same_param && g->layout_id == program.bound_grad_layout[at])
         continue;
       source.check_grad(i);
+      if (!same_param)
+        source.check_state(i);
       if (program.bound && !was_bound_with_grad && !reason)
         reason = "a grad appeared";
       if (!same_param && !reason)

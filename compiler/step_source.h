@@ -109,6 +109,8 @@ public:
   // Step-time checks, run before anything changes; they throw optjit::Error.
   virtual void check_hyperparameters() const = 0;
   virtual void check_grad(int64_t flat) const = 0;
+  // Run when a param's data was replaced (or first bound): its state still fits it.
+  virtual void check_state(int64_t flat) const = 0;
   // Whether this step must change nothing (a gradient scaler found an inf or NaN): the driver then runs no check,
   // creates no state and launches nothing.
   virtual bool step_skipped() const = 0;

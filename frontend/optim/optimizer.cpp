@@ -453,6 +453,23 @@ void Optimizer::check_grad(int64_t flat) const {
                             flat, g.describe()));
 }
 
+void Optimizer::check_state(int64_t flat) const {
+  const Tensor& p = flat_param(flat);
+  const ParamState& state = states_[static_cast<std::size_t>(flat)];
+  if (state.empty())
+    return;
+  for (const StateSpec& spec : param_state_specs(flat)) {
+    const Tensor t = find_state(state, spec.name);
+    if (!t.defined())
+      continue;
+    const bool fits = spec.kind == StateKind::Scalar ? t.numel() == 1 : t.shape() == state_shape(spec.kind, p.shape());
+    if (!fits || t.device() != p.device())
+      throw Error(fmt::format("state '{}' of param {} is {}, but the param is now {}: its data was replaced by a "
+                              "tensor of another shape or device, and its state was not (reset or load its state)",
+                              spec.name, flat, t.describe(), p.describe()));
+  }
+}
+
 // Every step, O(groups) unless a group keeps master weights or rounds stochastically: then each of its params must
 // be bf16 or f16, or bf16.
 void Optimizer::check_precision_options() const {
@@ -477,8 +494,10 @@ void Optimizer::check_precision_options() const {
 void Optimizer::check_step() const {
   check_hyperparameters();
   for (int64_t i = 0; i < param_count(); ++i)
-    if (flat_param(i).impl()->grad)
+    if (flat_param(i).impl()->grad) {
       check_grad(i);
+      check_state(i);
+    }
 }
 
 bool Optimizer::ensure_state() { return create_missing_state(/*only_params_with_grads=*/true); }
@@ -533,6 +552,12 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
     for (const StateSpec& spec : specs) {
       if (find_state(s, spec.name).defined())
         continue;
+      if (refuse_incomplete_state_ && spec.visible && !s.empty())
+        throw Error(fmt::format("the state of param {} has no '{}', which {} keeps with its group's options now: an "
+                                "option that adds state (amsgrad, centered, momentum) was turned on after the state "
+                                "was made, or the loaded state was saved without it (torch's step raises "
+                                "KeyError: '{}' here)",
+                                i, spec.name, name_, spec.name));
       Shape shape = state_shape(spec.kind, p.shape());
       // A complex param's state starts with every component at the value, as torch's optimizers see it through
       // view_as_real (Adagrad's sum is complex(v, v), Rprop's step_size complex(lr, lr)).

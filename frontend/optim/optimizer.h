@@ -187,6 +187,10 @@ public:
     scalar_state_dtype_ = dtype;
     ++state_version_; // the dtypes of state yet to be made changed: compiled steps read them again
   }
+  // A param whose state exists but lacks an entry its group's options now keep (amsgrad turned on after the state
+  // was made): by default the step creates the entry; a step over torch's state refuses, as torch's step does (it
+  // raises KeyError), since an entry torch's state lacks would live only in optjit.
+  void set_refuse_incomplete_state(bool refuse) { refuse_incomplete_state_ = refuse; }
   Dtype new_state_dtype(const Tensor& param, const StateSpec& spec) const {
     if (spec.kind == StateKind::Scalar)
       return number_dtype(param.dtype());
@@ -319,7 +323,10 @@ public:
   // and neither may overlap itself in memory.
   void check_hyperparameters() const override;
   void check_grad(int64_t flat) const override;
-  void check_step() const; // every hyperparameter and every present grad
+  // The param's state has the shapes the param's own give (`p.data = x` of another shape keeps the old state, which
+  // the kernels would read past: torch refuses that step too) and the param's device.
+  void check_state(int64_t flat) const override;
+  void check_step() const; // every hyperparameter, every present grad and its param's state
   // Creates the missing state of every param that has a grad; returns whether any was created.
   bool ensure_state() override;
   // The storage dtypes of a param's state entries (the dtypes they would be created in, for entries not made yet).
@@ -390,6 +397,7 @@ private:
   std::vector<int> flat_group_;
   std::vector<ParamState> states_;
   std::optional<Dtype> scalar_state_dtype_;
+  bool refuse_incomplete_state_ = false;
   Tensor grad_scale_, found_inf_;
   std::optional<GradClipping> clipping_;
   double total_grad_norm_ = std::numeric_limits<double>::quiet_NaN();

@@ -45,10 +45,7 @@ class CompiledStep:
         self._lock = _step_lock(opt)
         self._retired = []  # metrics of the compiled steps replaced by add_param_group
         self._cxx = None
-        self._state_seen = None
         self._groups_seen = None
-        hook = functools.partial(_mark_state_replaced, weakref.ref(self))
-        self._load_hook = opt.register_load_state_dict_post_hook(hook)
 
     # torch.optim's step(closure) contract, and GradScaler's grad_scaler= one.
     def __call__(self, closure=None, grad_scaler=None, **kwargs):
@@ -153,6 +150,7 @@ class CompiledStep:
         return self._opt
 
     def _update(self, opt, grad_scale, found_inf, check_in_step):
+        _torch_optim.check_group_flags(opt)
         cxx = self._compiled(opt)
         cxx.sync_grad_scaling(grad_scale, found_inf, check_in_step)
         created = [] if cxx.step_skipped() else self._sync(opt, cxx)
@@ -198,27 +196,20 @@ class CompiledStep:
         self._cxx.set_inf_check_reducer(_inf_check_reducer(self._params))
         _check_sharded_reductions(self._cls, self._params)
         self._groups_seen = groups
-        self._state_seen = None  # adopt torch's state afresh
         return self._cxx
 
     def _sync(self, opt, cxx):
-        """Hands this step's torch objects to the C++ step: replaced state first, then hyperparameters and grads,
-        then the state torch would create now for params stepping for the first time (their flat indices are
-        returned)."""
-        if self._state_seen is not opt.state:
-            for flat, p in enumerate(self._params):
-                cxx.adopt(flat, dict(opt.state[p]) if p in opt.state else {}, True)
-            self._state_seen = opt.state
+        """Hands this step's torch objects to the C++ step: torch's state where it changed since it was adopted
+        (loaded, edited, replaced, cleared, or made by torch's own step), then hyperparameters and grads, then the
+        state torch would create now for params stepping for the first time (their flat indices are returned)."""
+        cxx.sync_state(opt.state)
         cxx.sync(opt.param_groups)
         created = []
         for flat in cxx.params_without_state():
             p = self._params[flat]
-            if p in opt.state and len(opt.state[p]) > 0:  # torch's own step made it (an unpatched opt.step())
-                cxx.adopt(flat, dict(opt.state[p]), True)
-                continue
             state = _torch_optim.new_state(p, cxx.new_state(flat), self._scalar_dtype)
-            cxx.adopt(flat, state, False)
             opt.state[p].update(state)
+            cxx.adopt(flat, opt.state[p], False)
             created.append(flat)
         return created
 
@@ -240,12 +231,6 @@ def _step_lock(opt):
         if lock is None:
             lock = _step_locks[opt] = _StepLock()
         return lock
-
-
-def _mark_state_replaced(step_ref, opt):
-    step = step_ref()
-    if step is not None:
-        step._state_seen = None
 
 
 def _sharded(params):
@@ -369,9 +354,16 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse
 
     fuse_inf_check: the patched step takes grad_scaler=, so GradScaler.step(opt) hands it the whole unscale-and-check
     and runs no inf-check pass of its own over the grads: the step checks them in its first pass (see CompiledStep).
-    torch warns (FutureWarning) that it will stop passing grad_scaler= one day; until then this saves a pass."""
-    if getattr(opt, "_optjit_unpatch", None) is not None:
-        return opt.step.compiled
+    torch warns (FutureWarning) that it will stop passing grad_scaler= one day; until then this saves a pass.
+
+    Patching a patched optimizer again with the same arguments returns its compiled step; with others (clipping
+    turned on, say), it patches it anew with them."""
+    arguments = (_clipping(max_grad_norm, norm_type, error_if_nonfinite), bool(fuse_inf_check))
+    undo = getattr(opt, "_optjit_unpatch", None)
+    if undo is not None:
+        if undo.arguments == arguments:
+            return opt.step.compiled
+        undo()
     compiled = CompiledStep(opt, max_grad_norm, norm_type, error_if_nonfinite)
     saved_step = vars(opt).get("step")
     saved_amp = vars(opt).get("_step_supports_amp_scaling")
@@ -408,6 +400,7 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse
             del opt._step_supports_amp_scaling
         del opt._optjit_unpatch
 
+    unpatch_this.arguments = arguments
     opt._optjit_unpatch = unpatch_this
     return compiled
 

@@ -3,6 +3,7 @@ how torch lays out the state it creates (which dtype and device each entry gets)
 update itself is optjit's compiled C++ step."""
 
 import inspect
+import numbers
 
 import torch
 
@@ -36,6 +37,11 @@ _NAMING_KEYS = {"param_names"}
 _SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
 
 
+# What torch's step runs of the optimizer's own methods: a subclass that overrides one changes the step (state made
+# another way, say), which optjit, running torch's own algorithm, would not follow.
+_STEP_METHODS = ("step", "_init_group")
+
+
 def optimizer_class(opt):
     """torch's class whose step `opt` runs; an Error for anything optjit cannot compile."""
     if not isinstance(opt, torch.optim.Optimizer):
@@ -44,23 +50,33 @@ def optimizer_class(opt):
     torch_class = next((cls for cls in mro if SUPPORTED.get(cls.__name__) is cls), None)
     if torch_class is None:
         raise Error(f"optjit cannot compile {type(opt).__name__}: it compiles torch.optim's {', '.join(SUPPORTED)}")
-    own_step = inspect.unwrap(torch_class.step)
-    for cls in mro[: mro.index(torch_class)]:
-        # torch.optim wraps each class's step in its hook runner (in that class's dict): look through wrappers.
-        if "step" in vars(cls) and inspect.unwrap(vars(cls)["step"]) is not own_step:
-            raise Error(
-                f"{type(opt).__name__} overrides step() (in {cls.__qualname__}): optjit compiles the step of "
-                f"torch.optim's own {torch_class.__name__}, not a step it cannot see"
-            )
+    for method in _STEP_METHODS:
+        own = inspect.unwrap(getattr(torch_class, method, None))
+        for cls in mro[: mro.index(torch_class)]:
+            # torch.optim wraps each class's step in its hook runner (in that class's dict): look through wrappers.
+            if method in vars(cls) and inspect.unwrap(vars(cls)[method]) is not own:
+                raise Error(
+                    f"{type(opt).__name__} overrides {method}() (in {cls.__qualname__}): optjit compiles the step of "
+                    f"torch.optim's own {torch_class.__name__}, not a step it cannot see"
+                )
     return torch_class
+
+
+def check_group_flags(opt):
+    """Errors for the flags of a group that torch's step itself refuses or optjit cannot follow; O(groups), run at
+    every step since a group's flags may change (or come with load_state_dict) between steps."""
+    for g, group in enumerate(opt.param_groups):
+        if group.get("differentiable", False):
+            raise Error(f"param group {g}: differentiable=True is not supported (optjit steps are not differentiable)")
+        if group.get("capturable", False):
+            _check_capturable(g, group)
 
 
 def check_supported(opt, cls):
     """Errors for options and params optjit does not compile, naming them."""
+    check_group_flags(opt)
     fused_devices = None
     for g, group in enumerate(opt.param_groups):
-        if group.get("differentiable", False):
-            raise Error(f"param group {g}: differentiable=True is not supported (optjit steps are not differentiable)")
         if group.get("fused", False):
             for p in group["params"]:
                 if torch.is_complex(p):  # torch's fused kernels refuse complex params; so does its fused=True step
@@ -77,6 +93,19 @@ def check_supported(opt, cls):
                     )
 
 
+def _check_capturable(g, group):
+    """torch's capturable steps (CUDA-graph safe) run on the devices it names only, and refuse CPU params."""
+    from torch.optim.optimizer import _get_capturable_supported_devices
+
+    devices = _get_capturable_supported_devices()
+    for p in group["params"]:
+        if p.device.type not in devices:
+            raise Error(
+                f"param group {g}: capturable=True on {p.device}: If capturable=True, params and state_steps must be "
+                f"on supported devices: {devices}."
+            )
+
+
 def _fused_devices():
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
@@ -90,11 +119,15 @@ def _keyword(value, what):
         return [float(value.item())]
     if isinstance(value, bool):
         return [1.0 if value else 0.0]
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real) or _is_numpy_scalar(value):  # numpy's scalars (np.float32, np.bool_) too
         return [float(value)]
     if isinstance(value, (tuple, list)):  # a pair; None inside is torch's default (Adafactor's eps1)
         return [v for element in value for v in _keyword_or_none(element, what)]
     raise Error(f"{what} is {value!r}: optjit takes numbers, flags, pairs and 1-element tensors")
+
+
+def _is_numpy_scalar(value):
+    return type(value).__module__ == "numpy" and hasattr(value, "__float__") and getattr(value, "ndim", 1) == 0
 
 
 def _keyword_or_none(value, what):

@@ -46,6 +46,7 @@ TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywo
   optimizer_ = make_optimizer(name, std::move(groups), defaults, group_options);
   optimizer_->set_scalar_state_dtype(torch_.dtype_of(scalar_dtype, "torch's scalar state dtype"));
   optimizer_->clear_state(); // torch's state is adopted from the Python side (Adagrad's included)
+  optimizer_->set_refuse_incomplete_state(true);
 
   // Each option of each C++ group is read back from torch's group dict under its torch name.
   for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
@@ -121,6 +122,10 @@ void TorchStep::sync_param(BoundParam& p) {
   if (grad.is(p.grad) && TorchTensors::data_ptr(torch_.local(grad)) == p.grad_data)
     return;
   Tensor view = torch_.view(grad, "the grad of " + p.name);
+  // `p.data = p.data.reshape(...)` (or .t()) keeps the memory, so the data pointer did not tell: a grad of another
+  // shape is the sign to look at the param again, whose new shape the checks then compare with its grad and state.
+  if (view.shape() != p.view.shape())
+    p.view.set_data(torch_.view(local, p.name));
   p.view.set_grad(view);
   p.grad = std::move(grad);
   p.grad_data = reinterpret_cast<uintptr_t>(view.data());
@@ -219,14 +224,41 @@ void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
     throw Error("param " + std::to_string(flat) + " is not one of the " + std::to_string(param_count()) + " params");
   BoundParam& p = params_[static_cast<std::size_t>(flat)];
   ParamState views;
-  std::vector<nb::object> held;
+  std::vector<std::pair<nb::object, nb::object>> held;
   for (auto [key, tensor] : state) {
     const std::string name = nb::cast<std::string>(key);
     views.emplace_back(name, torch_.view(tensor, "state '" + name + "' of " + p.name));
-    held.push_back(nb::borrow(tensor));
+    held.emplace_back(nb::borrow(key), nb::borrow(tensor));
   }
   optimizer_->adopt_state(flat, views, loaded ? Optimizer::StateOrigin::Loaded : Optimizer::StateOrigin::Fresh);
   p.state = std::move(held);
+}
+
+void TorchStep::sync_state(nb::handle state) {
+  if (!PyDict_Check(state.ptr()))
+    throw Error("the optimizer's state is a " + text(nb::type_name(state.type())) +
+                ", not a dict: torch.optim keeps "
+                "a dict (a defaultdict) of each param's state");
+  for (std::size_t flat = 0; flat < params_.size(); ++flat) {
+    BoundParam& p = params_[flat];
+    // Borrowed, and no default: a defaultdict's lookup through the C API does not create the entry.
+    PyObject* entries = PyDict_GetItemWithError(state.ptr(), p.param.ptr());
+    if (!entries && PyErr_Occurred())
+      throw nb::python_error();
+    if (entries && !PyDict_Check(entries))
+      throw Error("the state of " + p.name + " is a " + text(nb::type_name(nb::handle(entries).type())) +
+                  ", not a dict");
+    const Py_ssize_t count = entries ? PyDict_Size(entries) : 0;
+    bool same = count == static_cast<Py_ssize_t>(p.state.size());
+    for (std::size_t k = 0; same && k < p.state.size(); ++k) {
+      PyObject* value = PyDict_GetItemWithError(entries, p.state[k].first.ptr());
+      if (!value && PyErr_Occurred())
+        throw nb::python_error();
+      same = value == p.state[k].second.ptr();
+    }
+    if (!same)
+      adopt(static_cast<int64_t>(flat), entries ? nb::borrow<nb::dict>(entries) : nb::dict(), /*loaded=*/true);
+  }
 }
 
 bool TorchStep::update() {

@@ -61,6 +61,10 @@ public:
   // Makes torch's `state` tensors (key -> tensor) the state of param `flat`; `loaded`: they come from a checkpoint
   // or an earlier step rather than being made for this one. An empty dict drops the param's state.
   void adopt(int64_t flat, nb::dict state, bool loaded);
+  // Adopts again, as loaded, the state of every param whose entries in `state` (torch's opt.state, which users and
+  // load_state_dict may edit between steps: an entry replaced, the param's dict replaced, emptied or deleted) are not
+  // the tensors adopted. O(params) dict lookups, no Python call.
+  void sync_state(nb::handle state);
   // One compiled step (the update alone: the Python side runs torch's hooks around it), without the GIL. Returns
   // whether it ran: false when its own inf check skipped it (it then dropped the state it made; the Python side
   // drops torch's entries too).
@@ -73,13 +77,13 @@ public:
 
 private:
   struct BoundParam {
-    nb::object param;              // the torch param (a DTensor under FSDP2)
-    std::string name;              // "param 3" in messages
-    uintptr_t data = 0;            // the local tensor's data_ptr the view was made at
-    nb::object grad;               // the grad the view's grad slot was made from
-    uintptr_t grad_data = 0;       // its data_ptr then (`grad.data = ...` keeps the object, not the memory)
-    Tensor view;                   // optjit's param: a view of the local tensor
-    std::vector<nb::object> state; // torch's state tensors the views of its state point into
+    nb::object param;        // the torch param (a DTensor under FSDP2)
+    std::string name;        // "param 3" in messages
+    uintptr_t data = 0;      // the local tensor's data_ptr the view was made at
+    nb::object grad;         // the grad the view's grad slot was made from
+    uintptr_t grad_data = 0; // its data_ptr then (`grad.data = ...` keeps the object, not the memory)
+    Tensor view;             // optjit's param: a view of the local tensor
+    std::vector<std::pair<nb::object, nb::object>> state; // torch's state (key, tensor) its state views point into
   };
   // Where a C++ group option is read from: torch's key, and the element of a pair (-1: not a pair).
   struct OptionSource {

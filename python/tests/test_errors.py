@@ -116,3 +116,78 @@ def test_a_non_finite_hyperparameter_changes_nothing():
         step()
     for a, p in zip(before, ps):
         assert torch.equal(a, p.detach())
+
+
+def test_a_subclass_that_makes_its_state_another_way_is_refused():
+    """torch's step calls _init_group, which makes the state: a subclass overriding it changes the step."""
+
+    class WarmAdam(torch.optim.Adam):
+        def _init_group(self, group, *args):
+            return super()._init_group(group, *args)
+
+    with pytest.raises(optjit.Error, match=r"WarmAdam overrides _init_group\(\)"):
+        optjit.compile(WarmAdam(params(), lr=0.1))
+
+
+def test_capturable_on_the_cpu_is_refused_as_torch_refuses_it():
+    message = "If capturable=True, params and state_steps must be on supported devices"
+    ps = params()
+    for p in ps:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(AssertionError, match=message):
+        torch.optim.Adam(ps, capturable=True).step()
+    with pytest.raises(optjit.Error, match=message):
+        optjit.compile(torch.optim.Adam(ps, capturable=True))()
+    opt = torch.optim.Adam(ps)
+    step = optjit.compile(opt)
+    step()
+    before = [p.detach().clone() for p in ps]
+    opt.param_groups[0]["capturable"] = True  # set after compiling: checked at every step
+    with pytest.raises(optjit.Error, match=message):
+        step()
+    assert all(torch.equal(b, p.detach()) for b, p in zip(before, ps))
+
+
+@pytest.mark.parametrize(
+    "cls,option,key",
+    [(torch.optim.Adam, "amsgrad", "max_exp_avg_sq"), (torch.optim.RMSprop, "centered", "grad_avg")],
+)
+def test_an_option_that_adds_state_turned_on_later_is_refused_as_torch_refuses_it(cls, option, key):
+    """torch's step raises KeyError for the entry its state lacks; optjit would keep it where state_dict cannot see
+    it. Params and state stay as they were."""
+    ps, twin = params(), params()
+    for p, t in zip(ps, twin):
+        p.grad, t.grad = torch.ones_like(p), torch.ones_like(t)
+    opt, ref = cls(ps, lr=0.01), cls(twin, lr=0.01)
+    step = optjit.compile(opt)
+    step()
+    ref.step()
+    opt.param_groups[0][option] = ref.param_groups[0][option] = True
+    with pytest.raises(KeyError, match=key):
+        ref.step()
+    before = [p.detach().clone() for p in ps]
+    with pytest.raises(optjit.Error, match=f"has no '{key}'"):
+        step()
+    assert all(torch.equal(b, p.detach()) for b, p in zip(before, ps))
+    assert key not in opt.state[ps[0]]
+    opt.state.clear()  # as torch, it steps once the state is made afresh
+    step()
+    assert key in opt.state[ps[0]]
+
+
+def test_numpy_scalars_are_numbers_as_torch_takes_them():
+    np = pytest.importorskip("numpy")
+    ps, twin = params(), params()
+    for p, t in zip(ps, twin):
+        p.grad, t.grad = torch.ones_like(p), torch.ones_like(t)
+    opt = torch.optim.Adam(ps, lr=np.float32(0.01), betas=(np.float64(0.8), 0.9), amsgrad=np.bool_(False))
+    ref = torch.optim.Adam(twin, lr=0.01, betas=(0.8, 0.9))
+    step = optjit.compile(opt)
+    step()
+    ref.step()
+    opt.param_groups[0]["lr"] = np.float32(0.02)
+    ref.param_groups[0]["lr"] = float(np.float32(0.02))
+    step()
+    ref.step()
+    for p, t in zip(ps, twin):
+        torch.testing.assert_close(p.detach(), t.detach())

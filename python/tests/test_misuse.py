@@ -178,3 +178,35 @@ def test_a_step_hook_may_read_metrics_and_dumps_of_the_running_step():
     opt.step()
     assert seen == [(1, 1), (2, 1)]
     assert "kernel" in step.dump("fused")
+
+
+@pytest.mark.parametrize("new_shape", [(4_000_000,), (5,), (3, 4)])
+def test_a_param_whose_data_takes_another_shape_is_refused_naming_it(new_shape):
+    """`p.data = ...` of another size (an embedding resized) leaves torch's state of the old one: torch's step fails,
+    and so does optjit's, with an Error naming the new shape, before anything is written (the kernels must never
+    read past the old state). A reshape of the same memory, (3, 4) for a (4, 3) param, is seen as well."""
+    ps = params()
+    opt = torch.optim.Adam(ps, lr=0.1)
+    step = optjit.compile(opt)
+    step()
+    ps[0].data = torch.ones(new_shape) if new_shape != (3, 4) else ps[0].data.reshape(3, 4)
+    ps[0].grad = torch.ones(new_shape)
+    before = values(opt, ps)
+    shape = ", ".join(str(n) for n in new_shape)
+    with pytest.raises(optjit.Error, match=rf"state 'exp_avg' of param 0 is f32\[4, 3\].*the param is now f32\[{shape}\]"):
+        step()
+    assert_same(values(opt, ps), before)
+
+
+def test_patching_again_with_other_arguments_patches_with_them():
+    ps = [torch.nn.Parameter(torch.zeros(3))]
+    opt = torch.optim.SGD(ps, lr=1.0)
+    first = optjit.patch(opt)
+    assert optjit.patch(opt) is first  # the same arguments: the same compiled step
+    clipped = optjit.patch(opt, max_grad_norm=0.1)
+    assert clipped is not first
+    ps[0].grad = torch.full((3,), 10.0)
+    opt.step()
+    torch.testing.assert_close(ps[0].detach(), torch.full((3,), -0.1 / 3**0.5), rtol=1e-5, atol=1e-6)
+    optjit.unpatch(opt)
+    assert "step" not in vars(opt)

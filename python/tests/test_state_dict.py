@@ -129,3 +129,35 @@ def test_a_non_tensor_step_loads_and_continues_as_in_torch():
     run(opt, params, step, 2, 5)
     run(ref, twin, ref.step, 2, 5)
     assert_same_state(opt, params, ref, twin, torch.float32)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["clear", "delete", "new dict", "replace an entry", "replace the step"],
+)
+def test_edits_to_opt_state_between_steps_are_followed_as_torch_follows_them(edit):
+    """opt.state is torch's, and users edit it: clear it (a reset), delete or replace a param's dict, or put another
+    tensor under a key. The next compiled step reads what is there, as torch's step does."""
+    params = make_params(torch.float32, shapes=[(5,), (2, 3)])
+    reference = clone_params(params)
+    opt, ref = torch.optim.SGD(params, lr=0.1, momentum=0.9), torch.optim.SGD(reference, lr=0.1, momentum=0.9)
+    if edit == "replace the step":
+        opt, ref = torch.optim.Adam(params, lr=0.1), torch.optim.Adam(reference, lr=0.1)
+    step = optjit.compile(opt)
+    for t in range(4):
+        set_grads(t, params, reference)
+        if t == 2:
+            for o, ps in ((opt, params), (ref, reference)):
+                if edit == "clear":
+                    o.state.clear()
+                elif edit == "delete":
+                    del o.state[ps[0]]
+                elif edit == "new dict":
+                    o.state[ps[1]] = {k: v.clone() * 0.5 for k, v in o.state[ps[1]].items()}
+                elif edit == "replace an entry":
+                    o.state[ps[0]]["momentum_buffer"] = torch.full_like(ps[0], 0.25)
+                else:
+                    o.state[ps[0]]["step"] = torch.tensor(10.0)
+        step()
+        ref.step()
+    assert_same_state(opt, params, ref, reference, torch.float32)

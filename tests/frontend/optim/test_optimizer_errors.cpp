@@ -186,6 +186,16 @@ TEST_CASE("errors: a grad whose shape, dtype or device does not match its param 
       "a grad must have its param's shape, dtype and device");
 }
 
+TEST_CASE("errors: a param whose data took another shape keeps state of the old one: refused before any update") {
+  // torch's `p.data = bigger`: the kernels would read and write past the old state.
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) {
+        params[1].set_data(Tensor::zeros({4000}, Dtype::f32));
+        params[1].set_grad(Tensor::zeros({4000}, Dtype::f32));
+      },
+      "state 'exp_avg' of param 1 is f32[5] on cpu, but the param is now f32[4000] on cpu: its data was replaced");
+}
+
 TEST_CASE("errors: an expanded (overlapping) param, or a grad the step would write, is refused before any update") {
   static std::vector<float> memory(24, 0.5f);
   check_failed_step_changes_nothing(
