@@ -29,7 +29,7 @@ class CompiledStep:
     With max_grad_norm, every step first applies exactly torch.nn.utils.clip_grad_norm_(params with grads,
     max_grad_norm, norm_type, error_if_nonfinite) over all param groups, fused: the norm is one reduction pass over
     the grads, the update reads each grad times the clip coefficient, and the grads themselves are not written.
-    total_norm is the norm of the last step, before clipping (what clip_grad_norm_ returns).
+    total_norm is the norm of the last step, before clipping (what clip_grad_norm_ returns, in its dtype).
 
     Gradient scaling: the step reads GradScaler's opt.grad_scale and opt.found_inf as torch's fused optimizers do
     (optjit.patch sets _step_supports_amp_scaling). Called with grad_scaler= (GradScaler's older contract, which
@@ -109,7 +109,13 @@ class CompiledStep:
         if self._clipping[0] is None or self._cxx is None:
             return None
         norm = self._cxx.total_grad_norm()
-        return None if norm != norm else torch.tensor(norm, dtype=torch.float64)  # NaN: no clipped step yet
+        if norm != norm:  # NaN: no clipped step yet
+            return None
+        # clip_grad_norm_ stacks the norm of each dtype's grads, so its result has their promoted (real) dtype; optjit
+        # accumulates in f64 and rounds once to that dtype.
+        params = [p for p in self._params if p.grad is not None] or self._params
+        dtype = functools.reduce(torch.promote_types, (p.dtype for p in params))
+        return torch.tensor(norm, dtype=dtype.to_real() if dtype.is_complex else dtype)
 
     @property
     def kernel_count(self):
