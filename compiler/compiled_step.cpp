@@ -173,6 +173,10 @@ struct CompiledStep::Impl {
       BucketProgram bp;
       bp.target = Target::for_device(bucket.device, options.execution);
       bp.pipeline = run_pipeline(source.trace_bucket(bucket));
+      if (bp.pipeline.traced.stores.empty())
+        throw Error(fmt::format("{}: the step stores nothing, so there is nothing to run (a step writes its params "
+                                "or its state)",
+                                source.name()));
       for (const Slot& slot : bp.pipeline.traced.slots)
         if (slot.role == SlotRole::Grad)
           bp.grad_slot = slot.name;

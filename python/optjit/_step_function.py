@@ -44,9 +44,10 @@ class _Program:
     """The recorded instructions. A value is recorded once: the same op on the same operands gives the same id, so
     a value written per element of a list (`[1 - beta1 ** s for s in steps]`) is one value of the whole list."""
 
-    def __init__(self):
+    def __init__(self, length):
         self.instructions = []
         self._ids = {}
+        self.length = length  # tensors per list: ops take whole lists
 
     def emit(self, op, *inputs, name="", number=0.0):
         key = (op, tuple(inputs), name, float(number))
@@ -116,10 +117,31 @@ class _SymScalar:
     def __lt__(self, o):
         return self._binary("lt", o)
 
+    def __ge__(self, o):  # a >= b: a > b or a == b (0 for NaN, as Python's)
+        return _SymScalar(self.program, self.program.emit("add", self._binary("gt", o).id, self._binary("eq", o).id))
+
+    def __le__(self, o):
+        return _SymScalar(self.program, self.program.emit("add", self._binary("lt", o).id, self._binary("eq", o).id))
+
+    # == and != are values too: Python's own would compare identities and silently fix a branch.
+    def __eq__(self, o):
+        return self._binary("eq", o)
+
+    def __ne__(self, o):
+        return _SymScalar(self.program, self.program.emit("sub", _operand(self.program, 1), self._binary("eq", o).id))
+
+    __hash__ = object.__hash__
+
+    def __abs__(self):
+        return _SymScalar(self.program, self.program.emit("abs", self.id))
+
     def __bool__(self):
         raise Error("a step function branches on a hyperparameter's value: optjit records one program for every value")
 
-    __float__ = __bool__
+    __float__ = __int__ = __index__ = __bool__
+
+    def __getattr__(self, name):
+        _refuse_attribute("a per-tensor scalar or hyperparameter", name)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -175,6 +197,7 @@ def _scalar_op(name, args, kwargs):
         ids = {s.id for s in scalars if isinstance(s, _SymScalar)}
         if not scalars or len(ids) != 1 or not all(isinstance(s, _SymScalar) for s in scalars):
             raise Error("torch.stack: optjit stacks one per-tensor scalar of each tensor (such as _foreach_norm's)")
+        _check_whole(scalars[0].program, scalars, "torch.stack")
         return _SymStack(scalars[0].program, ids.pop(), scalars[0].squares)
     if not isinstance(x, (_SymScalar, _SymStack)):
         raise Error(f"torch.{name}: optjit records it on per-tensor scalars and their stacks only")
@@ -198,12 +221,48 @@ def _scalar_op(name, args, kwargs):
     raise Error(f"torch.{name} is outside optjit's step-function vocabulary")
 
 
+class _AttributeOutsideVocabulary(Error, AttributeError):
+    """An optjit.Error that is also an AttributeError, so that hasattr() on a symbolic value stays False."""
+
+
+def _refuse_attribute(what, name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise _AttributeOutsideVocabulary(
+        f".{name} of {what} is outside optjit's step-function vocabulary: write the step with torch._foreach_* ops "
+        "on whole lists"
+    )
+
+
+def _refuse_operator(symbol):
+    def refuse(self, *args):
+        raise Error(
+            f"the operator {symbol} on an element of a list is outside optjit's step-function vocabulary: write the "
+            "step with torch._foreach_* ops on whole lists"
+        )
+
+    return refuse
+
+
 class _SymTensor:
     """One element of a symbolic list; every element of a list holds the list's current value (in-place foreach
-    ops repoint them all)."""
+    ops repoint them all). Tensor methods and operators are not recorded: they are errors naming themselves."""
 
     def __init__(self, program, vid):
         self.program, self.id = program, vid
+
+    def __getattr__(self, name):
+        _refuse_attribute("an element of a tensor list", name)
+
+    __add__ = __radd__ = __iadd__ = _refuse_operator("+")
+    __sub__ = __rsub__ = __isub__ = _refuse_operator("-")
+    __mul__ = __rmul__ = __imul__ = _refuse_operator("*")
+    __truediv__ = __rtruediv__ = __itruediv__ = _refuse_operator("/")
+    __pow__ = __rpow__ = _refuse_operator("**")
+    __matmul__ = __rmatmul__ = _refuse_operator("@")
+    __neg__ = _refuse_operator("unary -")
+    __getitem__ = __setitem__ = _refuse_operator("[]")
+    __bool__ = __float__ = _refuse_operator("bool() or float()")
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -213,6 +272,7 @@ class _SymTensor:
 def _list_id(program, value, what):
     """The recorded value of a list argument (all its elements share it), of a scalar list, or of a scalar."""
     if isinstance(value, (list, tuple)):
+        _check_whole(program, value, what)
         ids = {_operand(program, v) if not isinstance(v, (int, float)) else None for v in value}
         if len(ids) != 1 or None in ids:
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and len(set(value)) == 1:
@@ -220,6 +280,14 @@ def _list_id(program, value, what):
             raise Error(f"{what}: optjit records whole lists, and this list mixes values")
         return ids.pop()
     return _operand(program, value)
+
+
+def _check_whole(program, value, what):
+    if len(value) != program.length:
+        raise Error(
+            f"{what}: optjit records whole lists, and this one has {len(value)} of the {program.length} tensors (a "
+            "slice, or tensors picked out of a list)"
+        )
 
 
 def _result(program, vid, like):
@@ -310,6 +378,7 @@ def _dispatch(func, args, kwargs):
     if not (isinstance(self_list, (list, tuple)) and self_list and isinstance(self_list[0], (_SymTensor, _SymScalar))):
         raise Error(f"torch.{name}: its first argument must be one of the step function's lists")
     program = self_list[0].program
+    _check_whole(program, self_list, f"torch.{name}")
     self_id = _list_id(program, self_list, name)
     if op == "copy":
         vid = _list_id(program, args[1], name)
@@ -362,7 +431,7 @@ class StepFunction:
             for k in range(2, len(lists))
             if all(t.dim() == 0 for t in lists[k]) and not all(t.dim() == 0 for t in params0)
         }
-        program = _Program()
+        program = _Program(len(params0))
         sym_lists = []
         for name in names:
             vid = program.emit("scalar_state" if name in scalar else "tensors", name=name)
@@ -371,9 +440,18 @@ class StepFunction:
         initial = [lst[0].id for lst in sym_lists]
         sym_hypers = {k: _SymScalar(program, program.emit("hyper", name=k)) for k in hypers}
         self.eager(*sym_lists, **sym_hypers)
+        stored = False
         for name, lst, first in zip(names, sym_lists, initial):
+            if len({element.id for element in lst}) != 1:
+                raise Error(f"step function {self._name} updates part of list '{name}': optjit records whole lists")
             if lst[0].id != first:
                 program.emit("store_scalar" if name in scalar else "store", lst[0].id, name=name)
+                stored = True
+        if not stored:
+            raise Error(
+                f"step function {self._name} changes none of its lists: a step writes its params or state with "
+                "in-place foreach ops (torch._foreach_add_, ...)"
+            )
         return program.instructions, names, sorted(scalar)
 
     def __call__(self, *lists, **hypers):

@@ -262,3 +262,45 @@ def test_per_tensor_step_counts_are_updated_and_read_as_torch_does():
     for k, (a, b, c) in enumerate(zip(params, eager[0], reference)):
         assert_close(a, b, torch.float32, f"params[{k}] vs eager")
         assert_close(a, c.detach(), torch.float32, f"params[{k}] vs torch.optim.Adam")
+
+
+def test_what_a_step_function_cannot_record_is_an_error_naming_it():
+    """Parts of lists, comparisons that would fix a branch, tensor methods and operators, and a function that
+    writes nothing: each an optjit.Error, never a program that differs from the function."""
+
+    @optjit.step_function
+    def first_only(params, grads, *, lr):
+        torch._foreach_add_(params[:1], grads[:1], alpha=-lr)
+
+    @optjit.step_function
+    def by_flag(params, grads, *, lr, maximize):
+        if maximize == 1:
+            grads = torch._foreach_neg(grads)
+        torch._foreach_add_(params, grads, alpha=-lr)
+
+    @optjit.step_function
+    def by_method(params, grads, *, lr):
+        for p, g in zip(params, grads):
+            p.add_(g, alpha=-lr)
+
+    @optjit.step_function
+    def by_operator(params, grads, *, lr):
+        torch._foreach_add_(params, [g * 2 for g in grads], alpha=-lr)
+
+    @optjit.step_function
+    def writes_nothing(params, grads, *, lr):
+        torch._foreach_mul(grads, lr)
+
+    cases = [
+        (first_only, {}, "records whole lists, and this one has 1 of the 2 tensors"),
+        (by_flag, {"maximize": 1}, "branches on a hyperparameter"),
+        (by_method, {}, r"\.add_ of an element of a tensor list is outside"),
+        (by_operator, {}, r"the operator \* on an element of a list is outside"),
+        (writes_nothing, {}, "changes none of its lists"),
+    ]
+    for fn, extra, message in cases:
+        params, grads = _lists(torch.float32, 5, 2, shapes=((3,), (2,)))
+        before = [p.clone() for p in params]
+        with pytest.raises(optjit.Error, match=message):
+            fn(params, grads, lr=0.5, **extra)
+        assert all(torch.equal(a, b) for a, b in zip(params, before)), fn.__name__

@@ -132,6 +132,11 @@ TEST_CASE("step function: bad lists, names and hyperparameters are refused namin
   StepLists clash = lists();
   clash.state.push_back({"grad", zeros_like_each(params)});
   check_error_contains([&] { compile_step("signum", signum_function, clash); }, "list name 'grad' is taken");
+  // A function that writes nothing: nothing to run, said when it is traced (and again at the next call).
+  StepFunction writes_nothing = compile_step(
+      "signum", [](Tracer& t) { (void)(t.tensors("grad") * 2.0); }, lists());
+  check_error_contains([&] { writes_nothing(); }, "signum: the step stores nothing");
+  check_error_contains([&] { writes_nothing(); }, "signum: the step stores nothing");
   // A function that reads a list it was not given: refused when it is traced, naming the lists it has.
   StepFunction reads_undeclared = compile_step(
       "signum", [](Tracer& t) { t.store("param", t.tensors("param") + t.tensors("exp_avg")); }, lists());
