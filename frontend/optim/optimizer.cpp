@@ -632,8 +632,11 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
       state.emplace_back(spec.name, Tensor::full({}, value, new_state_dtype(param, spec), param.device()));
       continue;
     }
+    const Tensor t = find_state(given, spec.name);
+    if (!t.defined() && spec.copies_param)
+      continue; // master weights turned on after the state was made start from the param, as new state does
     kept_keys.insert(spec.name);
-    if (const Tensor t = find_state(given, spec.name); t.defined()) // a missing key is reported below, with all
+    if (t.defined()) // a missing key is reported below, with all
       state.emplace_back(spec.name, visible_entry(spec, t));
   }
   // An entry these options do not use but other options of the optimizer's algorithm do (max_exp_avg_sq once

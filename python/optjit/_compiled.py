@@ -175,7 +175,12 @@ class CompiledStep:
 
     def _compiled(self, opt):
         """The C++ step, built again when the param groups changed (add_param_group)."""
-        groups = [(id(group["params"]), len(group["params"])) for group in opt.param_groups]
+        # A group's options are read at every step; one that gains or loses an option (optjit's master_weights,
+        # say, which torch's groups do not carry) needs the C++ step built again to read it.
+        groups = [
+            (id(group["params"]), len(group["params"]), len(group.keys() - _torch_optim.NOT_OPTIONS))
+            for group in opt.param_groups
+        ]
         if self._cxx is not None and groups == self._groups_seen and self._cxx.binds(opt.param_groups):
             return self._cxx
         reason = None
@@ -183,6 +188,8 @@ class CompiledStep:
             old = self._cxx.metrics()
             if groups == self._groups_seen:
                 reason = "a param in the param groups was replaced by another tensor"
+            elif [g[:2] for g in groups] == [g[:2] for g in self._groups_seen]:
+                reason = "a param group gained or lost an option"
             else:
                 reason = f"the param groups changed ({len(self._groups_seen)} -> {len(groups)} groups)"
             old["recompile_reasons"] = old["recompile_reasons"] + [reason]
@@ -213,10 +220,13 @@ class CompiledStep:
         created = []
         for flat in cxx.params_without_state():
             p = self._params[flat]
-            state = _torch_optim.new_state(p, cxx.new_state(flat), self._scalar_dtype)
-            opt.state[p].update(state)
-            cxx.adopt(flat, opt.state[p], False)
-            created.append(flat)
+            have = opt.state[p]
+            state = _torch_optim.new_state(p, [e for e in cxx.new_state(flat) if e[0] not in have], self._scalar_dtype)
+            completes = len(have) > 0  # master weights turned on for state made without them: only those are new
+            have.update(state)
+            cxx.adopt(flat, have, completes)
+            if not completes:
+                created.append(flat)
         return created
 
 

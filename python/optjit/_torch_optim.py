@@ -35,6 +35,8 @@ _IMPLEMENTATION_KEYS = {"params", "foreach", "fused", "capturable", "differentia
 _NAMING_KEYS = {"param_names"}
 # Keys LR schedulers add to param groups.
 _SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
+# Group keys that are not options of the algorithm (a scheduler made mid-run adds some: nothing to compile again).
+NOT_OPTIONS = _SCHEDULER_KEYS | _NAMING_KEYS
 
 
 # What torch's step runs of the optimizer's own methods: a subclass that overrides one changes the step (state made

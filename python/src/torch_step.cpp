@@ -203,9 +203,18 @@ void TorchStep::set_inf_check_reducer(nb::object reducer) {
 
 std::vector<int64_t> TorchStep::params_without_state() const {
   std::vector<int64_t> missing;
-  for (int64_t i = 0; i < param_count(); ++i)
-    if (optimizer_->flat_param(i).grad().defined() && optimizer_->flat_state(i).empty())
-      missing.push_back(i);
+  int64_t flat = 0;
+  for (const ParamGroup& group : optimizer_->param_groups()) {
+    // Master weights turned on for state made without them: the Python side adds master_param, as torch's state.
+    const bool master = group.has("master_weights") && group.get("master_weights") != 0;
+    for (std::size_t k = 0; k < group.params.size(); ++k, ++flat) {
+      if (!optimizer_->flat_param(flat).grad().defined())
+        continue;
+      const ParamState& state = optimizer_->flat_state(flat);
+      if (state.empty() || (master && !find_state(state, kMasterParam).defined()))
+        missing.push_back(flat);
+    }
+  }
   return missing;
 }
 

@@ -53,7 +53,8 @@ public:
   double total_grad_norm() const { return optimizer_->total_grad_norm(); }
   // Whether this step changes nothing (found_inf is non-zero): the Python side then creates no state either.
   bool step_skipped() const { return optimizer_->step_skipped(); }
-  // Params with a grad and no state yet, by flat index (group order): the Python side creates their state.
+  // Params with a grad and no state yet, or without the master weights their group now keeps, by flat index (group
+  // order): the Python side creates what they lack.
   std::vector<int64_t> params_without_state() const;
   // The state param `flat` gets, in torch's key order: (key, kind: "tensor", "scalar", "rows" or "cols", starting
   // value, starts as an f32 copy of the param), visible entries only.

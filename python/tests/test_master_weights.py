@@ -52,3 +52,26 @@ def test_master_weights_on_f32_params_are_refused():
     opt = torch.optim.Adam([{"params": [p], "master_weights": True}])
     with pytest.raises(optjit.Error, match=r"param 0 is f32\[4\] on cpu, in a group with master_weights=true"):
         optjit.compile(opt)()
+
+
+@pytest.mark.parametrize("cls", [torch.optim.Adagrad, torch.optim.Adam], ids=["Adagrad", "Adam"])
+def test_master_weights_turned_on_for_existing_state_start_from_the_param(cls):
+    """Adagrad makes its state in its constructor, and a run may turn master weights on after some steps (or load
+    a checkpoint saved without them): the master starts as an f32 copy of the param, in torch's state, and the
+    group's new option recompiles (it is not one of torch's keys)."""
+    params = make_params(torch.bfloat16, seed=4, shapes=[(5, 3), (6,)])
+    opt = cls(params, lr=0.05)
+    step = optjit.compile(opt)
+    set_grads(0, params, none_every=0)
+    step()
+    opt.param_groups[0]["master_weights"] = True
+    before = [p.detach().clone() for p in params]
+    set_grads(1, params, none_every=0)
+    step()
+    for p, b in zip(params, before):
+        master = opt.state[p]["master_param"]
+        assert master.dtype == torch.float32
+        assert torch.equal(p.detach(), master.to(torch.bfloat16))
+        assert not torch.equal(p.detach(), b)  # stepped through its master
+    assert "a param group gained or lost an option" in step.metrics()["recompile_reasons"][-1]
+    assert all("master_param" in opt.state_dict()["state"][i] for i in range(len(params)))
