@@ -408,7 +408,7 @@ struct CompiledStep::Impl {
       bp.grad_pass_code->launch();
       if (source.clips_grads())
         for (double contribution : bp.grad_pass_code->carried(kGradNormCarry))
-          norm.add(contribution);
+          norm.add(contribution, bp.bucket.dtype);
       if (source.checks_grads_finite()) // 0 for a tensor of finite grads (an empty one too), NaN otherwise
         for (double nonfinite : bp.grad_pass_code->carried(kGradNonfiniteCarry))
           totals.nonfinite = totals.nonfinite || nonfinite != 0;

@@ -45,7 +45,17 @@ class GradNormTotal {
 public:
   explicit GradNormTotal(double norm_type)
       : l2_(norm_type == 2.0), partial_(l2_ ? 0.0 : -std::numeric_limits<double>::infinity()) {}
-  void add(double contribution) { partial_ = combine(l2_, partial_, contribution); }
+  // A tensor's contribution: for the 2-norm its sum of squares, which becomes its norm rounded to the grad's dtype
+  // (torch's clip_grad_norm_ takes each norm with _foreach_norm, in the grad's dtype, before it combines them: a
+  // bf16 grad's norm is a bf16 number) and squared again; for the infinity norm its largest |element|, exact in any
+  // dtype.
+  void add(double contribution, Dtype grad_dtype) {
+    if (l2_) {
+      const double norm = round_to_dtype(grad_dtype, std::sqrt(contribution));
+      contribution = norm * norm;
+    }
+    partial_ = combine(l2_, partial_, contribution);
+  }
   // The sum of the contributions (2-norm) or their largest (-inf for none): what other processes' partials combine
   // with (combine) before the total is taken.
   double partial() const { return partial_; }

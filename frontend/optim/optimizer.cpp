@@ -399,7 +399,7 @@ static Tensor contiguous_compute_values(const Tensor& grad) {
 }
 
 // The forloop's partial grad norm: each grad's sum of squares (or largest |element|) in f64, combined in param order
-// (GradNormTotal::partial).
+// (GradNormTotal: each norm rounded to its grad's dtype, as torch's).
 static double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
   GradNormTotal total(norm_type);
   for (const Tensor& grad : grads) {
@@ -414,7 +414,7 @@ static double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_ty
         contribution = norm_type == 2.0 ? contribution + v * v : max_propagating_nan(contribution, std::fabs(v));
       }
     });
-    total.add(contribution);
+    total.add(contribution, grad.dtype());
   }
   return total.partial();
 }

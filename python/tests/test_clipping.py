@@ -105,3 +105,31 @@ def test_bad_clipping_arguments(kwargs, message):
     opt = torch.optim.SGD(make_params(torch.float32), lr=0.1)
     with pytest.raises(optjit.Error, match=message):
         optjit.compile(opt, **kwargs)
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_clipping_over_mixed_dtypes_takes_each_norm_in_its_grads_dtype_as_torch(low):
+    """clip_grad_norm_ takes each dtype's norms with _foreach_norm, in that dtype (a bf16 grad's norm is a bf16
+    number), then stacks them: optjit rounds each tensor's norm alike, so the f32 and f64 params follow torch's to
+    their own precision over several steps, not to bf16's. (SGD: torch's own f16 Adam overflows where optjit's,
+    computed in f32, does not.)"""
+    generator = torch.Generator().manual_seed(5)
+    dtypes = [torch.float32, low, torch.float64, low, torch.float32]
+    reference = [torch.nn.Parameter(torch.randn(37 + k, generator=generator).to(d)) for k, d in enumerate(dtypes)]
+    ours = clone_params(reference)
+    torch_opt = torch.optim.SGD(reference, lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(ours, lr=0.1, momentum=0.9)
+    step = optjit.compile(opt, max_grad_norm=1.0)
+    for t in range(5):
+        for p, q in zip(reference, ours):
+            p.grad = (3 * torch.randn(p.shape, generator=generator)).to(p.dtype)
+            q.grad = p.grad.clone()
+        expected = torch.nn.utils.clip_grad_norm_(reference, 1.0)
+        torch_opt.step()
+        step()
+        torch.testing.assert_close(step.total_norm, expected, rtol=1e-6, atol=0)
+        for i, (p, q) in enumerate(zip(ours, reference)):
+            if p.dtype in (torch.float32, torch.float64):
+                assert_close(p.detach(), q.detach(), torch.float32, f"step {t} param {i}")
+            else:
+                torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-2, atol=1e-2)
