@@ -463,19 +463,23 @@ class StepFunction:
                 hypers[k] = v.item()
             elif isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise Error(f"step function {self._name}: hyperparameter {k} is {v!r}, not a number")
-        key = (
-            tuple((id(t), t.data_ptr(), tuple(t.shape), t.dtype, t.device) for lst in lists for t in lst),
-            tuple(sorted(hypers)),
-        )
+        def tensors(group):
+            return tuple((id(t), t.data_ptr(), tuple(t.shape), t.dtype, t.device) for lst in group for t in lst)
+
+        # The grads apart: new grad tensors every call (after each backward) only repoint the compiled step's grads.
+        key = (tensors(lists[:1] + lists[2:]), tuple(sorted(hypers)), tensors(lists[1:2]))
         if self._program is None or key[1] != self._key[1] or len(lists) != len(self._program[1]):
             self._program = self._record(lists, hypers)
             self._cxx = None
-        if self._cxx is None or key != self._key:
+        if self._cxx is None or key[:2] != self._key[:2]:
             instructions, names, scalar = self._program
             _check_sharded_reductions(self._name, instructions, lists)
+            _check_distinct(self._name, names, lists)
             self._cxx = TorchStepFunction(
                 self._name, instructions, list(zip(names, lists)), scalar, {k: float(v) for k, v in hypers.items()}
             )
+        elif key[2] != self._key[2]:
+            self._cxx.set_grads(lists[1])
         self._key = key
         self._cxx({k: float(v) for k, v in hypers.items()})
 
@@ -489,6 +493,22 @@ class StepFunction:
         if self._cxx is None:
             raise Error(f"step function {self._name} has not been called yet: nothing is compiled")
         return self._cxx.dump(stage)
+
+
+def _check_distinct(name, names, lists):
+    """A tensor in two lists (the same list passed twice, or a state list that is the params) would be read and
+    written as two: the step's loads see the values from before it, where torch's ops see each other's writes."""
+    seen = {}
+    for list_name, lst in zip(names, lists):
+        for k, t in enumerate(lst):
+            if t.numel() == 0:
+                continue
+            where = seen.setdefault(t.data_ptr(), (list_name, k))
+            if where != (list_name, k):
+                raise Error(
+                    f"step function {name}: tensor {k} of list '{list_name}' is tensor {where[1]} of list "
+                    f"'{where[0]}' (the same memory): give each list tensors of its own"
+                )
 
 
 def _check_sharded_reductions(name, instructions, lists):

@@ -62,6 +62,7 @@ NB_MODULE(_optjit, m) {
                     const std::map<std::string, double>&>(),
            nb::arg("name"), nb::arg("program"), nb::arg("lists"), nb::arg("scalar_lists"), nb::arg("hypers"))
       .def("__call__", &TorchStepFunction::call, nb::arg("hypers"))
+      .def("set_grads", &TorchStepFunction::set_grads, nb::arg("grads"))
       .def("kernel_count", &TorchStepFunction::kernel_count)
       .def("dump", &TorchStepFunction::dump, nb::arg("stage"), nb::arg("gpu_sm") = 0)
       .def("compiles", &TorchStepFunction::compiles);

@@ -77,10 +77,10 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
     std::size_t k = 0;
     for (nb::handle tensor : tensors) {
       views.push_back(torch_.view(tensor, "tensor " + std::to_string(k++) + " of list '" + slot + "'"));
-      held_.push_back(nb::borrow(tensor));
+      (slot == "grad" ? held_grads_ : held_).push_back(nb::borrow(tensor));
     }
     if (slot == "param")
-      step_lists.params = std::move(views);
+      step_lists.params = params_ = std::move(views);
     else if (slot == "grad")
       step_lists.grads = std::move(views);
     else if (std::find(scalar_lists.begin(), scalar_lists.end(), slot) != scalar_lists.end())
@@ -90,6 +90,19 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
   }
   step_.emplace(compile_step(
       name, [program = std::move(program)](Tracer& t) { replay(program, t); }, std::move(step_lists)));
+}
+
+void TorchStepFunction::set_grads(nb::list grads) {
+  if (static_cast<std::size_t>(nb::len(grads)) != params_.size())
+    throw Error("step function: " + std::to_string(nb::len(grads)) + " grads for " + std::to_string(params_.size()) +
+                " params");
+  std::vector<Tensor> views;
+  for (std::size_t k = 0; k < params_.size(); ++k)
+    views.push_back(torch_.view(grads[k], "tensor " + std::to_string(k) + " of list 'grad'"));
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    params_[k].set_grad(views[k]);
+    held_grads_[k] = nb::borrow(grads[k]);
+  }
 }
 
 void TorchStepFunction::call(const std::map<std::string, double>& hypers) {

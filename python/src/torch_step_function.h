@@ -37,13 +37,18 @@ public:
 
   // One step with these hyperparameters, in place on the tensors, without the GIL.
   void call(const std::map<std::string, double>& hypers);
+  // New grad tensors (one per param, as after a backward with zero_grad(set_to_none=True)): the params' grads
+  // point at them, which the step checks and repoints to without compiling again.
+  void set_grads(nb::list grads);
   int kernel_count() { return step_->kernel_count(); }
   std::string dump(const std::string& stage, int gpu_sm) { return step_->dump(parse_stage(stage), gpu_sm); }
   int64_t compiles() const { return step_->metrics().compiles; }
 
 private:
   TorchTensors torch_;
-  std::vector<nb::object> held_; // the torch tensors the views point into
+  std::vector<nb::object> held_;       // the torch tensors the views point into (but the grads)
+  std::vector<nb::object> held_grads_; // the grads
+  std::vector<Tensor> params_;         // the param views (the step's own: their grads are what it reads)
   std::optional<StepFunction> step_;
 };
 

@@ -304,3 +304,23 @@ def test_what_a_step_function_cannot_record_is_an_error_naming_it():
         with pytest.raises(optjit.Error, match=message):
             fn(params, grads, lr=0.5, **extra)
         assert all(torch.equal(a, b) for a, b in zip(params, before)), fn.__name__
+
+
+def test_new_grads_every_call_repoint_the_compiled_step_and_aliased_lists_are_refused():
+    """After each backward the grads are new tensors: the compiled step is kept and its grads repointed (not built
+    again), and every call still equals the function run by torch. A tensor in two lists is refused."""
+    params, exp_avgs = _lists(torch.float32, 9, 2)
+    exp_avgs = [torch.zeros_like(p) for p in params]
+    eager = _clone([params, exp_avgs])
+    hypers = dict(lr=0.01, beta1=0.9, beta2=0.99, weight_decay=0.1)
+    compiled = None
+    for step in range(3):
+        grads = _lists(torch.float32, 20 + step, 1)[0]
+        lion(params, grads, exp_avgs, **hypers)
+        lion.eager(eager[0], [g.clone() for g in grads], eager[1], **hypers)
+        compiled = compiled or lion._cxx
+        assert lion._cxx is compiled, "new grads built the compiled step again"
+        for k, (a, b) in enumerate(zip(params, eager[0])):
+            assert_close(a, b, torch.float32, f"step {step} params[{k}]")
+    with pytest.raises(optjit.Error, match="tensor 0 of list 'exp_avgs' is tensor 0 of list 'param'"):
+        lion(params, grads, params, **hypers)
