@@ -439,7 +439,12 @@ class StepFunction:
             sym_lists.append([cls(program, vid) for _ in params0])
         initial = [lst[0].id for lst in sym_lists]
         sym_hypers = {k: _SymScalar(program, program.emit("hyper", name=k)) for k in hypers}
-        self.eager(*sym_lists, **sym_hypers)
+        returned = self.eager(*sym_lists, **sym_hypers)
+        if returned is not None:
+            raise Error(
+                f"step function {self._name} returns a value: a compiled step's results are its lists, updated in "
+                "place, and it returns None (call fn.eager for the value, or keep it in a list)"
+            )
         stored = False
         for name, lst, first in zip(names, sym_lists, initial):
             if len({element.id for element in lst}) != 1:

@@ -324,3 +324,15 @@ def test_new_grads_every_call_repoint_the_compiled_step_and_aliased_lists_are_re
             assert_close(a, b, torch.float32, f"step {step} params[{k}]")
     with pytest.raises(optjit.Error, match="tensor 0 of list 'exp_avgs' is tensor 0 of list 'param'"):
         lion(params, grads, params, **hypers)
+
+
+def test_a_step_function_that_returns_a_value_is_refused():
+    @optjit.step_function
+    def clipped_and_logged(params, grads, *, lr):
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_add_(params, grads, alpha=-lr)
+        return total
+
+    params, grads = _lists(torch.float32, 3, 2)
+    with pytest.raises(optjit.Error, match="returns a value: a compiled step's results are its lists"):
+        clipped_and_logged(params, grads, lr=0.1)
