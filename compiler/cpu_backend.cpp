@@ -4,6 +4,7 @@
 #include "compiler/backend.h"
 #include "compiler/binding.h"
 #include "compiler/kernel_cache.h"
+#include "compiler/kernel_sequence.h"
 #include "runtime/error.h"
 #include "runtime/launch.h"
 
@@ -33,9 +34,10 @@ struct BoundCpuKernel {
 };
 
 // The plan's kernels, launched in order; they share one carry buffer.
-class CpuExecutable final : public Executable {
+class CpuExecutable final : public KernelSequence<CpuExecutable, BoundCpuKernel> {
 public:
-  CpuExecutable(std::vector<BoundCpuKernel> kernels, LaunchShape shape) : kernels_(std::move(kernels)), shape_(shape) {}
+  CpuExecutable(std::vector<BoundCpuKernel> kernels, LaunchShape shape)
+      : KernelSequence(std::move(kernels)), shape_(shape) {}
 
   void bind(const ListArguments& args) override {
     const std::size_t n_carry = kernels_.front().plan.carries.size();
@@ -69,22 +71,6 @@ public:
     for (BoundCpuKernel& k : kernels_)
       k.binding.set_hyper(values_by_group);
   }
-  void start() override {
-    next_kernel_ = 0;
-    paused_columns_.clear();
-  }
-  bool advance(std::vector<ListPartials>& pending) override {
-    write_back(pending);
-    while (next_kernel_ < kernels_.size()) {
-      const BoundCpuKernel& k = kernels_[next_kernel_++];
-      launch_cpu_kernel(k.code->tensor_phase, k.code->element_phase, k.code->finish_phase, k.binding.args(),
-                        k.binding.tensor_grain(), k.binding.item_grain());
-      if (read_list_carries(k.plan, pending))
-        return true;
-    }
-    return false;
-  }
-
   std::vector<double> carried(const std::string& name) const override {
     const KernelPlan& plan = kernels_.front().plan;
     const std::size_t k = carry_index(plan, name);
@@ -95,41 +81,31 @@ public:
   }
 
 private:
-  // The list reductions a kernel stored, each tensor's operand, into `pending`: false when it stored none.
-  bool read_list_carries(const KernelPlan& plan, std::vector<ListPartials>& pending) {
-    pending.clear();
-    const std::size_t n_carry = plan.carries.size();
-    for (const std::string& name : plan.abi.carried_out) {
-      const std::size_t c = carry_index(plan, name);
-      if (!is_list_carry(plan.carry_kinds[c]))
-        continue;
-      ListPartials& p = pending.emplace_back(ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_)});
-      for (std::size_t t = 0; t < n_tensors_; ++t)
-        p.values[t] = std::bit_cast<double>(carry_[t * n_carry + c]);
-      paused_columns_.push_back(c);
-    }
-    return !pending.empty();
+  friend KernelSequence;
+  // KernelSequence's: launch a kernel, and move the carry columns of list reductions out and back in.
+  void launch_kernel(const BoundCpuKernel& k) {
+    launch_cpu_kernel(k.code->tensor_phase, k.code->element_phase, k.code->finish_phase, k.binding.args(),
+                      k.binding.tensor_grain(), k.binding.item_grain());
   }
-  // The combined list reductions back into the carry buffer, where the next kernels read them.
-  void write_back(const std::vector<ListPartials>& combined) {
-    if (paused_columns_.empty())
-      return;
-    const std::size_t n_carry = kernels_.front().plan.carries.size();
-    OPTJIT_ASSERT(combined.size() == paused_columns_.size(),
-                  "advance() was not handed back the list reductions it paused at");
-    for (std::size_t i = 0; i < paused_columns_.size(); ++i)
+  void read_columns(const KernelPlan& plan, const std::vector<std::size_t>& columns,
+                    std::vector<ListPartials>& into) const {
+    for (std::size_t c : columns) {
+      ListPartials& p = into.emplace_back(ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_)});
       for (std::size_t t = 0; t < n_tensors_; ++t)
-        carry_[t * n_carry + paused_columns_[i]] = std::bit_cast<uint64_t>(combined[i].values[t]);
-    paused_columns_.clear();
+        p.values[t] = std::bit_cast<double>(carry_[t * plan.carries.size() + c]);
+    }
+  }
+  void write_columns(const std::vector<std::size_t>& columns, const std::vector<ListPartials>& from) {
+    const std::size_t n_carry = kernels_.front().plan.carries.size();
+    for (std::size_t i = 0; i < columns.size(); ++i)
+      for (std::size_t t = 0; t < n_tensors_; ++t)
+        carry_[t * n_carry + columns[i]] = std::bit_cast<uint64_t>(from[i].values[t]);
   }
 
-  std::vector<BoundCpuKernel> kernels_;
   std::size_t n_tensors_ = 0;
   LaunchShape shape_;
   std::vector<uint64_t> carry_;
-  std::size_t next_kernel_ = 0;             // advance(): the next kernel to launch
-  std::vector<std::size_t> paused_columns_; // advance(): the carries of the list reductions it paused at
-  std::vector<std::vector<double>> axis_;   // per carry: an axis sum's array (empty for a per-tensor carry)
+  std::vector<std::vector<double>> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)
   std::vector<double*> axis_pointers_;
 };
 

@@ -5,6 +5,7 @@
 #include "compiler/backend.h"
 #include "compiler/gpu_binding.h"
 #include "compiler/kernel_cache.h"
+#include "compiler/kernel_sequence.h"
 #include "runtime/error.h"
 #include "runtime/gpu_module.h"
 
@@ -27,10 +28,10 @@ struct BoundGpuKernel {
 };
 
 // The plan's kernels, launched in order on the device's stream; they share one device carry buffer.
-class GpuExecutable final : public Executable {
+class GpuExecutable final : public KernelSequence<GpuExecutable, BoundGpuKernel> {
 public:
   GpuExecutable(std::vector<BoundGpuKernel> kernels, int device, bool cuda_graphs)
-      : kernels_(std::move(kernels)), device_(device), cuda_graphs_(cuda_graphs) {}
+      : KernelSequence(std::move(kernels)), device_(device), cuda_graphs_(cuda_graphs) {}
 
   void bind(const ListArguments& args) override {
     const std::size_t carry_bytes =
@@ -49,20 +50,6 @@ public:
   void set_hyper(const std::vector<double>& values_by_group) override {
     for (BoundGpuKernel& k : kernels_)
       k.binding.set_hyper(values_by_group);
-  }
-  void start() override {
-    next_kernel_ = 0;
-    paused_columns_.clear();
-  }
-  bool advance(std::vector<ListPartials>& pending) override {
-    write_back(pending);
-    while (next_kernel_ < kernels_.size()) {
-      BoundGpuKernel& k = kernels_[next_kernel_++];
-      k.binding.launch(*k.module, cuda_graphs_);
-      if (read_list_carries(k.plan, pending))
-        return true;
-    }
-    return false;
   }
   // A synchronous copy to the host, which waits for the launches before it (the launch stream is ordered with the
   // legacy default stream): the one host wait of a clipping step on the GPU.
@@ -84,51 +71,37 @@ public:
   }
 
 private:
-  // The list reductions a kernel stored, each tensor's operand, into `pending` (false when it stored none): the
-  // carry buffer comes back with a synchronous copy, which waits for the kernel. A host wait per kernel that ends
-  // with one, as clipping's norm.
-  bool read_list_carries(const KernelPlan& plan, std::vector<ListPartials>& pending) {
-    pending.clear();
+  friend KernelSequence;
+  // KernelSequence's: launch a kernel, and move the carry columns of list reductions out and back in.
+  void launch_kernel(BoundGpuKernel& k) { k.binding.launch(*k.module, cuda_graphs_); }
+  // The carry buffer comes back with a synchronous copy, which waits for the kernel: a host wait per kernel that
+  // ends with list reductions, as clipping's norm.
+  void read_columns(const KernelPlan& plan, const std::vector<std::size_t>& columns, std::vector<ListPartials>& into) {
     const std::size_t n_carry = plan.carries.size();
-    for (const std::string& name : plan.abi.carried_out)
-      if (const std::size_t c = carry_index(plan, name); is_list_carry(plan.carry_kinds[c]))
-        paused_columns_.push_back(c);
-    if (paused_columns_.empty())
-      return false;
     host_carry_.resize(n_carry * n_tensors_);
     if (n_tensors_ > 0)
       cuda::copy_to_host(device_, host_carry_.data(), carry_.address(), host_carry_.size() * 8);
-    for (std::size_t c : paused_columns_) {
-      ListPartials& p = pending.emplace_back(ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_)});
+    for (std::size_t c : columns) {
+      ListPartials& p = into.emplace_back(ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_)});
       for (std::size_t t = 0; t < n_tensors_; ++t)
         p.values[t] = host_carry_[t * n_carry + c];
     }
-    return true;
   }
-  // The combined list reductions back into the device's carry buffer (a synchronous copy, so the next launch reads
-  // them).
-  void write_back(const std::vector<ListPartials>& combined) {
-    if (paused_columns_.empty())
-      return;
-    OPTJIT_ASSERT(combined.size() == paused_columns_.size(),
-                  "advance() was not handed back the list reductions it paused at");
+  // Back into the device's carry buffer with a synchronous copy, so the next launch reads them.
+  void write_columns(const std::vector<std::size_t>& columns, const std::vector<ListPartials>& from) {
     const std::size_t n_carry = kernels_.front().plan.carries.size();
-    for (std::size_t i = 0; i < paused_columns_.size(); ++i)
+    for (std::size_t i = 0; i < columns.size(); ++i)
       for (std::size_t t = 0; t < n_tensors_; ++t)
-        host_carry_[t * n_carry + paused_columns_[i]] = combined[i].values[t];
+        host_carry_[t * n_carry + columns[i]] = from[i].values[t];
     if (n_tensors_ > 0)
       cuda::copy_to_device(device_, carry_.address(), host_carry_.data(), host_carry_.size() * 8);
-    paused_columns_.clear();
   }
 
-  std::vector<BoundGpuKernel> kernels_;
   int device_;
   bool cuda_graphs_;
   DeviceBuffer carry_;
   std::size_t n_tensors_ = 0;
-  std::size_t next_kernel_ = 0;             // advance(): the next kernel to launch
-  std::vector<std::size_t> paused_columns_; // advance(): the carries of the list reductions it paused at
-  std::vector<double> host_carry_;          // advance(): the carry buffer's host copy while paused
+  std::vector<double> host_carry_; // advance(): the carry buffer's host copy while paused
 };
 
 class GpuBackend final : public Backend {

@@ -1,0 +1,57 @@
+// KernelSequence: what the CPU and GPU executables share. Both run a plan's kernels in order over one carry buffer
+// and pause after each kernel that stores list reductions (Executable::advance), handing out each one's per-tensor
+// operands and taking the combined values back. The backend says how to launch a kernel and how to move carry
+// columns between its buffer and the host: `Derived` has launch_kernel(Kernel&), read_columns(const KernelPlan&,
+// const std::vector<std::size_t>& columns, std::vector<ListPartials>& into) and
+// write_columns(const std::vector<std::size_t>& columns, const std::vector<ListPartials>& from).
+#pragma once
+
+#include "compiler/backend.h"
+#include "runtime/error.h"
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace optjit {
+
+template <class Derived, class Kernel> class KernelSequence : public Executable {
+public:
+  void start() final {
+    next_ = 0;
+    paused_.clear();
+  }
+
+  bool advance(std::vector<ListPartials>& pending) final {
+    Derived& self = static_cast<Derived&>(*this);
+    if (!paused_.empty()) { // the list reductions of the last pause, combined: where the next kernels read them
+      OPTJIT_ASSERT(pending.size() == paused_.size(), "advance() was not handed back the list reductions it paused at");
+      self.write_columns(paused_, pending);
+      paused_.clear();
+    }
+    pending.clear();
+    while (next_ < kernels_.size()) {
+      Kernel& k = kernels_[next_++];
+      self.launch_kernel(k);
+      for (const std::string& name : k.plan.abi.carried_out)
+        if (const std::size_t c = carry_index(k.plan, name); is_list_carry(k.plan.carry_kinds[c]))
+          paused_.push_back(c);
+      if (!paused_.empty()) {
+        self.read_columns(k.plan, paused_, pending);
+        return true;
+      }
+    }
+    return false;
+  }
+
+protected:
+  explicit KernelSequence(std::vector<Kernel> kernels) : kernels_(std::move(kernels)) {}
+
+  std::vector<Kernel> kernels_;
+
+private:
+  std::size_t next_ = 0;            // the next kernel to launch
+  std::vector<std::size_t> paused_; // the carry columns of the list reductions of the current pause
+};
+
+} // namespace optjit
