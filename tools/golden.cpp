@@ -203,6 +203,9 @@ ReplayResult replay_golden_text(std::string_view text, const std::string& name, 
       compiled.emplace(compile(*opt));
 
     Checker check{c.at("rtol").get<double>(), c.at("atol").get<double>(), {}};
+    if (!(check.rtol >= 0) || !(check.atol >= 0))
+      throw Error(fmt::format("the case's tolerances are rtol {} and atol {}: tolerances are numbers >= 0", check.rtol,
+                              check.atol));
     const json& steps = c.at("steps");
     if (!steps.is_array() || steps.empty())
       throw Error("the case has no steps: it would check nothing");

@@ -20,7 +20,7 @@ Graph read_ir_file(const std::filesystem::path& file);
 
 // One stage of the code for the graph in `file`: traced (the graph as read), optimized, fused, llvm or ptx (for
 // sm_`gpu_sm`, 80 when 0).
-std::string dump_ir_file(const std::filesystem::path& file, Stage stage, int gpu_sm = 0);
+std::string dump_ir_file(const std::filesystem::path& file, Stage stage, int gpu_sm = 0, Device device = Device::cpu());
 
 struct RunIrOptions {
   std::string file;

@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
       dump.dtype = optjit::parse_dtype(dtype);
       dump.device = optjit::parse_device(dump_device);
       if (!dump_ir.empty()) {
-        std::fputs(optjit::dump_ir_file(dump_ir, optjit::parse_stage(dump.stage), dump.sm).c_str(), stdout);
+        std::fputs(optjit::dump_ir_file(dump_ir, optjit::parse_stage(dump.stage), dump.sm, dump.device).c_str(),
+                   stdout);
         return 0;
       }
       return optjit::run_dump(dump);

@@ -201,15 +201,16 @@ Graph parse_graph(std::string_view text) {
       in.fail("unexpected text at the end of the line");
     Level expected_level = level == "pt" ? Level::PerTensor : Level::Element;
     Dtype expected_dtype = node.dtype;
+    ValueId made = 0;
     try {
-      ValueId made = builder->add(node);
-      const Node& typed = builder->node(made);
-      if (typed.level != expected_level || typed.dtype != expected_dtype)
-        in.fail("declared type '" + level + " " + std::string(dtype_name(expected_dtype)) +
-                "' does not match the operands");
-    } catch (const Error& e) {
+      made = builder->add(node);
+    } catch (const Error& e) { // the builder's rule, on this line
       in.fail(e.what());
     }
+    const Node& typed = builder->node(made);
+    if (typed.level != expected_level || typed.dtype != expected_dtype)
+      in.fail("declared type '" + level + " " + std::string(dtype_name(expected_dtype)) +
+              "' does not match the operands");
   }
   if (!builder)
     throw Error("parse error: no 'graph @name dtype {' line");

@@ -12,6 +12,7 @@
 
 #include "frontend/optim/optimizer.h"
 
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -26,8 +27,9 @@ using OptionPair = std::pair<double, double>;
 // an option that is not a pair.
 const std::pair<std::string, std::string>* pair_option_keys(const std::string& name);
 // An option given as None where torch allows it (Adafactor's eps1: the machine epsilon of the param's dtype): held as
-// this value, which no such option takes otherwise (they are >= 0).
-inline constexpr double kOptionNone = -1.0;
+// this value, which no such option takes otherwise (they are >= 0). Finite, since hyperparameters are checked to be,
+// and far from any value a user gives (it was -1, which made an eps1 of -1 pass as None where torch refuses it).
+inline constexpr double kOptionNone = -std::numeric_limits<double>::max();
 
 // One option into a group option map, by type (pairs split, flags as 0 or 1).
 void put_option(OptionMap& map, const std::string& name, double value);

@@ -55,3 +55,38 @@ TEST_CASE("ir files: a missing file and a bad line are named") {
   check_error_contains([&] { read_ir_file(bad.path); }, bad.path.string() + ": ");
   check_error_contains([&] { read_ir_file(bad.path); }, "line 2");
 }
+
+TEST_CASE("ir files: rows and columns, infinities, carry stores and a graph that stores nothing run or are named") {
+  // Row sums need the params' shapes (and rows of rank-2 params); an lr of inf gives the same inf both ways, which
+  // agrees; a carry store nothing reads is harmless; a graph without stores has nothing to run.
+  TempIr rows("rows", "graph @rows f32 {\n"
+                      "  slot \"param\" : param tensor f32\n"
+                      "  slot \"grad\" : grad tensor f32\n"
+                      "  %0 = tensor \"param\" : el f32\n"
+                      "  %1 = tensor \"grad\" : el f32\n"
+                      "  %2 = row_sum %1 : el f32\n"
+                      "  %3 = sub %0, %2 : el f32\n"
+                      "  store \"param\" %3\n"
+                      "}\n");
+  CHECK(run_ir_file({.file = rows.path.string(), .params = "4x3,2x5x2"}) == 0);
+  check_error_contains([&] { run_ir_file({.file = rows.path.string(), .params = "4"}); },
+                       "rows and columns need a tensor of rank 2 or more");
+  TempIr scale("inf", kScale);
+  CHECK(run_ir_file({.file = scale.path.string(), .params = "8", .set = "lr=inf", .steps = 1}) == 0);
+  TempIr carry("carry", "graph @carry f32 {\n"
+                        "  slot \"param\" : param tensor f32\n"
+                        "  slot \"grad\" : grad tensor f32\n"
+                        "  %0 = tensor \"param\" : el f32\n"
+                        "  %1 = reduce_sum %0 : pt f64\n"
+                        "  store_carry \"c0\" %1\n"
+                        "  store \"param\" %0\n"
+                        "}\n");
+  CHECK(run_ir_file({.file = carry.path.string(), .params = "4"}) == 0);
+  TempIr empty("empty", "graph @empty f32 {\n"
+                        "  slot \"param\" : param tensor f32\n"
+                        "  slot \"grad\" : grad tensor f32\n"
+                        "}\n");
+  check_error_contains([&] { run_ir_file({.file = empty.path.string(), .params = "4"}); },
+                       "the graph stores nothing, so there is nothing to run");
+  CHECK(dump_ir_file(scale.path, Stage::LLVM, 0, Device::cuda(0)).find("nvptx64-nvidia-cuda") != std::string::npos);
+}
