@@ -109,11 +109,20 @@ std::vector<CountConfig> own_optimizer_configs() {
 
 std::vector<CountConfig> reducing_configs() {
   const double inf = std::numeric_limits<double>::infinity();
-  return {{"lamb", {}},       {"lamb", {{"weight_decay", {0.1}}}},
-          {"lars", {}},       {"lars", {{"weight_decay", {0.1}}, {"exclude_1d", {1}}}},
-          {"adam", {}, 2.0},  {"adam", {{"amsgrad", {1}}}, inf},
-          {"adamw", {}, 2.0}, {"sgd", {{"momentum", {0.9}}}, 2.0},
-          {"lion", {}, 2.0},  {"lamb", {}, 2.0}};
+  return {{"lamb", {}},
+          {"lamb", {{"weight_decay", {0.1}}}},
+          {"lars", {}},
+          {"lars", {{"weight_decay", {0.1}}, {"exclude_1d", {1}}}},
+          {"adam", {}, 2.0},
+          {"adam", {{"amsgrad", {1}}}, inf},
+          {"adamw", {}, 2.0},
+          {"sgd", {{"momentum", {0.9}}}, 2.0},
+          {"lion", {}, 2.0},
+          {"lamb", {}, 2.0},
+          // Adafactor: the 10x10 params factored (rows and columns), the 10s not; two buckets.
+          {"adafactor", {}},
+          {"adafactor", {{"weight_decay", {0.1}}, {"maximize", {1}}}},
+          {"adafactor", {}, 2.0}};
 }
 
 // Every CPU run is Inductor's "singletensor" case (8 kernels) unless an override row names the configuration.
