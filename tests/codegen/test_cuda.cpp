@@ -148,6 +148,11 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
       auto opt = make_single_group(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
       if (c.clip_norm_type != 0)
         opt->set_grad_clipping(Optimizer::GradClipping{1.0, c.clip_norm_type, false});
+      if (c.optimizer == "adafactor") { // its rows, columns and extents have no GPU kernels yet: refused by name
+        CompiledStep step = compile(*opt);
+        optjit::test::check_error_contains([&] { step.dump(Stage::PTX, 80); }, "their GPU kernels are not built yet");
+        continue;
+      }
       check_assembles(*opt, c.optimizer + " " + config_name(c.options) + " clip " + std::to_string(c.clip_norm_type) +
                                 " " + std::string(dtype_name(dtype)));
       if (c.clip_norm_type != 0) { // the grad pass with the in-step inf check too
