@@ -20,9 +20,8 @@ std::vector<std::vector<CarryKind>> Backend::list_pauses(const PipelineResult& p
   std::vector<std::vector<CarryKind>> pauses;
   for (const KernelPlan& kernel : pipeline.kernels) {
     std::vector<CarryKind> kinds;
-    for (const std::string& name : kernel.abi.carried_out)
-      if (const CarryKind kind = kernel.carry_kinds[carry_index(kernel, name)]; is_list_carry(kind))
-        kinds.push_back(kind);
+    for (std::size_t c : list_carry_columns(kernel))
+      kinds.push_back(kernel.carry_kinds[c]);
     if (!kinds.empty())
       pauses.push_back(std::move(kinds));
   }

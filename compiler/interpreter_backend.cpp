@@ -54,7 +54,7 @@ public:
     std::vector<std::vector<CarryKind>> pauses;
     for (const Node& n : pipeline.traced.nodes)
       if (op_has_trait(n.op, kListReduction))
-        pauses.push_back({n.op == Op::list_sum ? CarryKind::ListSum : CarryKind::ListMax});
+        pauses.push_back({list_carry_kind(n.op)});
     return pauses;
   }
   std::string code(const PipelineResult&, const Target&, Stage) const override {

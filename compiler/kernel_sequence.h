@@ -33,9 +33,7 @@ public:
     while (next_ < kernels_.size()) {
       Kernel& k = kernels_[next_++];
       self.launch_kernel(k);
-      for (const std::string& name : k.plan.abi.carried_out)
-        if (const std::size_t c = carry_index(k.plan, name); is_list_carry(k.plan.carry_kinds[c]))
-          paused_.push_back(c);
+      paused_ = list_carry_columns(k.plan);
       if (!paused_.empty()) {
         self.read_columns(k.plan, paused_, pending);
         return true;

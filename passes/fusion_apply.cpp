@@ -37,9 +37,8 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
     case Op::col_sum:
       return CarryKind::Cols;
     case Op::list_sum:
-      return CarryKind::ListSum;
     case Op::list_max:
-      return CarryKind::ListMax;
+      return list_carry_kind(op);
     default:
       return CarryKind::PerTensor;
     }

@@ -410,8 +410,8 @@ bool Interpretation::advance(std::vector<ListPartials>& pending) {
     const int id = st.next++;
     const Node& n = st.graph.node(id);
     if (op_has_trait(n.op, kListReduction)) {
-      pending.push_back({n.op == Op::list_sum ? CarryKind::ListSum : CarryKind::ListMax,
-                         std::get<PerTensorValues>(st.values[static_cast<std::size_t>(n.inputs[0])])});
+      pending.push_back(
+          {list_carry_kind(n.op), std::get<PerTensorValues>(st.values[static_cast<std::size_t>(n.inputs[0])])});
       st.paused = id;
       return true;
     }
@@ -432,11 +432,10 @@ void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArgumen
   CarriedValues carried;
   for (const KernelPlan& kernel : kernels) {
     interpret(kernel.graph, args, &carried);
-    for (const std::string& name : kernel.abi.carried_out) // list reductions, combined between kernels
-      if (const CarryKind kind = kernel.carry_kinds[carry_index(kernel, name)]; is_list_carry(kind)) {
-        std::vector<double>& values = carried.per_tensor.at(name);
-        combine_over_list(kind, values.data(), values.size());
-      }
+    for (std::size_t c : list_carry_columns(kernel)) { // list reductions, combined between kernels
+      std::vector<double>& values = carried.per_tensor.at(kernel.carries[c]);
+      combine_over_list(kernel.carry_kinds[c], values.data(), values.size());
+    }
   }
 }
 

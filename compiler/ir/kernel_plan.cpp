@@ -156,6 +156,14 @@ void combine_over_list(CarryKind kind, double* values, std::size_t count) {
   std::fill(values, values + count, total);
 }
 
+std::vector<std::size_t> list_carry_columns(const KernelPlan& plan) {
+  std::vector<std::size_t> columns;
+  for (const std::string& name : plan.abi.carried_out)
+    if (const std::size_t c = carry_index(plan, name); is_list_carry(plan.carry_kinds[c]))
+      columns.push_back(c);
+  return columns;
+}
+
 void combine_each_over_list(std::vector<ListPartials>& pending) {
   for (ListPartials& p : pending)
     combine_over_list(p.kind, p.values.data(), p.values.size());

@@ -31,6 +31,8 @@ struct FusionPlan {
 enum class CarryKind : uint8_t { PerTensor, Rows, Cols, ListSum, ListMax };
 inline bool is_axis_carry(CarryKind kind) { return kind == CarryKind::Rows || kind == CarryKind::Cols; }
 inline bool is_list_carry(CarryKind kind) { return kind == CarryKind::ListSum || kind == CarryKind::ListMax; }
+// The carry kind of list reduction op `op` (list_sum, list_max).
+inline CarryKind list_carry_kind(Op op) { return op == Op::list_sum ? CarryKind::ListSum : CarryKind::ListMax; }
 // Combines `values` (one per tensor of the list, in list order) into every entry, as list carry `kind` says.
 void combine_over_list(CarryKind kind, double* values, std::size_t count);
 
@@ -66,6 +68,9 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
                             std::vector<CarryKind> carry_kinds = {});
 // The position of carried value `name` in the plan's carries (an internal error when it carries none such).
 std::size_t carry_index(const KernelPlan& plan, const std::string& name);
+// The carry positions of the list reductions the kernel stores, in its carried_out order: what the host combines
+// over the list when it has ended.
+std::vector<std::size_t> list_carry_columns(const KernelPlan& plan);
 // How many of the kernel's reductions reduce to one value per tensor (the others sum along rows or columns): the
 // partials each work item writes.
 int per_tensor_reductions(const KernelPlan& plan);
