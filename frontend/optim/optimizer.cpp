@@ -453,6 +453,11 @@ void Optimizer::check_grad(int64_t flat) const {
                             flat, g.describe()));
 }
 
+// Whether state entry `t` has the shape `spec` gives it for `param`: one element for a scalar, else state_shape.
+static bool state_fits(const StateSpec& spec, const Tensor& t, const Tensor& param) {
+  return spec.kind == StateKind::Scalar ? t.numel() == 1 : t.shape() == state_shape(spec.kind, param.shape());
+}
+
 void Optimizer::check_state(int64_t flat) const {
   const Tensor& p = flat_param(flat);
   const ParamState& state = states_[static_cast<std::size_t>(flat)];
@@ -462,8 +467,7 @@ void Optimizer::check_state(int64_t flat) const {
     const Tensor t = find_state(state, spec.name);
     if (!t.defined())
       continue;
-    const bool fits = spec.kind == StateKind::Scalar ? t.numel() == 1 : t.shape() == state_shape(spec.kind, p.shape());
-    if (!fits || t.device() != p.device())
+    if (!state_fits(spec, t, p) || t.device() != p.device())
       throw Error(fmt::format("state '{}' of param {} is {}, but the param is now {}: its data was replaced by a "
                               "tensor of another shape or device, and its state was not (reset or load its state)",
                               spec.name, flat, t.describe(), p.describe()));
@@ -676,7 +680,7 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
         param, param_state_specs(flat), visible, flat, flat, origin == StateOrigin::Loaded,
         [&](const StateSpec& spec, const Tensor& t) {
           const bool scalar = spec.kind == StateKind::Scalar;
-          if (scalar ? t.numel() != 1 : t.shape() != state_shape(spec.kind, param.shape()))
+          if (!state_fits(spec, t, param))
             throw Error(fmt::format("state '{}' of param {} is {}, but {}", spec.name, flat, t.describe(),
                                     scalar ? std::string("a scalar state holds one element")
                                     : spec.kind == StateKind::Tensor
