@@ -6,6 +6,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <functional>
+
 namespace optjit::python {
 namespace {
 
@@ -21,6 +23,17 @@ const char* state_kind_name(StateKind kind) {
     return "cols";
   }
   __builtin_unreachable();
+}
+
+// Python callable `callable` as a C++ function for the step, which runs without the GIL: each call takes it. Empty
+// for None. `callable` must outlive the function (the TorchStep holds it).
+template <class Result, class... Args> std::function<Result(Args...)> with_gil(const nb::object& callable) {
+  if (callable.is_none())
+    return {};
+  return [&callable](Args... args) {
+    nb::gil_scoped_acquire gil;
+    return nb::cast<Result>(callable(args...));
+  };
 }
 
 } // namespace
@@ -179,26 +192,12 @@ void TorchStep::set_grad_clipping(std::optional<double> max_norm, double norm_ty
 
 void TorchStep::set_grad_norm_reducer(nb::object reducer) {
   grad_norm_reducer_ = std::move(reducer);
-  if (grad_norm_reducer_.is_none()) {
-    optimizer_->set_grad_norm_reducer({});
-    return;
-  }
-  optimizer_->set_grad_norm_reducer([this](double partial, bool l2) { // the step runs without the GIL
-    nb::gil_scoped_acquire gil;
-    return nb::cast<double>(grad_norm_reducer_(partial, l2));
-  });
+  optimizer_->set_grad_norm_reducer(with_gil<double, double, bool>(grad_norm_reducer_));
 }
 
 void TorchStep::set_inf_check_reducer(nb::object reducer) {
   inf_check_reducer_ = std::move(reducer);
-  if (inf_check_reducer_.is_none()) {
-    optimizer_->set_inf_check_reducer({});
-    return;
-  }
-  optimizer_->set_inf_check_reducer([this](bool found) { // the step runs without the GIL
-    nb::gil_scoped_acquire gil;
-    return nb::cast<bool>(inf_check_reducer_(found));
-  });
+  optimizer_->set_inf_check_reducer(with_gil<bool, bool>(inf_check_reducer_));
 }
 
 std::vector<int64_t> TorchStep::params_without_state() const {
@@ -246,8 +245,7 @@ void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
 void TorchStep::sync_state(nb::handle state) {
   if (!PyDict_Check(state.ptr()))
     throw Error("the optimizer's state is a " + text(nb::type_name(state.type())) +
-                ", not a dict: torch.optim keeps "
-                "a dict (a defaultdict) of each param's state");
+                ", not a dict: torch.optim keeps a dict (a defaultdict) of each param's state");
   for (std::size_t flat = 0; flat < params_.size(); ++flat) {
     BoundParam& p = params_[flat];
     // Borrowed, and no default: a defaultdict's lookup through the C API does not create the entry.
