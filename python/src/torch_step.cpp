@@ -50,7 +50,7 @@ TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywo
       bound.name = "param " + std::to_string(params_.size());
       nb::object local = torch_.local(param);
       bound.view = torch_.view(local, bound.name);
-      bound.data = torch_.data_ptr(local);
+      bound.data = TorchTensors::data_ptr(local);
       spec.params.push_back(bound.view);
       params_.push_back(std::move(bound));
     }
@@ -90,7 +90,7 @@ void TorchStep::sync_options(std::size_t g) {
     if (source.element >= 0)
       value = value[source.element];
     if (torch_.is_tensor(value)) {
-      const uintptr_t data = torch_.data_ptr(value);
+      const uintptr_t data = TorchTensors::data_ptr(value);
       if (!value.is(source.tensor) || data != source.tensor_data) {
         group.set(source.name,
                   torch_.view(value, "option " + source.torch_key + " of param group " + std::to_string(g)));
@@ -119,11 +119,11 @@ void TorchStep::sync_options(std::size_t g) {
 
 void TorchStep::sync_param(BoundParam& p) {
   nb::object local = torch_.local(p.param);
-  if (const uintptr_t data = torch_.data_ptr(local); data != p.data) { // `p.data = ...` since the last step
+  if (const uintptr_t data = TorchTensors::data_ptr(local); data != p.data) { // `p.data = ...` since the last step
     p.view.set_data(torch_.view(local, p.name));
     p.data = data;
   }
-  nb::object grad = torch_.grad(p.param);
+  nb::object grad = p.param.attr("grad");
   if (grad.is_none()) {
     if (!p.grad.is_none()) {
       p.view.reset_grad();
@@ -132,7 +132,7 @@ void TorchStep::sync_param(BoundParam& p) {
     return;
   }
   // The same grad tensor over the same memory (zero_grad(set_to_none=False) keeps both): its view still holds.
-  if (grad.is(p.grad) && torch_.data_ptr(torch_.local(grad)) == p.grad_data)
+  if (grad.is(p.grad) && TorchTensors::data_ptr(torch_.local(grad)) == p.grad_data)
     return;
   Tensor view = torch_.view(grad, "the grad of " + p.name);
   // `p.data = p.data.reshape(...)` (or .t()) keeps the memory, so the data pointer did not tell: a grad of another
@@ -170,7 +170,7 @@ const Tensor& TorchStep::hold(HeldTensor& held, nb::object tensor, const std::st
   }
   if (!torch_.is_tensor(tensor))
     throw Error(what + " is " + text(nb::type_name(tensor.type())) + ", not a tensor");
-  const uintptr_t data = torch_.data_ptr(tensor);
+  const uintptr_t data = TorchTensors::data_ptr(tensor);
   if (!tensor.is(held.tensor) || data != held.data)
     held = HeldTensor{tensor, data, torch_.view(tensor, what)};
   return held.view;

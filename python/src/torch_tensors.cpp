@@ -9,8 +9,6 @@ TorchTensors::TorchTensors() {
   nb::module_ torch = nb::module_::import_("torch");
   tensor_type_ = torch.attr("Tensor");
   strided_ = torch.attr("strided");
-  data_ptr_method_ = tensor_type_.attr("data_ptr");
-  grad_name_ = nb::str("grad");
 #define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                         \
   dtypes_.emplace_back(torch.attr(torch_name), Dtype::name);
 #include "runtime/dtypes.def"
@@ -42,19 +40,7 @@ Dtype TorchTensors::dtype_of(nb::handle torch_dtype, const std::string& what) co
   throw Error(what + " has dtype " + text(torch_dtype) + ": optjit compiles " + names + " tensors");
 }
 
-uintptr_t TorchTensors::data_ptr(nb::handle tensor) const {
-  PyObject* address = PyObject_CallOneArg(data_ptr_method_.ptr(), tensor.ptr());
-  if (!address)
-    throw nb::python_error();
-  return nb::cast<uintptr_t>(nb::steal(address));
-}
-
-nb::object TorchTensors::grad(nb::handle tensor) const {
-  PyObject* grad = PyObject_GetAttr(tensor.ptr(), grad_name_.ptr());
-  if (!grad)
-    throw nb::python_error();
-  return nb::steal(grad);
-}
+uintptr_t TorchTensors::data_ptr(nb::handle tensor) { return nb::cast<uintptr_t>(tensor.attr("data_ptr")()); }
 
 Tensor TorchTensors::view(nb::handle tensor, const std::string& what) const {
   if (!is_tensor(tensor))

@@ -29,15 +29,10 @@ public:
   // A view of a strided CPU tensor's memory; optjit::Error naming `what` for another layout or device.
   Tensor view(nb::handle tensor, const std::string& what) const;
   // The address of a tensor's first element (Tensor.data_ptr()).
-  uintptr_t data_ptr(nb::handle tensor) const;
-  // tensor.grad.
-  nb::object grad(nb::handle tensor) const;
+  static uintptr_t data_ptr(nb::handle tensor);
 
 private:
   nb::object tensor_type_, strided_, dtensor_type_;
-  // Looked up once: a step reads each param's grad and data pointer, and a lookup by a C string makes a Python
-  // string each time (for 10,000 params that was most of a step's Python time).
-  nb::object data_ptr_method_, grad_name_;
   std::vector<std::pair<nb::object, Dtype>> dtypes_; // torch's dtype objects optjit runs, by the dtype table
 };
 
