@@ -1,6 +1,7 @@
 #include "compiler/compiled_step.h"
 #include "compiler/backend.h"
 #include "compiler/guards.h"
+#include "compiler/host_scalar_state.h"
 #include "compiler/ir/printer.h"
 #include "compiler/pipeline.h"
 #include "runtime/error.h"
@@ -183,6 +184,8 @@ struct CompiledStep::Impl {
       OPTJIT_ASSERT(!bp.grad_slot.empty(), "the graph of " + source.name() + " declares no grad slot");
       bool hit = false;
       bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, hit);
+      if (bucket.scalar_state_on_host)
+        bp.code = with_scalar_state_on_host(std::move(bp.code), bp.pipeline.optimized, bucket.device);
       (hit ? metrics.cache_hits : metrics.kernels_generated) += static_cast<int64_t>(bp.pipeline.kernels.size());
       if (source.has_grad_pass()) {
         bp.grad_pass_pipeline = run_pipeline(source.trace_grad_pass(bucket));

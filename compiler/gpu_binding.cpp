@@ -1,5 +1,6 @@
 #include "compiler/gpu_binding.h"
 #include "runtime/error.h"
+#include "runtime/pinned_ring.h"
 
 #include <algorithm>
 #include <array>
@@ -8,54 +9,35 @@
 
 namespace optjit {
 
-// Page-locked staging for the hyperparameters: a few slots, so that writing step n+1's values never races the
-// copy of step n still in flight (each slot's event is recorded after its copy).
+// The hyperparameters' page-locked staging: each step's values go to the ring's next buffer, and the captured
+// graph of each buffer (copy from it + launch) is kept for the current binding.
 struct GpuBinding::Staging {
-  static constexpr std::size_t kSlots = 4;
-  int device;
+  PinnedRing ring;
   std::size_t doubles;
-  double* host = nullptr;
-  std::array<cuda::Event, kSlots> copied{};
-  std::array<bool, kSlots> in_flight{};
-  std::array<cuda::GraphExec, kSlots> graphs{}; // copy from this slot + launch, captured for the current binding
-  std::size_t next = 0;
+  std::array<cuda::GraphExec, PinnedRing::kBuffers> graphs{};
 
-  Staging(int d, std::size_t n) : device(d), doubles(n) {
-    host = static_cast<double*>(cuda::host_alloc_pinned(device, kSlots * doubles * sizeof(double)));
-    for (cuda::Event& e : copied)
-      e = cuda::event_create(device);
-  }
+  Staging(int device, std::size_t n) : ring(device, std::max<std::size_t>(1, n) * sizeof(double)), doubles(n) {}
   ~Staging() {
     try {
       drop_graphs();
-      for (cuda::Event e : copied)
-        cuda::event_destroy(device, e);
-      cuda::host_free_pinned(device, host);
     } catch (const Error&) {
       // At process exit the driver may be gone already; its resources go with it.
     }
   }
 
+  int device() const { return ring.device(); }
   void drop_graphs() {
     for (cuda::GraphExec& g : graphs)
       if (g)
-        cuda::graph_destroy(device, std::exchange(g, nullptr));
+        cuda::graph_destroy(ring.device(), std::exchange(g, nullptr));
   }
+  const double* data(std::size_t buffer) const { return reinterpret_cast<const double*>(ring.data(buffer)); }
 
-  const double* data(std::size_t slot) const { return host + slot * doubles; }
-
-  // The next slot, once its previous copy has finished, filled with `values`.
+  // The next buffer, once its previous copy has finished, filled with `values`.
   std::size_t stage(const std::vector<double>& values) {
-    const std::size_t slot = next;
-    next = (next + 1) % kSlots;
-    if (in_flight[slot])
-      cuda::event_synchronize(device, copied[slot]);
-    std::memcpy(host + slot * doubles, values.data(), values.size() * sizeof(double));
-    return slot;
-  }
-  void mark_copied(std::size_t slot, cuda::Stream stream) {
-    cuda::event_record(device, copied[slot], stream);
-    in_flight[slot] = true;
+    const std::size_t buffer = ring.acquire();
+    std::memcpy(ring.data(buffer), values.data(), values.size() * sizeof(double));
+    return buffer;
   }
 };
 
@@ -125,7 +107,7 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   params_.n_tensors = static_cast<int64_t>(n);
   params_.n_hyper = static_cast<int64_t>(plan.abi.hypers.size());
   params_.n_carry = static_cast<int64_t>(plan.carries.size());
-  if (!staging_ || staging_->device != device || staging_->doubles < host_.hyper().size())
+  if (!staging_ || staging_->device() != device || staging_->doubles < host_.hyper().size())
     staging_ = std::make_unique<Staging>(device, host_.hyper().size());
   staging_->drop_graphs(); // they launch the previous table's items and block size
 }
@@ -172,7 +154,7 @@ void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
   } else {
     enqueue();
   }
-  staging_->mark_copied(slot, stream);
+  staging_->ring.queued(slot, stream);
 }
 
 } // namespace optjit

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #ifdef OPTJIT_HAVE_CUDA_H
@@ -72,11 +73,11 @@ constexpr int kCaptureThreadLocal = 1;
   X(cuMemFree_v2, (CUdeviceptr))                                                                                       \
   X(cuMemAllocHost_v2, (void**, size_t))                                                                               \
   X(cuMemFreeHost, (void*))                                                                                            \
-  X(cuMemcpyHtoD_v2, (CUdeviceptr, const void*, size_t))                                                               \
-  X(cuMemcpyDtoH_v2, (void*, CUdeviceptr, size_t))                                                                     \
-  X(cuMemcpyDtoD_v2, (CUdeviceptr, CUdeviceptr, size_t))                                                               \
+  X(cuStreamSynchronize, (CUstream))                                                                                   \
   X(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void*, size_t, CUstream))                                                \
-  X(cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t))                                                               \
+  X(cuMemcpyDtoHAsync_v2, (void*, CUdeviceptr, size_t, CUstream))                                                      \
+  X(cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                                \
+  X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))                                                   \
   X(cuModuleLoadDataEx, (CUmodule*, const void*, unsigned, CUjit_option*, void**))                                     \
   X(cuModuleGetFunction, (CUfunction*, CUmodule, const char*))                                                         \
   X(cuModuleUnload, (CUmodule))                                                                                        \
@@ -262,7 +263,18 @@ const DeviceProperties& properties(int device) { return open_device(device).prop
 
 void make_current(int device) { on(device); }
 
-Stream stream(int device) { return open_device(device).stream; }
+// The StreamScopes alive on this thread, innermost last.
+thread_local std::vector<std::pair<int, Stream>> scoped_streams;
+
+Stream stream(int device) {
+  for (auto it = scoped_streams.rbegin(); it != scoped_streams.rend(); ++it)
+    if (it->first == device)
+      return it->second;
+  return open_device(device).stream;
+}
+
+StreamScope::StreamScope(int device, Stream stream) { scoped_streams.emplace_back(device, stream); }
+StreamScope::~StreamScope() { scoped_streams.pop_back(); }
 
 void synchronize(int device) {
   const DriverTable& t = on(device);
@@ -281,19 +293,34 @@ void mem_free(int device, DevicePtr ptr) {
   check(t, t.cuMemFree_v2(ptr), "cuMemFree_v2");
 }
 
+namespace {
+
+// Waits for what is queued on stream(device): the end of a synchronous operation.
+void wait_for_stream(const DriverTable& t, CUstream stream) {
+  check(t, t.cuStreamSynchronize(stream), "cuStreamSynchronize");
+}
+
+} // namespace
+
 void copy_to_device(int device, DevicePtr dst, const void* src, std::size_t bytes) {
   const DriverTable& t = on(device);
-  check(t, t.cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2");
+  auto s = static_cast<CUstream>(stream(device));
+  check(t, t.cuMemcpyHtoDAsync_v2(dst, src, bytes, s), "cuMemcpyHtoDAsync_v2");
+  wait_for_stream(t, s);
 }
 
 void copy_to_host(int device, void* dst, DevicePtr src, std::size_t bytes) {
   const DriverTable& t = on(device);
-  check(t, t.cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2");
+  auto s = static_cast<CUstream>(stream(device));
+  check(t, t.cuMemcpyDtoHAsync_v2(dst, src, bytes, s), "cuMemcpyDtoHAsync_v2");
+  wait_for_stream(t, s);
 }
 
 void copy_on_device(int device, DevicePtr dst, DevicePtr src, std::size_t bytes) {
   const DriverTable& t = on(device);
-  check(t, t.cuMemcpyDtoD_v2(dst, src, bytes), "cuMemcpyDtoD_v2");
+  auto s = static_cast<CUstream>(stream(device));
+  check(t, t.cuMemcpyDtoDAsync_v2(dst, src, bytes, s), "cuMemcpyDtoDAsync_v2");
+  wait_for_stream(t, s);
 }
 
 void copy_to_device_async(int device, DevicePtr dst, const void* src, std::size_t bytes, Stream stream) {
@@ -303,7 +330,9 @@ void copy_to_device_async(int device, DevicePtr dst, const void* src, std::size_
 
 void memset_zero(int device, DevicePtr dst, std::size_t bytes) {
   const DriverTable& t = on(device);
-  check(t, t.cuMemsetD8_v2(dst, 0, bytes), "cuMemsetD8_v2");
+  auto s = static_cast<CUstream>(stream(device));
+  check(t, t.cuMemsetD8Async(dst, 0, bytes, s), "cuMemsetD8Async");
+  wait_for_stream(t, s);
 }
 
 void* host_alloc_pinned(int device, std::size_t bytes) {

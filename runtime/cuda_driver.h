@@ -49,12 +49,26 @@ const DeviceProperties& properties(int device);
 
 // Makes `device`'s primary context current on this thread (cheap when it already is).
 void make_current(int device);
-// optjit's launch stream on `device`: ordered with the legacy default stream, so synchronous copies see its work.
+// The stream optjit queues work for `device` on from this thread: the innermost StreamScope's for the device, else
+// optjit's own (created blocking, so ordered with the legacy default stream).
 Stream stream(int device);
 void synchronize(int device);
 
+// While it lives, stream(device) on this thread is `stream`: launches and copies for `device` queue on it, in order
+// with the work the caller queues there (the Python package passes torch's current stream, which may be one that
+// does not wait for the legacy default stream). Scopes nest; each ends the one it began.
+class StreamScope {
+public:
+  StreamScope(int device, Stream stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+};
+
 DevicePtr mem_alloc(int device, std::size_t bytes);
 void mem_free(int device, DevicePtr ptr);
+// The synchronous copies and the memset are queued on stream(device), after the work queued there before them, and
+// return when they are done.
 void copy_to_device(int device, DevicePtr dst, const void* src, std::size_t bytes);
 void copy_to_host(int device, void* dst, DevicePtr src, std::size_t bytes);
 void copy_on_device(int device, DevicePtr dst, DevicePtr src, std::size_t bytes);

@@ -194,7 +194,7 @@ Tensor Tensor::from_values(const Shape& shape, std::span<const double> values, D
   return t;
 }
 
-Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype, const Shape& strides) {
+Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype, const Shape& strides, Device device) {
   check_shape(shape, dtype);
   const Shape row_major = contiguous_strides(shape);
   if (!strides.empty() && strides.size() != shape.size())
@@ -226,6 +226,7 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, Dtype dtype, const Shap
   }
   t.impl_->storage = std::make_shared<Storage>(data, static_cast<std::size_t>(span) * dtype_size(dtype));
   t.impl_->data = data;
+  t.impl_->device = device;
   return t;
 }
 

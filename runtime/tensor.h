@@ -62,8 +62,10 @@ public:
   // Values are given as doubles and rounded to `dtype`; values.size() must equal the shape's element count.
   static Tensor from_values(const Shape& shape, std::span<const double> values, Dtype dtype);
   // A view of memory the caller owns, row-major unless `strides` (in elements, one per dimension, >= 0) say
-  // otherwise; the caller keeps it alive. Optimizer steps need contiguous params and grads.
-  static Tensor from_blob(void* data, const Shape& shape, Dtype dtype, const Shape& strides = {});
+  // otherwise; the caller keeps it alive. `data` is a host address, or a device address on a CUDA `device` (such
+  // as a torch CUDA tensor's data_ptr).
+  static Tensor from_blob(void* data, const Shape& shape, Dtype dtype, const Shape& strides = {},
+                          Device device = Device::cpu());
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl_->shape; }

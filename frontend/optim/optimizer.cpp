@@ -458,6 +458,23 @@ static bool state_fits(const StateSpec& spec, const Tensor& t, const Tensor& par
   return spec.kind == StateKind::Scalar ? t.numel() == 1 : t.shape() == state_shape(spec.kind, param.shape());
 }
 
+// Whether state entry `t` may live where it does for `param`: on the param's device or, for a scalar entry of a
+// param on a GPU, in host memory (where torch keeps `step` for steps that are not capturable).
+static bool state_device_fits(const StateSpec& spec, const Tensor& t, const Tensor& param) {
+  return t.device() == param.device() || (spec.kind == StateKind::Scalar && param.device().kind == DeviceKind::cuda &&
+                                          t.device().kind == DeviceKind::cpu);
+}
+
+// Whether the param's scalar state is held in host memory while the param is on a GPU (state_device_fits).
+static bool scalar_state_on_host(const ParamState& state, const Tensor& param) {
+  if (param.device().kind != DeviceKind::cuda)
+    return false;
+  for (const auto& [name, t] : state)
+    if (t.numel() == 1 && t.device().kind == DeviceKind::cpu)
+      return true;
+  return false;
+}
+
 void Optimizer::check_state(int64_t flat) const {
   const Tensor& p = flat_param(flat);
   const ParamState& state = states_[static_cast<std::size_t>(flat)];
@@ -467,7 +484,7 @@ void Optimizer::check_state(int64_t flat) const {
     const Tensor t = find_state(state, spec.name);
     if (!t.defined())
       continue;
-    if (!state_fits(spec, t, p) || t.device() != p.device())
+    if (!state_fits(spec, t, p) || !state_device_fits(spec, t, p))
       throw Error(fmt::format("state '{}' of param {} is {}, but the param is now {}: its data was replaced by a "
                               "tensor of another shape or device, and its state was not (reset or load its state)",
                               spec.name, flat, t.describe(), p.describe()));
@@ -614,7 +631,7 @@ std::vector<uint64_t> Optimizer::state_dtype_facts() const {
   std::vector<uint64_t> facts;
   facts.reserve(static_cast<std::size_t>(param_count()));
   for (int64_t i = 0; i < param_count(); ++i) {
-    uint64_t fact = 0;
+    uint64_t fact = scalar_state_on_host(flat_state(i), flat_param(i)) ? 1 : 0;
     for (Dtype dtype : state_dtypes_of(*this, i, structures.of(i).specs))
       fact = fact * 257 + static_cast<uint64_t>(dtype) + 1; // 8 bits per entry: the fact changes with any of them
     facts.push_back(fact);
@@ -688,12 +705,19 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
                                         : fmt::format("it holds the param's rows or "
                                                       "columns, shape [{}]",
                                                       fmt::join(state_shape(spec.kind, param.shape()), ", "))));
-          if (t.device() != param.device() || !t.is_non_overlapping())
-            throw Error(fmt::format("state '{}' of param {} is {}: it must be on the param's device ({}), each element "
-                                    "at an address of its own",
+          if (!state_device_fits(spec, t, param) || !t.is_non_overlapping())
+            throw Error(fmt::format("state '{}' of param {} is {}: it must be on the param's device ({}; a scalar "
+                                    "state of a GPU param may be on the CPU), each element at an address of its own",
                                     spec.name, flat, t.describe(), param.device().to_string()));
           return t;
         });
+  if (scalar_state_on_host(adopted, param))
+    for (const StateSpec& spec : param_state_specs(flat))
+      if (const Tensor t = find_state(adopted, spec.name);
+          spec.kind == StateKind::Scalar && t.defined() && t.device() != Device::cpu())
+        throw Error(fmt::format("state '{}' of param {} is {}, while another scalar state of the param is on the CPU: "
+                                "a param's scalar state is all on its device or all on the CPU",
+                                spec.name, flat, t.describe()));
   states_[static_cast<std::size_t>(flat)] = std::move(adopted);
   ++state_version_;
 }
@@ -709,12 +733,14 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
     const ParamStructures::Entry& structure = structures.of(i);
     const std::string& key = structure.key;
     std::vector<Dtype> state_dtypes = state_dtypes_of(*this, i, structure.specs);
+    const bool on_host = scalar_state_on_host(flat_state(i), p);
     Bucket* bucket = nullptr;
     for (Bucket& b : buckets)
-      if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key && b.state_dtypes == state_dtypes)
+      if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key && b.state_dtypes == state_dtypes &&
+          b.scalar_state_on_host == on_host)
         bucket = &b;
     if (!bucket) {
-      buckets.push_back(Bucket{p.dtype(), p.device(), key, std::move(state_dtypes), {}});
+      buckets.push_back(Bucket{p.dtype(), p.device(), key, std::move(state_dtypes), {}, on_host});
       bucket = &buckets.back();
     }
     bucket->members.push_back({g, i});

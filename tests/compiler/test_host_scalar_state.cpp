@@ -1,0 +1,79 @@
+// Scalar state held on the host (torch's steps that are not capturable, on a GPU): the host updates it before the
+// kernels run, and the kernels read a copy of the values from before the update. Run here with the CPU kernels and
+// a host copy, so every part but the device upload is checked without a GPU: the trajectory equals the ordinary
+// compiled one bit for bit (a kernel that read the updated values would bias-correct with the next step's count).
+#include "compiler/backend.h"
+#include "compiler/host_scalar_state.h"
+#include "compiler/ir/parser.h"
+#include "compiler/pipeline.h"
+#include "helpers.h"
+
+#include <doctest/doctest.h>
+
+using namespace optjit;
+
+namespace {
+
+// Optimizer `opt`'s buckets, compiled for the CPU and run with their scalar state as host state.
+struct HostStateRun {
+  struct Bucket {
+    ParamBucket bucket;
+    std::unique_ptr<Executable> code;
+  };
+  std::vector<Bucket> buckets;
+
+  explicit HostStateRun(Optimizer& opt) {
+    opt.ensure_state();
+    const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
+    for (ParamBucket& bucket : opt.compile_buckets()) {
+      PipelineResult pipeline = run_pipeline(opt.trace_bucket(bucket));
+      bool hit = false;
+      buckets.push_back({bucket, with_scalar_state_on_host(cpu_backend().load(pipeline, cpu, CompileOptions{}, hit),
+                                                           pipeline.optimized, Device::cpu())});
+    }
+  }
+  void step(const Optimizer& opt) {
+    for (Bucket& b : buckets) {
+      b.code->bind(opt.list_arguments(b.bucket));
+      b.code->set_hyper(opt.hyper_values());
+      b.code->launch();
+    }
+  }
+};
+
+} // namespace
+
+TEST_CASE("host scalar state: every optimizer's step equals the compiled one bit for bit") {
+  for (const auto& [name, options] : test::every_optimizer()) {
+    INFO(name);
+    const std::vector<Tensor> initial = random_params(two_linear_shapes(), Dtype::f32, 5);
+    test::Run ref(name, options, initial, test::Mode::Compiled);
+    std::vector<Tensor> params = copy_params(initial);
+    std::unique_ptr<Optimizer> opt = test::make_single_group(name, params, options, true);
+    HostStateRun run(*opt);
+    for (int s = 0; s < 4; ++s) {
+      randomize_grads(ref.params, 70 + static_cast<uint64_t>(s));
+      randomize_grads(params, 70 + static_cast<uint64_t>(s));
+      ref.step();
+      run.step(*opt);
+    }
+    test::check_same_trajectory(params, *opt, ref.params, *ref.opt, 0, 0, name);
+  }
+}
+
+TEST_CASE("host scalar state: state computed from tensor data cannot be held on the host") {
+  const Graph g = parse_graph(R"(graph @peak f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  slot "peak" : state scalar f32
+  %0 = tensor "grad" : el f32
+  %1 = abs %0 : el f32
+  %2 = reduce_max %1 : pt f64
+  %3 = scalar_state "peak" : pt f64
+  %4 = maximum %2, %3 : pt f64
+  store_scalar "peak" %4
+}
+)");
+  CHECK_THROWS_WITH_AS(scalar_state_updates(g),
+                       doctest::Contains("scalar state 'peak' is computed from tensor data (%2 = reduce_max)"), Error);
+}
