@@ -67,16 +67,33 @@ def _operand(program, x):
     return program.emit("constant", number=x)
 
 
+def _entry_of(*values):
+    """The list entry that values computed together belong to: None for values of every entry alike (hyperparameters,
+    constants, a value over the lists), else the position of the tensor whose value it is (element k of a list, and
+    Python arithmetic on it). Values of two different entries cannot be combined: a compiled step computes each
+    entry from its own tensor's values."""
+    entries = {v.entry for v in values if isinstance(v, (_SymScalar, _SymTensor)) and v.entry is not None}
+    if len(entries) > 1:
+        raise Error(
+            "a step function combines the values of different tensors of a list (such as sum() over a list, or "
+            "lists zipped out of order): optjit records each tensor's step from its own values; reduce over the "
+            "lists with torch.stack(...).sum(), .max() or a norm"
+        )
+    return entries.pop() if entries else None
+
+
 class _SymScalar:
     """A hyperparameter, a constant, or Python arithmetic on them: one value per list entry. A 2-norm of each tensor
-    (torch._foreach_norm) remembers its sum of squares (`squares`), from which the 2-norm over the lists is taken."""
+    (torch._foreach_norm) remembers its sum of squares (`squares`), from which the 2-norm over the lists is taken.
+    `entry` is the list position it belongs to (_entry_of)."""
 
-    def __init__(self, program, vid, squares=None):
-        self.program, self.id, self.squares = program, vid, squares
+    def __init__(self, program, vid, squares=None, entry=None):
+        self.program, self.id, self.squares, self.entry = program, vid, squares, entry
 
     def _binary(self, op, other, reverse=False):
         a, b = self.id, _operand(self.program, other)
-        return _SymScalar(self.program, self.program.emit(op, *((b, a) if reverse else (a, b))))
+        entry = _entry_of(self, other)
+        return _SymScalar(self.program, self.program.emit(op, *((b, a) if reverse else (a, b))), entry=entry)
 
     def __add__(self, o):
         return self._binary("add", o)
@@ -109,7 +126,7 @@ class _SymScalar:
         return self._binary("pow", o, True)
 
     def __neg__(self):
-        return _SymScalar(self.program, self.program.emit("neg", self.id))
+        return _SymScalar(self.program, self.program.emit("neg", self.id), entry=self.entry)
 
     def __gt__(self, o):
         return self._binary("gt", o)
@@ -118,27 +135,37 @@ class _SymScalar:
         return self._binary("lt", o)
 
     def __ge__(self, o):  # a >= b: a > b or a == b (0 for NaN, as Python's)
-        return _SymScalar(self.program, self.program.emit("add", self._binary("gt", o).id, self._binary("eq", o).id))
+        gt, eq = self._binary("gt", o), self._binary("eq", o)
+        return _SymScalar(self.program, self.program.emit("add", gt.id, eq.id), entry=gt.entry)
 
     def __le__(self, o):
-        return _SymScalar(self.program, self.program.emit("add", self._binary("lt", o).id, self._binary("eq", o).id))
+        lt, eq = self._binary("lt", o), self._binary("eq", o)
+        return _SymScalar(self.program, self.program.emit("add", lt.id, eq.id), entry=lt.entry)
 
     # == and != are values too: Python's own would compare identities and silently fix a branch.
     def __eq__(self, o):
         return self._binary("eq", o)
 
     def __ne__(self, o):
-        return _SymScalar(self.program, self.program.emit("sub", _operand(self.program, 1), self._binary("eq", o).id))
+        eq = self._binary("eq", o)
+        return _SymScalar(self.program, self.program.emit("sub", _operand(self.program, 1), eq.id), entry=eq.entry)
 
     __hash__ = object.__hash__
 
     def __abs__(self):
-        return _SymScalar(self.program, self.program.emit("abs", self.id))
+        return _SymScalar(self.program, self.program.emit("abs", self.id), entry=self.entry)
 
     def __bool__(self):
         raise Error("a step function branches on a hyperparameter's value: optjit records one program for every value")
 
-    __float__ = __int__ = __index__ = __bool__
+    def __float__(self):
+        raise Error(
+            "a step function turns a hyperparameter or per-tensor scalar into a Python number (float(), int(), "
+            "math.*): optjit records one program for every value; write it with Python operators (** 0.5 for a "
+            "square root) or torch calls"
+        )
+
+    __int__ = __index__ = __complex__ = __float__
 
     def __getattr__(self, name):
         _refuse_attribute("a per-tensor scalar or hyperparameter", name)
@@ -146,6 +173,20 @@ class _SymScalar:
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs or {})
+
+
+for _name, _symbol in (("floordiv", "//"), ("mod", "%"), ("divmod", "divmod()")):
+    setattr(_SymScalar, f"__{_name}__", lambda self, *a, _s=_symbol: _refuse_scalar_operator(_s))
+    setattr(_SymScalar, f"__r{_name}__", lambda self, *a, _s=_symbol: _refuse_scalar_operator(_s))
+for _name in ("round", "trunc", "floor", "ceil"):
+    setattr(_SymScalar, f"__{_name}__", lambda self, *a, _s=_name: _refuse_scalar_operator(f"{_s}()"))
+
+
+def _refuse_scalar_operator(symbol):
+    raise Error(
+        f"{symbol} on a hyperparameter or per-tensor scalar is outside optjit's step-function vocabulary (+, -, *, "
+        "/, **, comparisons, abs)"
+    )
 
 
 class _SymStack:
@@ -166,6 +207,15 @@ class _SymStack:
     def norm(self, p=2):
         return _norm(self, p)
 
+    def __getattr__(self, name):
+        _refuse_attribute("a torch.stack of per-tensor scalars", name)
+
+    def __getitem__(self, index):
+        raise Error(
+            "indexing a torch.stack of per-tensor scalars picks one tensor's value, which optjit does not record: "
+            "reduce it with .sum(), .max() or a norm"
+        )
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs or {})
@@ -179,7 +229,7 @@ def _norm(x, order):
         raise Error(f"a norm of order {order!r}: optjit records the 2-norm and the inf-norm")
     p = x.program
     if isinstance(x, _SymScalar):
-        return _SymScalar(p, p.emit("abs", x.id))
+        return _SymScalar(p, p.emit("abs", x.id), entry=x.entry)
     if order == float("inf"):
         return _SymScalar(p, p.emit("list_max", p.emit("abs", x.id)))
     # The 2-norm of per-tensor 2-norms is the square root of every tensor's sum of squares, summed: taken from those
@@ -198,6 +248,7 @@ def _scalar_op(name, args, kwargs):
         if not scalars or len(ids) != 1 or not all(isinstance(s, _SymScalar) for s in scalars):
             raise Error("torch.stack: optjit stacks one per-tensor scalar of each tensor (such as _foreach_norm's)")
         _check_whole(scalars[0].program, scalars, "torch.stack")
+        _check_in_order(scalars, "torch.stack")
         return _SymStack(scalars[0].program, ids.pop(), scalars[0].squares)
     if not isinstance(x, (_SymScalar, _SymStack)):
         raise Error(f"torch.{name}: optjit records it on per-tensor scalars and their stacks only")
@@ -217,7 +268,7 @@ def _scalar_op(name, args, kwargs):
             value = p.emit("maximum", value, _operand(p, low))
         if high is not None:
             value = p.emit("minimum", value, _operand(p, high))
-        return _SymScalar(p, value)
+        return _SymScalar(p, value, entry=_entry_of(x, low, high))
     raise Error(f"torch.{name} is outside optjit's step-function vocabulary")
 
 
@@ -248,11 +299,15 @@ class _SymTensor:
     """One element of a symbolic list; every element of a list holds the list's current value (in-place foreach
     ops repoint them all). Tensor methods and operators are not recorded: they are errors naming themselves."""
 
-    def __init__(self, program, vid):
-        self.program, self.id = program, vid
+    def __init__(self, program, vid, entry):
+        self.program, self.id, self.entry = program, vid, entry
 
     def __getattr__(self, name):
         _refuse_attribute("an element of a tensor list", name)
+
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse_operator("a comparison")
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _refuse_operator("// or %")
+    __abs__ = _refuse_operator("abs()")
 
     __add__ = __radd__ = __iadd__ = _refuse_operator("+")
     __sub__ = __rsub__ = __isub__ = _refuse_operator("-")
@@ -270,7 +325,8 @@ class _SymTensor:
 
 
 def _list_id(program, value, what):
-    """The recorded value of a list argument (all its elements share it), of a scalar list, or of a scalar."""
+    """The recorded value of a list argument (all its elements share it, each at its own position), of a scalar
+    list, or of a scalar that is the same for every tensor."""
     if isinstance(value, (list, tuple)):
         _check_whole(program, value, what)
         ids = {_operand(program, v) if not isinstance(v, (int, float)) else None for v in value}
@@ -278,8 +334,25 @@ def _list_id(program, value, what):
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and len(set(value)) == 1:
                 return program.emit("constant", number=value[0])
             raise Error(f"{what}: optjit records whole lists, and this list mixes values")
+        _check_in_order(value, what)
         return ids.pop()
+    if isinstance(value, (_SymScalar, _SymTensor)) and value.entry is not None:
+        raise Error(
+            f"{what}: one tensor's value (element {value.entry} of a list, or arithmetic on it) is used for every "
+            "tensor: optjit records each tensor's step from its own values; pass the whole list, or reduce it over "
+            "the lists with torch.stack(...).sum(), .max() or a norm"
+        )
     return _operand(program, value)
+
+
+def _check_in_order(value, what):
+    """Element k of a list argument must be the list's element k (not a reordered or repeated one)."""
+    entries = [v.entry for v in value if isinstance(v, (_SymScalar, _SymTensor))]
+    if entries and entries != list(range(len(value))) and any(e is not None for e in entries):
+        raise Error(
+            f"{what}: optjit records whole lists in their own order, and this one is reordered or repeats a tensor "
+            f"(its elements are tensors {entries} of their list)"
+        )
 
 
 def _check_whole(program, value, what):
@@ -292,13 +365,16 @@ def _check_whole(program, value, what):
 
 def _result(program, vid, like):
     """The symbolic list an op on `like` gives: per-tensor scalars stay scalars (a step count plus one)."""
-    cls = _SymScalar if isinstance(like[0], _SymScalar) else _SymTensor
-    return [cls(program, vid) for _ in like]
+    if isinstance(like[0], _SymScalar):
+        return [_SymScalar(program, vid, entry=k) for k in range(len(like))]
+    return [_SymTensor(program, vid, k) for k in range(len(like))]
 
 
 def _assign(target, vid):
     for element in target:
         element.id = vid
+        if isinstance(element, _SymScalar):
+            element.squares = None  # no longer the 2-norm whose sum of squares it kept
 
 
 # torch._foreach_* ops by name (without the trailing _ of the in-place form): each records its value from the
@@ -314,6 +390,26 @@ def _binary_op(op):
         return p.emit("add_scaled", self, _list_id(p, other, op), scale if op == "add" else p.emit("neg", scale))
 
     return record
+
+
+def _pow(p, self, exponent):
+    """torch's pow with a number exponent: 0.5, -0.5 and -1 are sqrt, rsqrt and reciprocal, and 2, 3 and -2 are
+    products (so sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, as torch gives, where pow would give 0 and inf)."""
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
+        one = p.emit("constant", number=1.0)
+        if exponent == 0.5:
+            return p.emit("sqrt", self)
+        if exponent == -0.5:
+            return p.emit("div", one, p.emit("sqrt", self))
+        if exponent == -1:
+            return p.emit("div", one, self)
+        if exponent == 2:
+            return p.emit("mul", self, self)
+        if exponent == 3:
+            return p.emit("mul", p.emit("mul", self, self), self)
+        if exponent == -2:
+            return p.emit("div", one, p.emit("mul", self, self))
+    return p.emit("pow", self, _list_id(p, exponent, "pow"))
 
 
 def _lerp(p, self, end, weight):
@@ -346,7 +442,7 @@ _OPS = {
     "div": _binary_op("div"),
     "maximum": _binary_op("maximum"),
     "minimum": _binary_op("minimum"),
-    "pow": _binary_op("pow"),
+    "pow": _pow,
     "clamp_min": _clamp("maximum"),
     "clamp_max": _clamp("minimum"),
     "lerp": _lerp,
@@ -386,12 +482,16 @@ def _dispatch(func, args, kwargs):
         order = kwargs.get("ord", args[1] if len(args) > 1 else 2)
         if order not in (2, 2.0, float("inf")):
             raise Error(f"torch.{name}(ord={order!r}): optjit records the 2-norm and the inf-norm")
+        if isinstance(self_list[0], _SymScalar):  # each tensor's norm of its one value: its absolute value
+            vid = program.emit("abs", self_id)
+            squares = program.emit("mul", self_id, self_id) if order in (2, 2.0) else None
+            return [_SymScalar(program, vid, squares, entry=k) for k in range(len(self_list))]
         if order in (2, 2.0):
             squares = program.emit("sum", program.emit("mul", self_id, self_id))
             vid = program.emit("sqrt", squares)
-            return [_SymScalar(program, vid, squares) for _ in self_list]
+            return [_SymScalar(program, vid, squares, entry=k) for k in range(len(self_list))]
         vid = program.emit("max", program.emit("abs", self_id))
-        return [_SymScalar(program, vid) for _ in self_list]
+        return [_SymScalar(program, vid, entry=k) for k in range(len(self_list))]
     elif op in _OPS:
         try:
             vid = _OPS[op](program, self_id, *args[1:], **kwargs)
@@ -411,32 +511,45 @@ class StepFunction:
     def __init__(self, fn, name=None):
         functools.update_wrapper(self, fn)
         self.eager = fn
-        self._name = name or fn.__name__
+        self._name = _graph_name(name or getattr(fn, "__name__", None) or type(fn).__name__)
         self._program = None  # (instructions, list names, scalar list names)
         self._cxx = None
         self._key = None
 
-    def _record(self, lists, hypers):
+    def _list_names(self, count):
+        """The slot of each list: "param", "grad", then each state list's parameter name (another name where it
+        would be "param" or "grad")."""
         params = inspect.signature(self.eager).parameters
         positional = [n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if len(lists) < 2 or len(lists) > len(positional):
+        if count < 2 or count > len(positional):
             raise Error(
                 f"step function {self._name} takes {len(positional)} tensor lists (params, grads, then state); "
-                f"called with {len(lists)}"
+                f"called with {count}"
             )
-        names = ["param", "grad"] + positional[2 : len(lists)]
+        names = ["param", "grad"]
+        for name in positional[2:count]:
+            while name in names or name in positional[:2]:
+                name = f"state_{name}"
+            names.append(name)
+        return names
+
+    @staticmethod
+    def _scalar_lists(names, lists):
+        """The state lists of per-tensor scalars: 0-d tensors beside params that are not all 0-d."""
+        if all(t.dim() == 0 for t in lists[0]):
+            return frozenset()
+        return frozenset(names[k] for k in range(2, len(lists)) if all(t.dim() == 0 for t in lists[k]))
+
+    def _record(self, names, scalar, lists, hypers):
         params0 = lists[0]
-        scalar = {
-            names[k]
-            for k in range(2, len(lists))
-            if all(t.dim() == 0 for t in lists[k]) and not all(t.dim() == 0 for t in params0)
-        }
         program = _Program(len(params0))
         sym_lists = []
         for name in names:
             vid = program.emit("scalar_state" if name in scalar else "tensors", name=name)
-            cls = _SymScalar if name in scalar else _SymTensor
-            sym_lists.append([cls(program, vid) for _ in params0])
+            if name in scalar:
+                sym_lists.append([_SymScalar(program, vid, entry=k) for k in range(len(params0))])
+            else:
+                sym_lists.append([_SymTensor(program, vid, k) for k in range(len(params0))])
         initial = [lst[0].id for lst in sym_lists]
         sym_hypers = {k: _SymScalar(program, program.emit("hyper", name=k)) for k in hypers}
         returned = self.eager(*sym_lists, **sym_hypers)
@@ -457,12 +570,14 @@ class StepFunction:
                 f"step function {self._name} changes none of its lists: a step writes its params or state with "
                 "in-place foreach ops (torch._foreach_add_, ...)"
             )
-        return program.instructions, names, sorted(scalar)
+        return program.instructions
 
     def __call__(self, *lists, **hypers):
         lists = [list(lst) for lst in lists]
         if not lists or any(len(lst) != len(lists[0]) for lst in lists):
             raise Error(f"step function {self._name}: give tensor lists of one tensor per param")
+        if not lists[0]:
+            raise Error(f"step function {self._name}: its lists are empty (torch's foreach ops need a tensor each)")
         for k, v in hypers.items():
             if isinstance(v, torch.Tensor):
                 hypers[k] = v.item()
@@ -471,18 +586,25 @@ class StepFunction:
         def tensors(group):
             return tuple((id(t), t.data_ptr(), tuple(t.shape), t.dtype, t.device) for lst in group for t in lst)
 
-        # The grads apart: new grad tensors every call (after each backward) only repoint the compiled step's grads.
-        key = (tensors(lists[:1] + lists[2:]), tuple(sorted(hypers)), tensors(lists[1:2]))
-        if self._program is None or key[1] != self._key[1] or len(lists) != len(self._program[1]):
-            self._program = self._record(lists, hypers)
-            self._cxx = None
+        names = self._list_names(len(lists))
+        scalar = self._scalar_lists(names, lists)
+        # What the recorded program depends on (the lists, their scalar ones and the hyperparameters' names), then
+        # the tensors; the grads apart: new grad tensors every call (after each backward) only repoint the compiled
+        # step's grads. Nothing is kept from a call that failed before its step ran.
+        key = ((tuple(names), scalar, tuple(sorted(hypers))), tensors(lists[:1] + lists[2:]), tensors(lists[1:2]))
         if self._cxx is None or key[:2] != self._key[:2]:
-            instructions, names, scalar = self._program
+            program = self._program
+            if program is None or key[0] != self._key[0]:
+                instructions = self._record(names, scalar, lists, hypers)
+                program = (instructions, names, sorted(scalar))
+            instructions, names, scalar_names = program
             _check_sharded_reductions(self._name, instructions, lists)
             _check_distinct(self._name, names, lists)
+            self._cxx = None
             self._cxx = TorchStepFunction(
-                self._name, instructions, list(zip(names, lists)), scalar, {k: float(v) for k, v in hypers.items()}
+                self._name, instructions, list(zip(names, lists)), scalar_names, {k: float(v) for k, v in hypers.items()}
             )
+            self._program = program
         elif key[2] != self._key[2]:
             self._cxx.set_grads(lists[1])
         self._key = key
@@ -500,20 +622,45 @@ class StepFunction:
         return self._cxx.dump(stage)
 
 
+def _graph_name(name):
+    """A step function's name as the identifier its graph is named by ("<lambda>" becomes "lambda")."""
+    text = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)).strip("_") or "step"
+    return text if not text[0].isdigit() else f"step_{text}"
+
+
+def _memory_span(t):
+    """The bytes [begin, end) that tensor `t` can reach (an empty range for an empty tensor)."""
+    if t.numel() == 0:
+        return (0, 0)
+    reach = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    begin = t.data_ptr()
+    return (begin, begin + (reach + 1) * t.element_size())
+
+
 def _check_distinct(name, names, lists):
-    """A tensor in two lists (the same list passed twice, or a state list that is the params) would be read and
-    written as two: the step's loads see the values from before it, where torch's ops see each other's writes."""
-    seen = {}
-    for list_name, lst in zip(names, lists):
+    """A tensor in two lists (the same list passed twice, or a state list that is the params), or two tensors that
+    share memory (overlapping views), would be read and written as two: the step's loads see the values from before
+    it, where torch's ops see each other's writes (torch refuses such partial overlaps)."""
+    spans = []  # (device, begin, end, position in the lists)
+    for index, lst in enumerate(lists):
         for k, t in enumerate(lst):
-            if t.numel() == 0:
-                continue
-            where = seen.setdefault(t.data_ptr(), (list_name, k))
-            if where != (list_name, k):
-                raise Error(
-                    f"step function {name}: tensor {k} of list '{list_name}' is tensor {where[1]} of list "
-                    f"'{where[0]}' (the same memory): give each list tensors of its own"
-                )
+            begin, end = _memory_span(t)
+            if begin != end:
+                spans.append((str(t.device), begin, end, (index, k)))
+    spans.sort()
+    # Sorted by address, a tensor that overlaps any other overlaps its successor; name the overlap met first in the
+    # lists' order.
+    clashes = [
+        (max(a[3], b[3]), min(a[3], b[3]), (a[1], a[2]) == (b[1], b[2]))
+        for a, b in zip(spans, spans[1:])
+        if a[0] == b[0] and b[1] < a[2]
+    ]
+    if clashes:
+        (i, k), (j, m), same = min(clashes)
+        raise Error(
+            f"step function {name}: tensor {k} of list '{names[i]}' {'is' if same else 'overlaps'} tensor {m} of "
+            f"list '{names[j]}' (the same memory): give each list tensors of its own"
+        )
 
 
 def _check_sharded_reductions(name, instructions, lists):

@@ -336,3 +336,120 @@ def test_a_step_function_that_returns_a_value_is_refused():
     params, grads = _lists(torch.float32, 3, 2)
     with pytest.raises(optjit.Error, match="returns a value: a compiled step's results are its lists"):
         clipped_and_logged(params, grads, lr=0.1)
+
+
+def test_a_norm_changed_in_place_is_the_changed_norm_over_the_lists():
+    @optjit.step_function
+    def doubled_norm_clip(params, grads, *, lr):
+        norms = torch._foreach_norm(grads)
+        torch._foreach_mul_(norms, 2.0)  # the 2-norm over the lists is now of the doubled norms
+        total = torch.linalg.vector_norm(torch.stack(norms))
+        torch._foreach_add_(params, torch._foreach_mul(grads, 1.0 / total), alpha=-lr)
+
+    ours = _lists(torch.float32, 11, 2)
+    reference = _clone(ours)
+    doubled_norm_clip(*ours, lr=0.1)
+    doubled_norm_clip.eager(*reference, lr=0.1)
+    for a, b in zip(ours[0], reference[0]):
+        assert_close(a, b, torch.float32, "params")
+
+
+def test_lists_out_of_order_and_one_tensors_value_for_all_are_refused():
+    @optjit.step_function
+    def reversed_grads(params, grads, *, lr):
+        torch._foreach_add_(params, list(reversed(grads)), alpha=-lr)
+
+    with pytest.raises(optjit.Error, match=r"reordered or repeats a tensor \(its elements are tensors \[2, 1, 0\]"):
+        reversed_grads(*_lists(torch.float32, 3, 2), lr=0.1)
+
+    @optjit.step_function
+    def first_norm(params, grads, *, lr):
+        norm = torch._foreach_norm(grads)[0]
+        torch._foreach_div_(params, norm)
+
+    with pytest.raises(optjit.Error, match="one tensor's value \\(element 0 of a list"):
+        first_norm(*_lists(torch.float32, 3, 2), lr=0.1)
+
+    @optjit.step_function
+    def python_sum(params, grads, *, lr):
+        total = sum(torch._foreach_norm(grads))
+        torch._foreach_div_(params, total)
+
+    with pytest.raises(optjit.Error, match="combines the values of different tensors of a list"):
+        python_sum(*_lists(torch.float32, 3, 2), lr=0.1)
+
+
+def test_a_state_list_named_grad_is_a_list_of_its_own():
+    @optjit.step_function
+    def momentum(w, dw, grad, *, lr):  # the third list's parameter is named like the grads' slot
+        torch._foreach_mul_(grad, 0.5)
+        torch._foreach_add_(grad, dw)
+        torch._foreach_add_(w, grad, alpha=-lr)
+
+    ours = _lists(torch.float32, 5, 3)
+    reference = _clone(ours)
+    momentum(*ours, lr=0.1)
+    momentum.eager(*reference, lr=0.1)
+    for lst, ref in zip(ours, reference):
+        for a, b in zip(lst, ref):
+            assert_close(a, b, torch.float32, "lists")
+
+
+def test_overlapping_views_are_refused_and_a_failed_call_leaves_the_function_usable():
+    @optjit.step_function
+    def sgd(params, grads, bufs, *, lr):
+        torch._foreach_add_(bufs, grads)
+        torch._foreach_add_(params, bufs, alpha=-lr)
+
+    buffer = torch.zeros(20)
+    with pytest.raises(optjit.Error, match="tensor 0 of list 'bufs' overlaps tensor 0 of list 'param'"):
+        sgd([buffer[:10]], [torch.ones(10)], [buffer[5:15]], lr=0.1)
+    params, grads, bufs = [torch.zeros(10)], [torch.ones(10)], [torch.zeros(10)]
+    sgd(params, grads, bufs, lr=0.1)  # the failed first call left nothing behind
+    assert_close(params[0], torch.full((10,), -0.1), torch.float32, "param")
+
+
+def test_a_list_that_stops_being_scalar_state_is_recorded_again():
+    @optjit.step_function
+    def scaled(params, grads, steps, *, lr):
+        torch._foreach_add_(steps, 1)
+        torch._foreach_add_(params, torch._foreach_mul(grads, [lr / s for s in steps]))
+
+    scaled([torch.zeros(())], [torch.ones(())], [torch.zeros(())], lr=1.0)  # all 0-d: steps is a tensor list
+    params, steps = [torch.zeros(3)], [torch.zeros(())]
+    scaled(params, [torch.ones(3)], steps, lr=1.0)  # beside [3] params: per-tensor scalar state
+    assert_close(params[0], torch.ones(3), torch.float32, "param")
+    assert steps[0].item() == 1.0
+
+
+def test_pow_by_a_number_is_torchs_sqrt_and_products():
+    @optjit.step_function
+    def roots(params, grads):
+        torch._foreach_pow_(params, 0.5)
+        torch._foreach_pow_(grads, -2)
+
+    params = [torch.tensor([float("-inf"), -0.0, 4.0])]
+    grads = [torch.tensor([0.0, -0.5, 3.0])]
+    reference = [[t.clone() for t in params], [t.clone() for t in grads]]
+    roots(params, grads)
+    roots.eager(*reference)
+    torch.testing.assert_close(params[0], reference[0][0], equal_nan=True)
+    assert params[0][1].signbit() and reference[0][0][1].signbit()  # sqrt(-0.0) is -0.0
+    torch.testing.assert_close(grads[0], reference[1][0])
+
+
+def test_names_that_are_not_identifiers_and_scalar_operators():
+    def body(params, grads, *, lr):
+        torch._foreach_add_(params, grads, alpha=-lr)
+
+    step = optjit.step_function(lambda params, grads, *, lr: body(params, grads, lr=lr))
+    params = [torch.zeros(3)]
+    step(params, [torch.ones(3)], lr=0.5)
+    assert_close(params[0], torch.full((3,), -0.5), torch.float32, "param")
+
+    @optjit.step_function
+    def floors(params, grads, *, lr):
+        torch._foreach_add_(params, grads, alpha=lr // 2)
+
+    with pytest.raises(optjit.Error, match="// on a hyperparameter or per-tensor scalar is outside"):
+        floors([torch.zeros(3)], [torch.ones(3)], lr=1.0)
