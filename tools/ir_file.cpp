@@ -14,6 +14,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -54,7 +55,12 @@ ListArguments make_arguments(const Graph& graph, const std::vector<Shape>& shape
     args.slot_names.push_back(slot.name);
     args.slot_tensors.push_back(std::move(tensors));
   }
-  for (const std::string& name : signature_of(graph).hypers) {
+  const std::vector<std::string> read = signature_of(graph).hypers;
+  for (const auto& [name, values] : hypers)
+    if (std::find(read.begin(), read.end(), name) == read.end())
+      throw Error(fmt::format("--set {}: the graph reads no hyperparameter of that name (it reads: {})", name,
+                              read.empty() ? std::string("none") : fmt::format("{}", fmt::join(read, ", "))));
+  for (const std::string& name : read) {
     auto it = hypers.find(name);
     if (it == hypers.end() || it->second.size() != 1)
       throw Error(
@@ -94,8 +100,18 @@ Graph read_ir_file(const std::filesystem::path& file) {
   }
 }
 
+// A graph must store something to be a step: one that stores nothing has no code to run or show.
+void check_stores_something(const Graph& graph, const std::filesystem::path& file) {
+  if (graph.stores.empty())
+    throw Error(fmt::format("{}: the graph stores nothing, so there is nothing to run (a step stores its params or "
+                            "its state)",
+                            file.string()));
+}
+
 std::string dump_ir_file(const std::filesystem::path& file, Stage stage, int gpu_sm, Device device) {
-  const PipelineResult pipeline = run_pipeline(read_ir_file(file));
+  const Graph graph = read_ir_file(file);
+  check_stores_something(graph, file);
+  const PipelineResult pipeline = run_pipeline(graph);
   switch (stage) {
   case Stage::Traced:
     return print_graph(pipeline.traced);
@@ -121,10 +137,7 @@ int run_ir_file(const RunIrOptions& o) {
   if (o.steps < 1)
     throw Error(fmt::format("--steps is {}: run at least one step", o.steps));
   const Graph graph = read_ir_file(o.file);
-  if (graph.stores.empty())
-    throw Error(fmt::format("{}: the graph stores nothing, so there is nothing to run (a step stores its params or "
-                            "its state)",
-                            o.file));
+  check_stores_something(graph, o.file);
   const std::vector<Shape> shapes = parse_shape_list(o.params);
   const ListArguments interpreted = make_arguments(graph, shapes, parse_keyword_options(o.set), o.seed);
   const ListArguments compiled = copy_of(interpreted);

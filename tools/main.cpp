@@ -19,11 +19,13 @@ int main(int argc, char** argv) {
   optjit::DumpOptions dump;
   std::string dtype = "f32";
   auto* dump_cmd = app.add_subcommand("dump", "print one stage of the code generated for an optimizer");
-  dump_cmd->add_option("--optimizer", dump.optimizer, "torch's optimizer name (adam, adamw, sgd, ...)")
-      ->capture_default_str();
-  dump_cmd->add_option("--set", dump.set, "options, e.g. lr=0.01,amsgrad=true,betas=(0.8,0.9)");
-  dump_cmd->add_option("--params", dump.params, "param shapes, e.g. 10x10,10,10x10,10")->capture_default_str();
-  dump_cmd->add_option("--dtype", dtype, "f32, f64, bf16, f16, c64 or c128")->capture_default_str();
+  auto* optimizer_opt =
+      dump_cmd->add_option("--optimizer", dump.optimizer, "torch's optimizer name (adam, adamw, sgd, ...)")
+          ->capture_default_str();
+  auto* set_opt = dump_cmd->add_option("--set", dump.set, "options, e.g. lr=0.01,amsgrad=true,betas=(0.8,0.9)");
+  auto* params_opt =
+      dump_cmd->add_option("--params", dump.params, "param shapes, e.g. 10x10,10,10x10,10")->capture_default_str();
+  auto* dtype_opt = dump_cmd->add_option("--dtype", dtype, "f32, f64, bf16, f16, c64 or c128")->capture_default_str();
   dump_cmd->add_option("--stage", dump.stage, "traced, optimized, fused, llvm or ptx")->capture_default_str();
   std::string dump_device = "cpu";
   dump_cmd
@@ -32,7 +34,11 @@ int main(int argc, char** argv) {
   dump_cmd->add_option("--sm", dump.sm, "GPU target: 80 or 90 (default: the device's, or 80 without a GPU)")
       ->check(CLI::IsMember({0, 80, 90}));
   std::string dump_ir;
-  dump_cmd->add_option("--ir", dump_ir, "an optimizer as IR text (instead of --optimizer): its code at --stage");
+  dump_cmd->add_option("--ir", dump_ir, "an optimizer as IR text (instead of --optimizer): its code at --stage")
+      ->excludes(optimizer_opt)
+      ->excludes(set_opt)
+      ->excludes(params_opt)
+      ->excludes(dtype_opt);
 
   optjit::RunIrOptions run_ir;
   auto* run_cmd = app.add_subcommand("run", "run an optimizer written as IR text, compiled and interpreted");
@@ -61,6 +67,19 @@ int main(int argc, char** argv) {
   std::string bench_device = "cpu";
   bench_cmd->add_option("--device", bench_device, "cpu or cuda[:N]")->capture_default_str();
 
+  // CLI11 says only "A subcommand is required" for a word that names none: name it.
+  const auto names_a_command = [&](const char* word) {
+    for (const CLI::App* command : app.get_subcommands({}))
+      if (command->get_name() == word)
+        return true;
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !names_a_command(argv[1])) {
+    std::fprintf(stderr,
+                 "optjit: unknown command '%s' (commands: demo, dump, run, counts, replay, bench; see --help)\n",
+                 argv[1]);
+    return static_cast<int>(CLI::ExitCodes::ExtrasError);
+  }
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("demo"))

@@ -122,6 +122,8 @@ Graph parse_graph(std::string_view text) {
       continue;
     }
     if (in.accept("}")) {
+      if (!in.done())
+        in.fail("text after the closing '}'");
       closed = true;
       continue;
     }

@@ -42,8 +42,10 @@ TEST_CASE("ir files: every stage of a graph read from text, and a run that agree
   CHECK(dump_ir_file(file.path, Stage::LLVM).find("define") != std::string::npos);
   CHECK(dump_ir_file(file.path, Stage::PTX, 90).find(".target sm_90") != std::string::npos);
   CHECK(run_ir_file({.file = file.path.string(), .params = "100,3x3", .set = "lr=0.5"}) == 0);
-  check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = "momentum=0.5"}); },
+  check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = ""}); },
                        "the graph reads hyperparameter 'lr': give it one value with --set lr=VALUE");
+  check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = "lr=1,momentum=0.5"}); },
+                       "--set momentum: the graph reads no hyperparameter of that name (it reads: lr)");
   check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = "lr=1", .steps = 0}); },
                        "--steps is 0: run at least one step");
 }
@@ -88,5 +90,12 @@ TEST_CASE("ir files: rows and columns, infinities, carry stores and a graph that
                         "}\n");
   check_error_contains([&] { run_ir_file({.file = empty.path.string(), .params = "4"}); },
                        "the graph stores nothing, so there is nothing to run");
+  check_error_contains([&] { dump_ir_file(empty.path, Stage::LLVM); }, "the graph stores nothing");
+  TempIr trailing("trailing", "graph @t f32 {\n"
+                              "  slot \"param\" : param tensor f32\n"
+                              "  slot \"grad\" : grad tensor f32\n"
+                              "} junk\n");
+  check_error_contains([&] { run_ir_file({.file = trailing.path.string()}); },
+                       "parse error on line 4: text after the closing '}'");
   CHECK(dump_ir_file(scale.path, Stage::LLVM, 0, Device::cuda(0)).find("nvptx64-nvidia-cuda") != std::string::npos);
 }
