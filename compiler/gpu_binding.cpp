@@ -109,18 +109,28 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   params_.n_carry = static_cast<int64_t>(plan.carries.size());
   if (!staging_ || staging_->device() != device || staging_->doubles < host_.hyper().size())
     staging_ = std::make_unique<Staging>(device, host_.hyper().size());
-  staging_->drop_graphs(); // they launch the previous table's items and block size
+  staging_->drop_graphs();  // they launch the previous table's items and block size
+  slots_repointed_ = false; // the table just uploaded holds them
 }
 
 void GpuBinding::repoint(int slot, int64_t tensor, void* data) {
   host_.repoint(slot, tensor, data);
-  const std::size_t entry = static_cast<std::size_t>(slot) * host_.group_of().size() + static_cast<std::size_t>(tensor);
-  cuda::copy_to_device(device_, params_.slots + entry * 8, &data, 8);
+  slots_repointed_ = true;
 }
 
 void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
   OPTJIT_ASSERT(kernel.device() == device_, "a GPU kernel launches on the device it was loaded on");
   const cuda::Stream stream = cuda::stream(device_);
+  if (slots_repointed_) { // before the launch on the same stream; a captured graph reads the table it leaves
+    const std::size_t bytes = host_.slots().size() * sizeof(void*);
+    if (!slot_staging_ || slot_staging_->device() != device_ || slot_staging_->bytes() < bytes)
+      slot_staging_ = std::make_unique<PinnedRing>(device_, bytes);
+    const std::size_t buffer = slot_staging_->acquire();
+    std::memcpy(slot_staging_->data(buffer), host_.slots().data(), bytes);
+    cuda::copy_to_device_async(device_, params_.slots, slot_staging_->data(buffer), bytes, stream);
+    slot_staging_->queued(buffer, stream);
+    slots_repointed_ = false;
+  }
   const std::vector<double>& hyper = host_.hyper();
   const std::size_t slot = staging_->stage(hyper);
   auto enqueue = [&] {

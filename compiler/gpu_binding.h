@@ -12,6 +12,8 @@
 
 namespace optjit {
 
+class PinnedRing;
+
 class GpuBinding {
 public:
   GpuBinding();
@@ -21,7 +23,8 @@ public:
 
   // `carry`: the plan's device carry buffer (8 bytes per tensor and carried value), shared by its kernels.
   void bind(const KernelPlan& plan, const ListArguments& args, int device, uint64_t carry);
-  // Points slot `slot` of list entry `tensor` at new device data of the same shape (one 8-byte upload).
+  // Points slot `slot` of list entry `tensor` at new device data of the same shape: in the host table at once, on
+  // the device with the next launch (one asynchronous upload of the slot table, however many were repointed).
   void repoint(int slot, int64_t tensor, void* data);
   void set_hyper(const std::vector<double>& values_by_group) { host_.set_hyper(values_by_group); }
   // Enqueues the hyperparameter copy and the launch of `kernel` on the device's stream. With `use_graph`, the two
@@ -42,6 +45,8 @@ private:
   int block_threads_ = 128;
   int64_t graph_captures_ = 0;
   std::unique_ptr<Staging> staging_;
+  std::unique_ptr<PinnedRing> slot_staging_; // repointed slot tables on their way to the device
+  bool slots_repointed_ = false;
 };
 
 } // namespace optjit

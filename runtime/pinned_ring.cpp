@@ -1,10 +1,12 @@
 #include "runtime/pinned_ring.h"
 #include "runtime/error.h"
 
+#include <algorithm>
+
 namespace optjit {
 
 PinnedRing::PinnedRing(int device, std::size_t bytes) : device_(device), bytes_(bytes) {
-  host_ = static_cast<unsigned char*>(cuda::host_alloc_pinned(device, kBuffers * bytes_));
+  host_ = static_cast<unsigned char*>(cuda::host_alloc_pinned(device, kBuffers * std::max<std::size_t>(bytes_, 16)));
   try {
     for (cuda::Event& e : copied_)
       e = cuda::event_create(device);

@@ -12,7 +12,7 @@ import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from . import _torch_optim
-from ._optjit import Error, TorchStep
+from ._optjit import CudaStreams, Error, TorchStep
 
 _STAGES = ("traced", "optimized", "fused", "llvm", "ptx")
 
@@ -159,12 +159,13 @@ class CompiledStep:
         _torch_optim.check_group_flags(opt)
         cxx = self._compiled(opt)
         cxx.sync_grad_scaling(grad_scale, found_inf, check_in_step)
-        created = [] if cxx.step_skipped() else self._sync(opt, cxx)
-        try:
-            ran = cxx.update()
-        except Error:
-            self._drop_state(opt, cxx, created)  # a refused step (error_if_nonfinite) leaves no state it made behind
-            raise
+        with self._streams:
+            created = [] if cxx.step_skipped() else self._sync(opt, cxx)
+            try:
+                ran = cxx.update()
+            except Error:
+                self._drop_state(opt, cxx, created)  # a refused step (error_if_nonfinite) leaves no state it made
+                raise
         if not ran:
             self._drop_state(opt, cxx, created)  # nor does a step its own inf check skipped
 
@@ -203,6 +204,8 @@ class CompiledStep:
         self._scalar_dtype = _torch_optim.scalar_state_dtype(opt)
         self._cxx = TorchStep(self._cls.__name__, opt.param_groups, defaults, group_options, self._scalar_dtype)
         self._params = [p for group in opt.param_groups for p in group["params"]]
+        self._group_of = [g for g, group in enumerate(opt.param_groups) for _ in group["params"]]
+        self._streams = _cuda_streams(self._params)
         self._cxx.set_grad_clipping(*self._clipping)
         if self._clipping[0] is not None:
             self._cxx.set_grad_norm_reducer(_grad_norm_reducer(self._params))
@@ -221,13 +224,37 @@ class CompiledStep:
         for flat in cxx.params_without_state():
             p = self._params[flat]
             have = opt.state[p]
-            state = _torch_optim.new_state(p, [e for e in cxx.new_state(flat) if e[0] not in have], self._scalar_dtype)
+            group = opt.param_groups[self._group_of[flat]]
+            entries = [e for e in cxx.new_state(flat) if e[0] not in have]
+            scalar_device = _torch_optim.scalar_state_device(self._cls, group, p)
+            state = _torch_optim.new_state(p, entries, self._scalar_dtype, scalar_device)
             completes = len(have) > 0  # master weights turned on for state made without them: only those are new
             have.update(state)
             cxx.adopt(flat, have, completes)
             if not completes:
                 created.append(flat)
         return created
+
+
+class _cuda_streams:
+    """A context manager lending optjit torch's current stream of each CUDA device `tensors` are on (read when it
+    is entered: a `with torch.cuda.stream(s):` around the step is followed), so that the step queues its copies and
+    launches in order with the model's work; nothing for CPU tensors."""
+
+    def __init__(self, tensors):
+        self._devices = sorted({t.device.index or 0 for t in tensors if t.device.type == "cuda"})
+        self._lent = None
+
+    def __enter__(self):
+        if self._devices:
+            streams = [(d, torch.cuda.current_stream(d).cuda_stream) for d in self._devices]
+            self._lent = CudaStreams(streams)
+            self._lent.__enter__()
+
+    def __exit__(self, *exc):
+        if self._lent is not None:
+            self._lent.__exit__(*exc)
+            self._lent = None
 
 
 # One lock per torch optimizer, shared by every compiled step made of it (optjit.compile(opt) twice, or patch).

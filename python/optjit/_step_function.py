@@ -36,7 +36,7 @@ import inspect
 
 import torch
 
-from ._compiled import _sharded
+from ._compiled import _cuda_streams, _sharded
 from ._optjit import Error, StepInstruction, TorchStepFunction
 
 
@@ -601,14 +601,21 @@ class StepFunction:
             _check_sharded_reductions(self._name, instructions, lists)
             _check_distinct(self._name, names, lists)
             self._cxx = None
-            self._cxx = TorchStepFunction(
-                self._name, instructions, list(zip(names, lists)), scalar_names, {k: float(v) for k, v in hypers.items()}
-            )
+            self._streams = _cuda_streams([t for lst in lists for t in lst])
+            with self._streams:
+                self._cxx = TorchStepFunction(
+                    self._name,
+                    instructions,
+                    list(zip(names, lists)),
+                    scalar_names,
+                    {k: float(v) for k, v in hypers.items()},
+                )
             self._program = program
         elif key[2] != self._key[2]:
             self._cxx.set_grads(lists[1])
         self._key = key
-        self._cxx({k: float(v) for k, v in hypers.items()})
+        with self._streams:
+            self._cxx({k: float(v) for k, v in hypers.items()})
 
     @property
     def kernel_count(self):

@@ -156,10 +156,22 @@ def scalar_state_dtype(opt):
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
-def new_state(param, entries, scalar_dtype):
+def scalar_state_device(cls, group, param):
+    """Where torch's step puts a param's scalar state (step, mu_product, eta, mu): on the param's device for
+    capturable and fused steps, and always for ASGD; on the CPU otherwise (and always for Adafactor), where torch
+    updates it on the host. optjit follows it: scalar state on the CPU beside a CUDA param is updated on the host."""
+    if cls is torch.optim.ASGD:
+        return param.device
+    if cls.__name__ == "Adafactor":
+        return torch.device("cpu")
+    on_device = group.get("fused") if cls is torch.optim.Adagrad else group.get("capturable") or group.get("fused")
+    return param.device if on_device else torch.device("cpu")
+
+
+def new_state(param, entries, scalar_dtype, scalar_device):
     """Torch's state for a param on its first step, from optjit's entries (key, kind, starting value, copies the
     param): tensor entries like the param (its dtype, device and memory format), scalar entries 0-d in the scalar
-    dtype on the CPU, as torch makes them for a CPU param, rows and columns (Adafactor's row_var [..., m, 1] and
+    dtype on `scalar_device` (scalar_state_device), rows and columns (Adafactor's row_var [..., m, 1] and
     col_var [..., 1, n]) as the grad's new_zeros. A DTensor param gets DTensor state, as torch's zeros_like
     gives. A complex param's entries start at complex(v, v), as torch's optimizers see them through view_as_real
     (Adagrad's sum, Rprop's step_size). Master weights (`master_param`) start as an f32 copy of the param, in its
@@ -169,7 +181,7 @@ def new_state(param, entries, scalar_dtype):
         if copies_param:
             state[key] = param.detach().to(torch.float32, memory_format=torch.preserve_format, copy=True)
         elif kind == "scalar":
-            state[key] = torch.tensor(float(initial), dtype=scalar_dtype)
+            state[key] = torch.tensor(float(initial), dtype=scalar_dtype, device=scalar_device)
         elif kind in ("rows", "cols"):
             shape = list(param.shape)
             shape[-1 if kind == "rows" else -2] = 1

@@ -1,5 +1,6 @@
 // optjit._optjit: the C++ side of the Python package (nanobind). optjit::Error becomes optjit.Error; everything
 // else is python/optjit/.
+#include "cuda_streams.h"
 #include "frontend/optim/options.h"
 #include "runtime/error.h"
 #include "torch_step.h"
@@ -13,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 namespace nb = nanobind;
+using optjit::python::CudaStreams;
 using optjit::python::StepInstruction;
 using optjit::python::TorchStep;
 using optjit::python::TorchStepFunction;
@@ -21,6 +23,11 @@ NB_MODULE(_optjit, m) {
   m.doc() = "optjit's compiled optimizer steps (the C++ side of the optjit package)";
   nb::exception<optjit::Error>(m, "Error", PyExc_RuntimeError);
   m.attr("OPTION_NONE") = optjit::kOptionNone; // an option torch gives as None (Adafactor's eps1)
+
+  nb::class_<CudaStreams>(m, "CudaStreams")
+      .def(nb::init<std::vector<std::pair<int, uintptr_t>>>(), nb::arg("streams"))
+      .def("__enter__", &CudaStreams::enter)
+      .def("__exit__", [](CudaStreams& self, nb::args) { self.exit(); });
 
   nb::class_<TorchStep>(m, "TorchStep")
       .def(nb::init<const std::string&, nb::list, const optjit::python::Keywords&,

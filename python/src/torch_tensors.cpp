@@ -40,6 +40,17 @@ Dtype TorchTensors::dtype_of(nb::handle torch_dtype, const std::string& what) co
   throw Error(what + " has dtype " + text(torch_dtype) + ": optjit compiles " + names + " tensors");
 }
 
+Device TorchTensors::device_of(nb::handle torch_device, const std::string& what) {
+  const std::string type = text(torch_device.attr("type"));
+  if (type == "cpu")
+    return Device::cpu();
+  if (type == "cuda") {
+    nb::object index = torch_device.attr("index");
+    return Device::cuda(index.is_none() ? 0 : nb::cast<int>(index));
+  }
+  throw Error(what + " is on " + text(torch_device) + ": optjit steps tensors on the CPU and on CUDA devices");
+}
+
 uintptr_t TorchTensors::data_ptr(nb::handle tensor) { return nb::cast<uintptr_t>(tensor.attr("data_ptr")()); }
 
 Tensor TorchTensors::view(nb::handle tensor, const std::string& what) const {
@@ -49,16 +60,14 @@ Tensor TorchTensors::view(nb::handle tensor, const std::string& what) const {
   if (!t.attr("layout").is(strided_))
     throw Error(what + " has layout " + text(t.attr("layout")) +
                 ": optjit steps dense (torch.strided) tensors, not sparse ones");
-  const std::string device = text(t.attr("device").attr("type"));
-  if (device != "cpu")
-    throw Error(what + " is on " + text(t.attr("device")) + ": the Python package runs CPU tensors so far");
+  const Device device = device_of(t.attr("device"), what);
   const Dtype dtype = dtype_of(t.attr("dtype"), what);
   Shape shape, strides;
   for (nb::handle extent : t.attr("shape"))
     shape.push_back(nb::cast<int64_t>(extent));
   for (nb::handle stride : t.attr("stride")())
     strides.push_back(nb::cast<int64_t>(stride));
-  return Tensor::from_blob(reinterpret_cast<void*>(data_ptr(t)), shape, dtype, strides);
+  return Tensor::from_blob(reinterpret_cast<void*>(data_ptr(t)), shape, dtype, strides, device);
 }
 
 } // namespace optjit::python

@@ -26,7 +26,10 @@ public:
   nb::object local(nb::handle tensor) const;
   // optjit's dtype for torch's; an optjit::Error naming `what` for a dtype optjit does not run yet.
   Dtype dtype_of(nb::handle torch_dtype, const std::string& what) const;
-  // A view of a strided CPU tensor's memory; optjit::Error naming `what` for another layout or device.
+  // optjit's device for a torch.device: the CPU or cuda:N; an optjit::Error naming `what` for another.
+  static Device device_of(nb::handle torch_device, const std::string& what);
+  // A view of a strided tensor's memory, on the CPU or a CUDA device (its device address); optjit::Error naming
+  // `what` for another layout or device.
   Tensor view(nb::handle tensor, const std::string& what) const;
   // The address of a tensor's first element (Tensor.data_ptr()).
   static uintptr_t data_ptr(nb::handle tensor);

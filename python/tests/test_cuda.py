@@ -1,0 +1,147 @@
+"""CUDA from Python. Without a GPU: where torch puts each optimizer's scalar state (step, mu_product, eta, mu), which
+optjit's state follows, checked against torch's own step on the meta device (scalar state that torch keeps on the
+CPU beside a CUDA param is updated on the host, in place, as torch does); and the stream lending is a no-op for CPU
+tensors. With a GPU (skipped here, with the reason): optjit.compile(opt) on CUDA params against torch's step in the
+same process, for default (host step counts), capturable and fused optimizers, on a side stream, and a step
+function."""
+
+import contextlib
+import sys
+
+import pytest
+import torch
+
+import optjit
+from optjit import _torch_optim
+from optjit._compiled import _cuda_streams
+from conftest import EVERY_OPTIMIZER, assert_same_state, clone_params
+
+FUSED = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad)
+
+
+@contextlib.contextmanager
+def meta_counts_as_a_gpu():
+    """torch checks capturable and fused steps against its device lists; the meta device stands in for a GPU."""
+    import torch.optim.optimizer as base
+    import torch.utils._foreach_utils as foreach_utils
+
+    capturable, fused = base._get_capturable_supported_devices, foreach_utils._get_fused_kernels_supported_devices
+    patched = {}
+    modules = [m for name, m in sys.modules.items() if name.startswith("torch.optim.")] + [foreach_utils]
+    for module in modules:
+        for name, original, devices in (
+            ("_get_capturable_supported_devices", capturable, lambda *a, **k: ["meta", *capturable(*a, **k)]),
+            ("_get_fused_kernels_supported_devices", fused, lambda *a, **k: ["meta", *fused(*a, **k)]),
+        ):
+            if getattr(module, name, None) is original:
+                patched[(module, name)] = original
+                setattr(module, name, devices)
+    try:
+        yield
+    finally:
+        for (module, name), original in patched.items():
+            setattr(module, name, original)
+
+
+def torch_scalar_state_devices(cls, kwargs):
+    """The device of each 0-d state entry torch's own step makes for a param on the meta device."""
+    param = torch.nn.Parameter(torch.zeros(3, device="meta"))
+    param.grad = torch.zeros(3, device="meta")
+    opt = cls([param], **kwargs)
+    with meta_counts_as_a_gpu():
+        try:
+            opt.step()
+        except (RuntimeError, NotImplementedError):
+            pass  # a meta tensor has no value to read (.item()); the state was made before
+    return opt, param, {k: v.device.type for k, v in opt.state[param].items() if v.dim() == 0}
+
+
+def placements():
+    for cls, kwargs in EVERY_OPTIMIZER + [(torch.optim.Adafactor, dict(lr=0.01))]:
+        if cls is torch.optim.SGD:
+            continue  # no scalar state
+        yield pytest.param(cls, dict(kwargs), id=f"{cls.__name__}-default")
+        if "capturable" in cls.__init__.__code__.co_varnames:
+            yield pytest.param(cls, dict(kwargs, capturable=True), id=f"{cls.__name__}-capturable")
+        if cls in FUSED:
+            yield pytest.param(cls, dict(kwargs, fused=True), id=f"{cls.__name__}-fused")
+
+
+@pytest.mark.parametrize("cls,kwargs", list(placements()))
+def test_scalar_state_goes_where_torch_puts_it(cls, kwargs):
+    opt, param, torch_devices = torch_scalar_state_devices(cls, kwargs)
+    device = _torch_optim.scalar_state_device(cls, opt.param_groups[0], param).type
+    assert torch_devices, f"{cls.__name__} made no scalar state"
+    assert set(torch_devices.values()) == {device}, f"torch: {torch_devices}, optjit: {device}"
+
+
+def test_lending_streams_is_nothing_for_cpu_tensors():
+    streams = _cuda_streams([torch.zeros(3), torch.zeros(())])
+    with streams:
+        pass
+    with optjit._optjit.CudaStreams([]):  # nothing lent: the scopes are empty
+        pass
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: runs where one is lent")
+
+
+def _cuda_params(seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    shapes = [(33, 7), (5,), (70001,), (0,), ()]
+    return [torch.nn.Parameter(torch.randn(s, generator=generator).cuda()) for s in shapes]
+
+
+def _run_both(cls, kwargs, steps=5, stream=None):
+    ours, theirs = _cuda_params(), None
+    theirs = clone_params(ours)
+    opt, ref = cls(ours, **kwargs), cls(theirs, **kwargs)
+    step = optjit.compile(opt)
+    for s in range(steps):
+        generator = torch.Generator().manual_seed(s)
+        for a, b in zip(ours, theirs):
+            g = torch.randn(a.shape, generator=generator).cuda()
+            a.grad, b.grad = g.clone(), g.clone()
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            step()
+        ref.step()
+    torch.cuda.synchronize()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert_same_state(opt.state[a], ref.state[b], torch.float32)
+    return opt, step
+
+
+@gpu
+@pytest.mark.parametrize("cls,kwargs", EVERY_OPTIMIZER, ids=[c.__name__ for c, _ in EVERY_OPTIMIZER])
+def test_cuda_params_with_host_step_counts_match_torch(cls, kwargs):
+    opt, step = _run_both(cls, kwargs)
+    p = opt.param_groups[0]["params"][0]
+    for key, value in opt.state[p].items():
+        expected = "cuda" if value.dim() > 0 or cls is torch.optim.ASGD else "cpu"
+        assert value.device.type == expected, f"{key} is on {value.device}"
+    assert step.metrics()["compiles"] == 1
+
+
+@gpu
+@pytest.mark.parametrize("flag", ["capturable", "fused"])
+def test_cuda_capturable_and_fused_steps_match_torch(flag):
+    opt, _ = _run_both(torch.optim.AdamW, dict(lr=0.01, weight_decay=0.1, **{flag: True}))
+    p = opt.param_groups[0]["params"][0]
+    assert opt.state[p]["step"].device.type == "cuda"
+
+
+@gpu
+def test_a_step_on_a_side_stream_is_ordered_with_it():
+    _run_both(torch.optim.Adam, dict(lr=0.01), stream=torch.cuda.Stream())
+
+
+@gpu
+def test_a_step_function_on_cuda_tensors():
+    @optjit.step_function
+    def sgd(params, grads, *, lr):
+        torch._foreach_add_(params, grads, alpha=-lr)
+
+    params, grads = [torch.ones(1000, device="cuda")], [torch.full((1000,), 2.0, device="cuda")]
+    sgd(params, grads, lr=0.5)
+    torch.testing.assert_close(params[0], torch.zeros(1000, device="cuda"))
