@@ -44,6 +44,7 @@ class CompiledStep:
         self._opt = opt  # held, as torch.compile(opt.step) holds it
         self._lock = _step_lock(opt)
         self._retired = []  # metrics of the compiled steps replaced by add_param_group
+        self._total_norm = None  # of the last clipped step (NaN for one skipped for an inf or NaN); None before one
         self._cxx = None
         self._groups_seen = None
 
@@ -106,10 +107,8 @@ class CompiledStep:
     def total_norm(self):
         """The total grad norm of the last step (before clipping), as clip_grad_norm_ returns it; None before a
         clipped step, or when the step does not clip."""
-        if self._clipping[0] is None or self._cxx is None:
-            return None
-        norm = self._cxx.total_grad_norm()
-        if norm != norm:  # NaN: no clipped step yet
+        norm = self._total_norm
+        if self._clipping[0] is None or norm is None:
             return None
         # clip_grad_norm_ stacks the norm of each dtype's grads, so its result has their promoted (real) dtype; optjit
         # accumulates in f64 and rounds once to that dtype.
@@ -166,8 +165,15 @@ class CompiledStep:
             except Error:
                 self._drop_state(opt, cxx, created)  # a refused step (error_if_nonfinite) leaves no state it made
                 raise
+        # A step skipped for an inf or NaN in the grads (GradScaler's found_inf, or the step's own check) has no
+        # finite norm: clip_grad_norm_ of those grads is NaN or inf, never the last step's.
+        self._total_norm = cxx.total_grad_norm() if ran else float("nan")
         if not ran:
             self._drop_state(opt, cxx, created)  # nor does a step its own inf check skipped
+            return
+        # Like torch's in-place ops, the step counts as a change of each param it wrote, so that autograd refuses a
+        # backward through a graph that saved the param before it (GAN-style loops would otherwise get wrong grads).
+        torch.autograd.graph.increment_version([p for p in self._params if p.grad is not None])
 
     def _drop_state(self, opt, cxx, created):
         for flat in created:
@@ -179,7 +185,7 @@ class CompiledStep:
         # A group's options are read at every step; one that gains or loses an option (optjit's master_weights,
         # say, which torch's groups do not carry) needs the C++ step built again to read it.
         groups = [
-            (id(group["params"]), len(group["params"]), len(group.keys() - _torch_optim.NOT_OPTIONS))
+            (id(group["params"]), len(group["params"]), len(group.keys() & _torch_optim.options_of(self._cls)))
             for group in opt.param_groups
         ]
         if self._cxx is not None and groups == self._groups_seen and self._cxx.binds(opt.param_groups):

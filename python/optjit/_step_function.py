@@ -611,11 +611,15 @@ class StepFunction:
                     {k: float(v) for k, v in hypers.items()},
                 )
             self._program = program
+            stored = {i.name for i in instructions if i.op.startswith("store")}
+            self._written = [k for k, name in enumerate(names) if name in stored]
         elif key[2] != self._key[2]:
             self._cxx.set_grads(lists[1])
         self._key = key
         with self._streams:
             self._cxx({k: float(v) for k, v in hypers.items()})
+        # The lists it wrote changed in place, as torch's foreach ops would have counted (autograd's version).
+        torch.autograd.graph.increment_version([t for k in self._written for t in lists[k]])
 
     @property
     def kernel_count(self):

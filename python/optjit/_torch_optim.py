@@ -2,6 +2,7 @@
 how torch lays out the state it creates (which dtype and device each entry gets). No optimizer math lives here: the
 update itself is optjit's compiled C++ step."""
 
+import functools
 import inspect
 import numbers
 
@@ -35,8 +36,17 @@ _IMPLEMENTATION_KEYS = {"params", "foreach", "fused", "capturable", "differentia
 _NAMING_KEYS = {"param_names"}
 # Keys LR schedulers add to param groups.
 _SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
-# Group keys that are not options of the algorithm (a scheduler made mid-run adds some: nothing to compile again).
-NOT_OPTIONS = _SCHEDULER_KEYS | _NAMING_KEYS
+# optjit's own group options, which torch's groups carry and its step ignores.
+_OPTJIT_OPTIONS = {"master_weights", "stochastic_rounding"}
+
+
+@functools.lru_cache(maxsize=None)
+def options_of(cls):
+    """The group keys that are options of `cls`'s step: its constructor's keywords, and optjit's own. Any other key
+    of a group (a name, timm's lr_scale, SWALR's swa_lr, the keys LR schedulers add) is the user's: torch's step
+    ignores it, and so does optjit."""
+    keys = set(inspect.signature(cls.__init__).parameters) - {"self", "params"}
+    return frozenset((keys | _OPTJIT_OPTIONS) - _IMPLEMENTATION_KEYS - _SCHEDULER_KEYS - _NAMING_KEYS)
 
 
 # What torch's step runs of the optimizer's own methods: a subclass that overrides one changes the step (state made
@@ -139,8 +149,9 @@ def _keyword_or_none(value, what):
 def keywords(cls, options, where):
     """A torch options dict (defaults or one group) as optjit's keyword options."""
     result = {}
+    options_of_cls = options_of(cls)
     for key, value in options.items():
-        if key in _IMPLEMENTATION_KEYS or key in _SCHEDULER_KEYS or key in _NAMING_KEYS or value is None:
+        if key not in options_of_cls or value is None:
             continue
         if cls is torch.optim.AdamW and key == "decoupled_weight_decay":
             continue  # AdamW always decouples; torch keeps the key for loading old checkpoints

@@ -62,7 +62,8 @@ NB_MODULE(_optjit, m) {
             new (self) StepInstruction{std::move(op), std::move(inputs), std::move(name), number};
           },
           nb::arg("op"), nb::arg("inputs"), nb::arg("name") = "", nb::arg("number") = 0.0)
-      .def_ro("op", &StepInstruction::op);
+      .def_ro("op", &StepInstruction::op)
+      .def_ro("name", &StepInstruction::name);
   nb::class_<TorchStepFunction>(m, "TorchStepFunction")
       .def(nb::init<const std::string&, std::vector<StepInstruction>,
                     const std::vector<std::pair<std::string, nb::list>>&, const std::vector<std::string>&,

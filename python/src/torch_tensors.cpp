@@ -9,6 +9,7 @@ TorchTensors::TorchTensors() {
   nb::module_ torch = nb::module_::import_("torch");
   tensor_type_ = torch.attr("Tensor");
   strided_ = torch.attr("strided");
+  plain_dispatch_ = tensor_type_.attr("__torch_dispatch__"); // torch.Tensor's and nn.Parameter's: none of their own
 #define OPTJIT_DTYPE(name, type, torch_name, safetensors_code)                                                         \
   dtypes_.emplace_back(torch.attr(torch_name), Dtype::name);
 #include "runtime/dtypes.def"
@@ -57,6 +58,11 @@ Tensor TorchTensors::view(nb::handle tensor, const std::string& what) const {
   if (!is_tensor(tensor))
     throw Error(what + " is a " + text(nb::handle(Py_TYPE(tensor.ptr()))) + ", not a torch.Tensor");
   nb::object t = local(tensor);
+  if (!nb::handle(Py_TYPE(t.ptr())).attr("__torch_dispatch__").is(plain_dispatch_))
+    throw Error(what + " is a " + text(nb::handle(Py_TYPE(t.ptr()))) +
+                ", a tensor subclass with a dispatch of its own (__torch_dispatch__, as a quantized or float8 "
+                "wrapper has): optjit steps the memory of plain tensors, nn.Parameter and DTensor, and cannot see "
+                "through it");
   if (!t.attr("layout").is(strided_))
     throw Error(what + " has layout " + text(t.attr("layout")) +
                 ": optjit steps dense (torch.strided) tensors, not sparse ones");

@@ -35,7 +35,7 @@ public:
   static uintptr_t data_ptr(nb::handle tensor);
 
 private:
-  nb::object tensor_type_, strided_, dtensor_type_;
+  nb::object tensor_type_, strided_, dtensor_type_, plain_dispatch_;
   std::vector<std::pair<nb::object, Dtype>> dtypes_; // torch's dtype objects optjit runs, by the dtype table
 };
 

@@ -133,3 +133,20 @@ def test_clipping_over_mixed_dtypes_takes_each_norm_in_its_grads_dtype_as_torch(
                 assert_close(p.detach(), q.detach(), torch.float32, f"step {t} param {i}")
             else:
                 torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-2, atol=1e-2)
+
+
+def test_total_norm_is_nan_for_a_nan_grad_and_for_a_skipped_step():
+    p = torch.nn.Parameter(torch.zeros(3))
+    step = optjit.compile(torch.optim.SGD([p], lr=0.1), max_grad_norm=1.0)
+    assert step.total_norm is None  # no clipped step yet
+    p.grad = torch.tensor([3.0, 4.0, 0.0])
+    step()
+    assert step.total_norm.item() == 5.0
+    p.grad = torch.tensor([1.0, float("nan"), 2.0])
+    step()
+    assert step.total_norm.isnan()  # clip_grad_norm_'s value, not "no step yet"
+    p.grad = torch.tensor([3.0, 4.0, 0.0])
+    opt = step._opt
+    opt.grad_scale, opt.found_inf = torch.ones(()), torch.ones(())  # GradScaler found an inf: the step is skipped
+    step()
+    assert step.total_norm.isnan()  # not the last step's 5.0

@@ -210,3 +210,45 @@ def test_patching_again_with_other_arguments_patches_with_them():
     torch.testing.assert_close(ps[0].detach(), torch.full((3,), -0.1 / 3**0.5), rtol=1e-5, atol=1e-6)
     optjit.unpatch(opt)
     assert "step" not in vars(opt)
+
+
+def test_a_wrapper_tensor_subclass_param_is_refused_by_name():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    p = torch.nn.Parameter(TwoTensor(torch.ones(3), torch.full((3,), 2.0)))
+    p.grad = TwoTensor(torch.ones(3), torch.ones(3))
+    step = optjit.compile(torch.optim.Adam([p], lr=0.1))
+    with pytest.raises(optjit.Error, match="TwoTensor'>, a tensor subclass with a dispatch of its own"):
+        step()
+    assert torch.equal(p.a, torch.ones(3)) and torch.equal(p.b, torch.full((3,), 2.0))
+
+
+def test_a_step_counts_as_an_in_place_change_for_autograd():
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    other = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    opt = torch.optim.SGD([w, other], lr=0.1)
+    step = optjit.compile(opt)
+    loss = (w * w).sum()  # saves w for backward
+    w.grad = torch.ones(2)  # `other` has no grad: it is not stepped
+    before = (w._version, other._version)
+    step()
+    assert (w._version, other._version) == (before[0] + 1, before[1])
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()  # as after torch's own step: the saved w is stale
+
+
+def test_group_keys_that_are_not_options_are_ignored_as_torch_ignores_them():
+    ours, theirs = make_params(torch.float32, shapes=[(4, 3)]), None
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    extra = {"name": "encoder", "lr_scale": 0.5, "layer_id": 3, "weight_decay": 0.1}  # Rprop has no weight decay
+    opt = torch.optim.Rprop([dict(params=ours, **extra)], lr=0.01)
+    ref = torch.optim.Rprop([dict(params=theirs, **extra)], lr=0.01)
+    step = optjit.compile(opt)
+    for _ in range(3):
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        step()
+        ref.step()
+    torch.testing.assert_close(ours[0], theirs[0], rtol=1e-6, atol=1e-7)
+    assert step.metrics()["compiles"] == 1
