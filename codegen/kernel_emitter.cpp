@@ -4,12 +4,16 @@
 #include "runtime/stochastic_rounding.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <limits>
 #include <optional>
 
 namespace optjit {
 namespace {
+
+// Independent vector accumulators of a max reduction in the CPU element phase (see emit_element_phase).
+constexpr std::size_t kMaxChains = 4;
 
 using llvm::IRBuilder;
 using llvm::Value;
@@ -126,11 +130,21 @@ public:
     Value* items = field(b, args, KernelArg::items);
     Value* partials = field(b, args, KernelArg::partials);
     Value* n_reduce = field(b, args, KernelArg::n_reduce);
-    // Per reduction: one f64 accumulator per vector lane and one for the scalar tail, reset for every item.
+    // Per reduction: one f64 accumulator per vector lane and one for the scalar tail, reset for every item. A max
+    // has kMaxChains vector accumulators, each taking every kMaxChains-th vector: a chain of llvm.maximum (several
+    // dependent instructions on x86) would otherwise bound the pass by its latency, not by memory. Max is exact, so
+    // splitting it changes no result; sums keep one chain (their order is their result).
     std::vector<llvm::AllocaInst*> vector_acc, tail_acc;
+    std::array<std::vector<llvm::AllocaInst*>, kMaxChains> chain_acc;
+    bool any_max = false;
     for (std::size_t r = 0; r < tensor_reductions_.size(); ++r) {
       vector_acc.push_back(b.CreateAlloca(vector_type_of(b.getDoubleTy(), lanes_)));
       tail_acc.push_back(b.CreateAlloca(b.getDoubleTy()));
+      const bool max = reduction_op(r) == Op::reduce_max;
+      any_max |= max;
+      chain_acc[0].push_back(vector_acc.back());
+      for (std::size_t k = 1; k < kMaxChains; ++k)
+        chain_acc[k].push_back(max ? b.CreateAlloca(vector_type_of(b.getDoubleTy(), lanes_)) : vector_acc.back());
     }
     Value* matrix = field(b, args, KernelArg::matrix);
     Value* axis_arrays = field(b, args, KernelArg::axis);
@@ -167,12 +181,31 @@ public:
       auto splats = splat_all(b, scalars, lanes_);
       for (std::size_t r = 0; r < vector_acc.size(); ++r) {
         const Op op = reduction_op(r);
-        b.CreateStore(b.CreateVectorSplat(static_cast<unsigned>(lanes_), identity(b, op)), vector_acc[r]);
+        for (const auto& set : chain_acc)
+          b.CreateStore(b.CreateVectorSplat(static_cast<unsigned>(lanes_), identity(b, op)), set[r]);
         b.CreateStore(identity(b, op), tail_acc[r]);
       }
+      Value* chained_end = first;
+      if (!plan_.has_axis && any_max) {
+        const int64_t stride = static_cast<int64_t>(kMaxChains) * lanes_;
+        chained_end = b.CreateAdd(first, b.CreateMul(b.CreateSDiv(count, b.getInt64(stride)), b.getInt64(stride)));
+        emit_loop(b, first, chained_end, b.getInt64(stride), "vec_chains", [&](Value* j) {
+          for (std::size_t k = 0; k < kMaxChains; ++k)
+            emit_body(b, bases, splats, b.CreateAdd(j, b.getInt64(static_cast<int64_t>(k) * lanes_)), lanes_,
+                      chain_acc[k]);
+        });
+      }
       if (!plan_.has_axis)
-        emit_loop(b, first, vector_end, b.getInt64(lanes_), "vec",
+        emit_loop(b, chained_end, vector_end, b.getInt64(lanes_), "vec",
                   [&](Value* j) { emit_body(b, bases, splats, j, lanes_, vector_acc); });
+      for (std::size_t r = 0; r < vector_acc.size() && any_max; ++r) // the chains, in order, lane by lane
+        for (std::size_t k = 1; k < kMaxChains; ++k)
+          if (chain_acc[k][r] != vector_acc[r]) {
+            llvm::Type* type = vector_acc[r]->getAllocatedType();
+            b.CreateStore(
+                combine(b, Op::reduce_max, b.CreateLoad(type, vector_acc[r]), b.CreateLoad(type, chain_acc[k][r])),
+                vector_acc[r]);
+          }
       if (plan_.has_axis)
         emit_axis_loop(b, first, last, [&](Value* j, int lanes) {
           if (lanes > 1)
