@@ -1,4 +1,5 @@
 #include "frontend/optim/adafactor.h"
+#include "frontend/optim/lerp.h"
 #include "frontend/optim/validation.h"
 #include "runtime/error.h"
 
@@ -29,11 +30,6 @@ double machine_epsilon(Dtype dtype) {
 double eps1_of(const ParamGroup& group, Dtype param_dtype) {
   const double eps1 = group.get("eps1");
   return eps1 == kOptionNone ? machine_epsilon(param_dtype) : eps1;
-}
-
-// torch's lerp: self + w (end - self) for w < 0.5, end - (end - self)(1 - w) otherwise.
-template <class T> T lerp(T self, T end, T w) {
-  return w < T(0.5) ? self + w * (end - self) : end - (end - self) * (T(1) - w);
 }
 
 // The reference for one param (golden/FORMAT_NEXT.md's Adafactor), on contiguous data in T, norms and means in f64.
@@ -73,13 +69,13 @@ void adafactor_forloop(const ParamGroup& group, const Tensor& param, const Tenso
         double sum = 0;
         for (int64_t j = 0; j < n; ++j)
           sum += static_cast<double>(g[at + i * n + j]) * g[at + i * n + j];
-        row_var[b * m + i] = lerp(row_var[b * m + i], static_cast<T>(sum / static_cast<double>(n)), w);
+        row_var[b * m + i] = torch_lerp(row_var[b * m + i], static_cast<T>(sum / static_cast<double>(n)), w);
       }
       for (int64_t j = 0; j < n; ++j) {
         double sum = 0;
         for (int64_t i = 0; i < m; ++i)
           sum += static_cast<double>(g[at + i * n + j]) * g[at + i * n + j];
-        col_var[b * n + j] = lerp(col_var[b * n + j], static_cast<T>(sum / static_cast<double>(m)), w);
+        col_var[b * n + j] = torch_lerp(col_var[b * n + j], static_cast<T>(sum / static_cast<double>(m)), w);
       }
       double row_sum = 0;
       for (int64_t i = 0; i < m; ++i)
@@ -92,7 +88,7 @@ void adafactor_forloop(const ParamGroup& group, const Tensor& param, const Tenso
   } else {
     T* variance = find_state(state, "variance").data_as<T>();
     for (int64_t i = 0; i < numel; ++i) {
-      variance[i] = lerp(variance[i], g[static_cast<std::size_t>(i)] * g[static_cast<std::size_t>(i)], w);
+      variance[i] = torch_lerp(variance[i], g[static_cast<std::size_t>(i)] * g[static_cast<std::size_t>(i)], w);
       var[static_cast<std::size_t>(i)] = variance[i];
     }
   }

@@ -1,4 +1,5 @@
 #include "frontend/optim/adam.h"
+#include "frontend/optim/lerp.h"
 #include "frontend/optim/validation.h"
 
 #include <cmath>
@@ -47,7 +48,7 @@ void adam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& gr
       p[i] = p[i] * static_cast<T>(1 - lr * weight_decay);
     else if (weight_decay != 0)
       gi = gi + static_cast<T>(weight_decay) * p[i];
-    m[i] = m[i] * static_cast<T>(beta1) + static_cast<T>(1 - beta1) * gi;
+    m[i] = torch_lerp(m[i], gi, static_cast<T>(1 - beta1));
     v[i] = v[i] * static_cast<T>(beta2) + static_cast<T>(1 - beta2) * gi * gi;
     T second = v[i];
     if (amsgrad) {
@@ -113,7 +114,7 @@ void Adam::trace(Tracer& t, const Structure& s) const {
     params = params * (1.0 - lr * weight_decay);
   else if (s["weight_decay"])
     grads = foreach_add(grads, params, weight_decay);
-  exp_avgs = foreach_add(exp_avgs * beta1, grads, 1.0 - beta1);
+  exp_avgs = foreach_lerp(exp_avgs, grads, 1.0 - beta1);
   exp_avg_sqs = foreach_addcmul(exp_avg_sqs * beta2, grads, grads, 1.0 - beta2);
   Sym bias_correction1 = 1.0 - pow(beta1, step);
   Sym bias_correction2 = 1.0 - pow(beta2, step);

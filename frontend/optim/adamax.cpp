@@ -1,5 +1,6 @@
 #include "frontend/optim/adamax.h"
 #include "compiler/ir/op_semantics.h"
+#include "frontend/optim/lerp.h"
 #include "frontend/optim/validation.h"
 
 #include <cmath>
@@ -25,7 +26,7 @@ void adamax_forloop(const ParamGroup& group, const Tensor& param, const Tensor& 
     T gi = maximize ? -g[i] : g[i];
     if (weight_decay != 0)
       gi = gi + static_cast<T>(weight_decay) * p[i];
-    m[i] = m[i] * static_cast<T>(beta1) + static_cast<T>(1 - beta1) * gi;
+    m[i] = torch_lerp(m[i], gi, static_cast<T>(1 - beta1));
     // torch.amax over (exp_inf * beta2, |grad| + eps): NaN-propagating.
     u[i] = max_propagating_nan(u[i] * static_cast<T>(beta2), std::fabs(gi) + static_cast<T>(eps));
     p[i] = p[i] + static_cast<T>(-clr) * (m[i] / u[i]);
@@ -62,7 +63,7 @@ void Adamax::trace(Tracer& t, const Structure& s) const {
   t.store_scalar("step", step);
   if (s["weight_decay"])
     grads = foreach_add(grads, params, t.hyper("weight_decay"));
-  Sym exp_avgs = foreach_add(t.tensors("exp_avg") * beta1, grads, 1.0 - beta1);
+  Sym exp_avgs = foreach_lerp(t.tensors("exp_avg"), grads, 1.0 - beta1);
   Sym exp_infs = maximum(t.tensors("exp_inf") * beta2, abs(grads) + eps);
   Sym clr = -1.0 * (lr / (1.0 - pow(beta1, step)));
   t.store("param", foreach_addcdiv(params, exp_avgs, exp_infs, clr));

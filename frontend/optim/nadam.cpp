@@ -1,4 +1,5 @@
 #include "frontend/optim/nadam.h"
+#include "frontend/optim/lerp.h"
 #include "frontend/optim/validation.h"
 
 #include <cmath>
@@ -42,7 +43,7 @@ void nadam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
       else
         gi = gi + static_cast<T>(weight_decay) * p[i];
     }
-    exp_avg[i] = exp_avg[i] * static_cast<T>(beta1) + static_cast<T>(1 - beta1) * gi;
+    exp_avg[i] = torch_lerp(exp_avg[i], gi, static_cast<T>(1 - beta1));
     exp_avg_sq[i] = exp_avg_sq[i] * static_cast<T>(beta2) + static_cast<T>(1 - beta2) * gi * gi;
     const T denom = std::sqrt(exp_avg_sq[i] / static_cast<T>(bias_correction2)) + static_cast<T>(eps);
     p[i] = p[i] + grad_coefficient * (gi / denom);
@@ -94,7 +95,7 @@ void NAdam::trace(Tracer& t, const Structure& s) const {
   // In place in the state's dtype, as torch's `mu_product *= mu`: the product of two values of that dtype is exact
   // in f64, and the store rounds it once, as the multiply in that dtype does.
   Sym mu_product = t.store_scalar("mu_product", t.scalar_state("mu_product") * t.as_stored("mu_product", mu));
-  Sym exp_avgs = foreach_add(t.tensors("exp_avg") * beta1, grads, 1.0 - beta1);
+  Sym exp_avgs = foreach_lerp(t.tensors("exp_avg"), grads, 1.0 - beta1);
   Sym exp_avg_sqs = foreach_addcmul(t.tensors("exp_avg_sq") * beta2, grads, grads, 1.0 - beta2);
   Sym denom = sqrt(exp_avg_sqs) / sqrt(bias_correction2) + eps;
   Sym step_size_grads = lr * (1.0 - mu) / (1.0 - mu_product) * -1.0;

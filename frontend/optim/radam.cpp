@@ -1,4 +1,5 @@
 #include "frontend/optim/radam.h"
+#include "frontend/optim/lerp.h"
 #include "frontend/optim/validation.h"
 
 #include <cmath>
@@ -35,7 +36,7 @@ void radam_forloop(const ParamGroup& group, const Tensor& param, const Tensor& g
       else
         gi = gi + static_cast<T>(weight_decay) * p[i];
     }
-    exp_avg[i] = exp_avg[i] * static_cast<T>(beta1) + static_cast<T>(1 - beta1) * gi;
+    exp_avg[i] = torch_lerp(exp_avg[i], gi, static_cast<T>(1 - beta1));
     exp_avg_sq[i] = exp_avg_sq[i] * static_cast<T>(beta2) + static_cast<T>(1 - beta2) * gi * gi;
     const T bias_corrected_exp_avg = exp_avg[i] / static_cast<T>(bias_correction1);
     if (rectified) {
@@ -81,7 +82,7 @@ void RAdam::trace(Tracer& t, const Structure& s) const {
     params = params * (1.0 - lr * weight_decay);
   else if (s["weight_decay"])
     grads = foreach_add(grads, params, weight_decay);
-  Sym exp_avgs = foreach_add(t.tensors("exp_avg") * beta1, grads, 1.0 - beta1);
+  Sym exp_avgs = foreach_lerp(t.tensors("exp_avg"), grads, 1.0 - beta1);
   Sym exp_avg_sqs = foreach_addcmul(t.tensors("exp_avg_sq") * beta2, grads, grads, 1.0 - beta2);
   Sym bias_correction1 = 1.0 - pow(beta1, step);
   Sym bias_correction2 = 1.0 - pow(beta2, step);

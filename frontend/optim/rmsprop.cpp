@@ -1,4 +1,5 @@
 #include "frontend/optim/rmsprop.h"
+#include "frontend/optim/lerp.h"
 #include "frontend/optim/validation.h"
 
 #include <cmath>
@@ -26,7 +27,7 @@ void rmsprop_forloop(const ParamGroup& group, const Tensor& param, const Tensor&
     square_avg[i] = square_avg[i] * static_cast<T>(alpha) + static_cast<T>(1 - alpha) * gi * gi;
     T avg;
     if (centered) {
-      grad_avg[i] = grad_avg[i] * static_cast<T>(alpha) + static_cast<T>(1 - alpha) * gi;
+      grad_avg[i] = torch_lerp(grad_avg[i], gi, static_cast<T>(1 - alpha));
       avg = std::sqrt(square_avg[i] + T(-1) * grad_avg[i] * grad_avg[i]);
     } else {
       avg = std::sqrt(square_avg[i]);
@@ -93,7 +94,7 @@ void RMSprop::trace(Tracer& t, const Structure& s) const {
   t.store("square_avg", square_avgs);
   Sym avg = sqrt(square_avgs);
   if (s["centered"]) {
-    Sym grad_avgs = foreach_add(t.tensors("grad_avg") * alpha, grads, 1.0 - alpha);
+    Sym grad_avgs = foreach_lerp(t.tensors("grad_avg"), grads, 1.0 - alpha);
     t.store("grad_avg", grad_avgs);
     avg = sqrt(foreach_addcmul(square_avgs, grad_avgs, grad_avgs, t.constant(-1.0)));
   }

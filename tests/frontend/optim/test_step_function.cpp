@@ -20,7 +20,7 @@ void adam_function(Tracer& t) {
   Sym lr = t.hyper("lr"), beta1 = t.hyper("beta1"), beta2 = t.hyper("beta2"), eps = t.hyper("eps");
   Sym step = t.scalar_state("step") + 1.0;
   t.store_scalar("step", step);
-  Sym exp_avgs = foreach_add(t.tensors("exp_avg") * beta1, grads, 1.0 - beta1);
+  Sym exp_avgs = foreach_lerp(t.tensors("exp_avg"), grads, 1.0 - beta1); // as torch.optim.Adam
   Sym exp_avg_sqs = foreach_addcmul(t.tensors("exp_avg_sq") * beta2, grads, grads, 1.0 - beta2);
   Sym step_size = lr / (1.0 - pow(beta1, step)) * -1.0;
   Sym denom = sqrt(exp_avg_sqs) / sqrt(1.0 - pow(beta2, step)) + eps;
