@@ -233,7 +233,8 @@ class CompiledStep:
             group = opt.param_groups[self._group_of[flat]]
             entries = [e for e in cxx.new_state(flat) if e[0] not in have]
             scalar_device = _torch_optim.scalar_state_device(self._cls, group, p)
-            state = _torch_optim.new_state(p, entries, self._scalar_dtype, scalar_device)
+            grad_layout = _torch_optim.grad_layout_state(self._cls)
+            state = _torch_optim.new_state(p, entries, self._scalar_dtype, scalar_device, grad_layout)
             completes = len(have) > 0  # master weights turned on for state made without them: only those are new
             have.update(state)
             cxx.adopt(flat, have, completes)

@@ -179,10 +179,19 @@ def scalar_state_device(cls, group, param):
     return param.device if on_device else torch.device("cpu")
 
 
-def new_state(param, entries, scalar_dtype, scalar_device):
+# State torch makes from the grad rather than the param (so in the grad's layout when the two differ):
+# SGD's momentum_buffer is clone(grad), Rprop's step_size full_like(grad, lr).
+_GRAD_LAYOUT_STATE = {torch.optim.SGD: {"momentum_buffer"}, torch.optim.Rprop: {"step_size"}}
+
+
+def grad_layout_state(cls):
+    return _GRAD_LAYOUT_STATE.get(cls, set())
+
+
+def new_state(param, entries, scalar_dtype, scalar_device, grad_layout=()):
     """Torch's state for a param on its first step, from optjit's entries (key, kind, starting value, copies the
     param): tensor entries like the param (its dtype, device and memory format), scalar entries 0-d in the scalar
-    dtype on `scalar_device` (scalar_state_device), rows and columns (Adafactor's row_var [..., m, 1] and
+    dtype on `scalar_device` (scalar_state_device), entries named in `grad_layout` like the grad, rows and columns (Adafactor's row_var [..., m, 1] and
     col_var [..., 1, n]) as the grad's new_zeros. A DTensor param gets DTensor state, as torch's zeros_like
     gives. A complex param's entries start at complex(v, v), as torch's optimizers see them through view_as_real
     (Adagrad's sum, Rprop's step_size). Master weights (`master_param`) start as an f32 copy of the param, in its
@@ -199,5 +208,6 @@ def new_state(param, entries, scalar_dtype, scalar_device):
             state[key] = param.grad.new_full(shape, float(initial))
         else:
             value = complex(initial, initial) if param.is_complex() else initial
-            state[key] = torch.full_like(param, value, memory_format=torch.preserve_format)
+            like = param.grad if key in grad_layout and param.grad is not None else param
+            state[key] = torch.full_like(like, value, dtype=param.dtype, memory_format=torch.preserve_format)
     return state

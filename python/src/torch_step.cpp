@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <functional>
 
 namespace optjit::python {
@@ -210,8 +211,13 @@ std::vector<int64_t> TorchStep::params_without_state() const {
       if (!optimizer_->flat_param(flat).grad().defined())
         continue;
       const ParamState& state = optimizer_->flat_state(flat);
-      if (state.empty() || (master && !find_state(state, kMasterParam).defined()))
+      if (master && !find_state(state, kMasterParam).defined())
         missing.push_back(flat);
+      else if (state.empty()) { // a step with no state (SGD without momentum) makes no entry, as torch's
+        const std::vector<StateSpec> specs = optimizer_->param_state_specs(flat);
+        if (std::any_of(specs.begin(), specs.end(), [](const StateSpec& spec) { return spec.visible; }))
+          missing.push_back(flat);
+      }
     }
   }
   return missing;

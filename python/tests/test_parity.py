@@ -62,3 +62,40 @@ def test_param_groups_with_their_own_options(dtype):
         opt_ref.step()
     assert_same_state(opt, params, opt_ref, reference, dtype)
     assert step.kernel_count == 2  # one kernel per group structure
+
+
+def test_state_torch_makes_from_the_grad_and_a_step_without_state():
+    # SGD's momentum_buffer (clone(grad)) and Rprop's step_size (full_like(grad)) take the grad's layout; SGD without
+    # momentum makes no state entry at all.
+    for cls, kwargs in ((torch.optim.SGD, dict(lr=0.1, momentum=0.9)), (torch.optim.Rprop, dict(lr=0.01))):
+        ours = torch.nn.Parameter(torch.randn(7, 5).t())  # a transposed param, given a contiguous grad
+        theirs = torch.nn.Parameter(ours.detach().clone())
+        ours.grad, theirs.grad = torch.randn(5, 7), None
+        theirs.grad = ours.grad.clone()
+        opt, ref = cls([ours], **kwargs), cls([theirs], **kwargs)
+        optjit.compile(opt)()
+        ref.step()
+        for key, value in ref.state[theirs].items():
+            assert opt.state[ours][key].stride() == value.stride(), f"{cls.__name__} {key}"
+            torch.testing.assert_close(opt.state[ours][key], value)
+    p = torch.nn.Parameter(torch.randn(3))
+    p.grad = torch.randn(3)
+    opt = torch.optim.SGD([p], lr=0.1)
+    optjit.compile(opt)()
+    assert len(opt.state) == 0 and opt.state_dict()["state"] == {}
+
+
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.NAdam, torch.optim.RAdam, torch.optim.Adamax])
+def test_an_inf_grad_spreads_as_in_torch(cls):
+    # torch's first moment is a lerp: inf + w * (g - inf) is NaN on the step after an inf grad.
+    ours = torch.nn.Parameter(torch.zeros(2))
+    theirs = torch.nn.Parameter(torch.zeros(2))
+    opt, ref = cls([ours], lr=0.01), cls([theirs], lr=0.01)
+    step = optjit.compile(opt)
+    for grad in ([1.0, float("inf")], [1.0, 1.0]):
+        ours.grad, theirs.grad = torch.tensor(grad), torch.tensor(grad)
+        step()
+        ref.step()
+    torch.testing.assert_close(ours, theirs, equal_nan=True)
+    for key, value in ref.state[theirs].items():
+        torch.testing.assert_close(opt.state[ours][key], value, equal_nan=True)
