@@ -184,7 +184,7 @@ struct CompiledStep::Impl {
       OPTJIT_ASSERT(!bp.grad_slot.empty(), "the graph of " + source.name() + " declares no grad slot");
       bool hit = false;
       bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, hit);
-      if (bucket.scalar_state_on_host)
+      if (bucket.host_scalar_entries != 0)
         bp.code = with_scalar_state_on_host(std::move(bp.code), bp.pipeline.optimized, bucket.device);
       (hit ? metrics.cache_hits : metrics.kernels_generated) += static_cast<int64_t>(bp.pipeline.kernels.size());
       if (source.has_grad_pass()) {

@@ -143,7 +143,8 @@ void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
     cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), static_cast<unsigned>(block_threads_),
                  params, stream);
   };
-  if (use_graph) {
+  // The legacy default stream (handle 0, torch's default) cannot be captured: the step is launched as it is there.
+  if (use_graph && stream != nullptr) {
     cuda::GraphExec& graph = staging_->graphs[slot];
     if (!graph) {
       cuda::begin_capture(device_, stream);

@@ -29,7 +29,8 @@ public:
   void set_hyper(const std::vector<double>& values_by_group) { host_.set_hyper(values_by_group); }
   // Enqueues the hyperparameter copy and the launch of `kernel` on the device's stream. With `use_graph`, the two
   // are captured into a CUDA graph once per bind (one per staging slot: the copy's source is baked in) and the
-  // graph is replayed; a rebind drops the graphs, a repointed grad does not (the graph reads the table).
+  // graph is replayed; a rebind drops the graphs, a repointed grad does not (the graph reads the table). On the
+  // legacy default stream (which cannot be captured) `use_graph` launches without a graph.
   void launch(const GpuModule& kernel, bool use_graph = false);
   int64_t graph_captures() const { return graph_captures_; }
   int64_t n_items() const { return static_cast<int64_t>(host_.items().size()); }

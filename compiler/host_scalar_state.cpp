@@ -12,9 +12,12 @@
 
 namespace optjit {
 
-Graph scalar_state_updates(const Graph& graph) {
+Graph scalar_state_updates(const Graph& graph, const std::vector<std::string>& host_slots) {
+  const auto on_host = [&](const std::string& slot) {
+    return std::find(host_slots.begin(), host_slots.end(), slot) != host_slots.end();
+  };
   Graph updates = graph;
-  std::erase_if(updates.stores, [](const Store& s) { return s.kind != StoreKind::Scalar; });
+  std::erase_if(updates.stores, [&](const Store& s) { return s.kind != StoreKind::Scalar || !on_host(s.name); });
   updates = eliminate_dead_code(updates);
   for (const Store& s : updates.stores) {
     std::vector<ValueId> pending{s.value};
@@ -27,6 +30,10 @@ Graph scalar_state_updates(const Graph& graph) {
         throw Error(fmt::format("graph @{}: scalar state '{}' is computed from tensor data (%{} = {}), which only the "
                                 "params' device has: keep this state on the params' device",
                                 graph.name, s.name, id, op_name(n.op)));
+      if (n.op == Op::scalar_state && !on_host(n.name))
+        throw Error(fmt::format("graph @{}: scalar state '{}', held on the host, is computed from scalar state '{}', "
+                                "which is on the params' device: keep both on one side",
+                                graph.name, s.name, n.name));
       pending.insert(pending.end(), n.inputs.begin(), n.inputs.end());
     }
   }
@@ -39,17 +46,18 @@ namespace {
 // host bytes they are uploaded from.
 class ScalarStateMirror {
 public:
-  ScalarStateMirror(Device device, const std::vector<std::vector<Tensor>>& host_slots) : device_(device) {
-    std::size_t offset = 0;
-    for (const std::vector<Tensor>& slot : host_slots) {
-      const Dtype dtype = slot.empty() ? Dtype::f32 : slot.front().dtype();
-      offsets_.push_back(offset);
-      offset += (slot.size() * dtype_size(dtype) + 15) / 16 * 16;
-    }
-    bytes_ = std::max<std::size_t>(offset, 16);
+  ScalarStateMirror(Device device, const std::vector<std::vector<Tensor>>& host_slots)
+      : device_(device), offsets_(layout(host_slots, bytes_)) {
     storage_ = Tensor::empty({static_cast<int64_t>(bytes_ / 8)}, Dtype::f64, device); // 16-byte parts: whole f64s
     if (device.kind == DeviceKind::cuda)
       ring_.emplace(device.index, bytes_);
+  }
+
+  // Whether slots of these sizes and dtypes have this copy's layout (a rebind keeps the copy and its host buffers:
+  // page-locked allocations wait for the device).
+  bool fits(const std::vector<std::vector<Tensor>>& host_slots) const {
+    std::size_t bytes = 0;
+    return layout(host_slots, bytes) == offsets_ && bytes == bytes_;
   }
 
   // The device tensor of entry `t` of slot `slot` (`like`'s dtype, 0-d).
@@ -81,18 +89,29 @@ public:
   }
 
 private:
+  // Per slot, its offset into the copy (parts of whole 16 bytes); `bytes` gets the whole size.
+  static std::vector<std::size_t> layout(const std::vector<std::vector<Tensor>>& host_slots, std::size_t& bytes) {
+    std::vector<std::size_t> offsets;
+    std::size_t offset = 0;
+    for (const std::vector<Tensor>& slot : host_slots) {
+      offsets.push_back(offset);
+      offset += (slot.size() * dtype_size(slot.empty() ? Dtype::f64 : slot.front().dtype()) + 15) / 16 * 16;
+    }
+    bytes = std::max<std::size_t>(offset, 16);
+    return offsets;
+  }
+
   Device device_;
+  std::size_t bytes_ = 0;            // before offsets_: layout() sets it while offsets_ is initialised
   std::vector<std::size_t> offsets_; // per slot, into the copy
-  std::size_t bytes_ = 0;
-  Tensor storage_;                 // the device copy
-  std::optional<PinnedRing> ring_; // on a CUDA device: the upload's sources (on the host: written in place)
+  Tensor storage_;                   // the device copy
+  std::optional<PinnedRing> ring_;   // on a CUDA device: the upload's sources (on the host: written in place)
 };
 
 class HostScalarStateExecutable final : public Executable {
 public:
   HostScalarStateExecutable(std::unique_ptr<Executable> device_code, const Graph& graph, Device device)
-      : device_code_(std::move(device_code)), updates_(scalar_state_updates(graph)), device_(device),
-        scalar_slots_(signature_of(graph).scalar_slots) {
+      : device_code_(std::move(device_code)), graph_(graph), device_(device) {
     for (const Slot& s : graph.slots)
       if (s.kind == SlotKind::Tensor && first_tensor_slot_.empty())
         first_tensor_slot_ = s.name;
@@ -107,20 +126,33 @@ public:
     if (host_.shapes.empty() && !first_tensor_slot_.empty())
       for (const Tensor& t : args.slot(first_tensor_slot_))
         host_.shapes.push_back(t.shape());
-    for (const std::string& name : scalar_slots_) {
+    // The scalar-state slots held on the host: every entry one element in host memory, of one dtype. A slot on the
+    // device stays with the kernels.
+    std::vector<std::string> host_slots;
+    for (const std::string& name : signature_of(graph_).scalar_slots) {
       const std::vector<Tensor>& tensors = args.slot(name);
+      const bool on_host = !tensors.empty() && tensors.front().device().kind == DeviceKind::cpu;
       for (const Tensor& t : tensors)
-        if (t.device().kind != DeviceKind::cpu || t.numel() != 1 || t.dtype() != tensors.front().dtype())
-          throw Error(fmt::format("scalar state '{}' held on the host is {}: each entry must be one element in host "
-                                  "memory, all of one dtype ({})",
-                                  name, t.describe(), tensors.front().describe()));
-      host_.slot_names.push_back(name);
-      host_.slot_tensors.push_back(tensors);
+        if ((t.device().kind == DeviceKind::cpu) != on_host || (on_host && t.numel() != 1) ||
+            t.dtype() != tensors.front().dtype())
+          throw Error(fmt::format("scalar state '{}' is {} in one param and {} in another: a bucket's entries of a "
+                                  "scalar state are all one element in host memory or all on the device, of one dtype",
+                                  name, tensors.front().describe(), t.describe()));
+      if (on_host) {
+        host_slots.push_back(name);
+        host_.slot_names.push_back(name);
+        host_.slot_tensors.push_back(tensors);
+      }
     }
-    mirror_.emplace(device_, host_.slot_tensors);
+    if (!updates_ || host_slots != host_slots_) {
+      updates_ = scalar_state_updates(graph_, host_slots);
+      host_slots_ = host_slots;
+    }
+    if (!mirror_ || !mirror_->fits(host_.slot_tensors))
+      mirror_.emplace(device_, host_.slot_tensors);
     ListArguments on_device = args;
-    for (std::size_t s = 0; s < scalar_slots_.size(); ++s) {
-      const auto at = std::find(on_device.slot_names.begin(), on_device.slot_names.end(), scalar_slots_[s]);
+    for (std::size_t s = 0; s < host_slots_.size(); ++s) {
+      const auto at = std::find(on_device.slot_names.begin(), on_device.slot_names.end(), host_slots_[s]);
       std::vector<Tensor>& tensors =
           on_device.slot_tensors[static_cast<std::size_t>(at - on_device.slot_names.begin())];
       for (std::size_t t = 0; t < tensors.size(); ++t)
@@ -129,10 +161,10 @@ public:
     device_code_->bind(on_device);
   }
   void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) override {
-    const auto at = std::find(scalar_slots_.begin(), scalar_slots_.end(), slot);
-    if (at == scalar_slots_.end())
+    const auto at = std::find(host_slots_.begin(), host_slots_.end(), slot);
+    if (at == host_slots_.end())
       return device_code_->repoint(slot, entry, tensor);
-    host_.slot_tensors[static_cast<std::size_t>(at - scalar_slots_.begin())][static_cast<std::size_t>(entry)] = tensor;
+    host_.slot_tensors[static_cast<std::size_t>(at - host_slots_.begin())][static_cast<std::size_t>(entry)] = tensor;
   }
   void set_hyper(const std::vector<double>& values_by_group) override {
     host_.hyper = values_by_group;
@@ -142,7 +174,7 @@ public:
   // non-capturable steps increment `step` on the host before they launch.
   void start() override {
     mirror_->upload(host_.slot_tensors);
-    interpret(updates_, host_);
+    interpret(*updates_, host_);
     device_code_->start();
   }
   bool advance(std::vector<ListPartials>& pending) override { return device_code_->advance(pending); }
@@ -151,9 +183,10 @@ public:
 
 private:
   std::unique_ptr<Executable> device_code_;
-  Graph updates_;
+  Graph graph_;
   Device device_;
-  std::vector<std::string> scalar_slots_;
+  std::vector<std::string> host_slots_; // the scalar-state slots held on the host, as bound
+  std::optional<Graph> updates_;        // their updates (scalar_state_updates)
   std::string first_tensor_slot_;
   ListArguments host_; // the scalar-state slots, on the host, with the hyperparameters and shapes
   std::optional<ScalarStateMirror> mirror_;

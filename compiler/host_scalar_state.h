@@ -13,14 +13,15 @@
 
 namespace optjit {
 
-// The part of `graph` that computes its scalar-state stores: those stores and every node they depend on. Throws
-// optjit::Error naming the slot when one depends on tensor data (an element value, a reduction, a carried value),
-// which only the device has.
-Graph scalar_state_updates(const Graph& graph);
+// The part of `graph` that computes its stores to the scalar-state slots `host_slots`: those stores and every node
+// they depend on. Throws optjit::Error naming the slot when one depends on what only the device has: tensor data (an
+// element value, a reduction, a carried value) or a scalar-state slot not in `host_slots`.
+Graph scalar_state_updates(const Graph& graph, const std::vector<std::string>& host_slots);
 
-// `device_code` (the kernels of `graph` for params on `device`), run with the scalar-state slots of its arguments
-// on the host: bind() takes arguments whose scalar-state tensors are host tensors, and each start() updates them
-// as one step does, before the kernels run.
+// `device_code` (the kernels of `graph` for params on `device`), run with some scalar-state slots of its arguments
+// on the host: bind() takes arguments whose scalar-state tensors are host tensors (such a slot is held on the host)
+// or device tensors (the kernels update those, as always), and each start() updates the host ones as one step
+// does, before the kernels run.
 std::unique_ptr<Executable> with_scalar_state_on_host(std::unique_ptr<Executable> device_code, const Graph& graph,
                                                       Device device);
 

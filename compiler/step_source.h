@@ -30,9 +30,10 @@ struct ParamBucket {
   std::string structure_key;       // the group structure the graph was traced for ("amsgrad=1,maximize=0")
   std::vector<Dtype> state_dtypes; // the storage dtype of each state entry, in the source's order
   std::vector<BucketMember> members;
-  // The params are on a device and their scalar state in host memory (torch's steps that are not capturable): the
-  // driver runs the bucket with_scalar_state_on_host (compiler/host_scalar_state.h).
-  bool scalar_state_on_host = false;
+  // The params are on a device and some of their scalar state entries in host memory (torch's steps that are not
+  // capturable), bit k for the k-th entry, the same in every member: the driver runs the bucket
+  // with_scalar_state_on_host (compiler/host_scalar_state.h).
+  uint64_t host_scalar_entries = 0;
 };
 
 // The carried values a grad pass graph stores each tensor's results in: its contribution to the total norm, and the

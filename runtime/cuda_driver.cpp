@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,6 +55,7 @@ using CUstreamCaptureMode = int;
 constexpr int kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76;
 constexpr int kJitErrorLogBuffer = 5, kJitErrorLogBufferBytes = 6;
 constexpr int kCaptureThreadLocal = 1;
+constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING: a cheaper event, for ordering only
 
 // Every driver entry point optjit uses, with the versioned symbol it is looked up by.
 #define OPTJIT_CUDA_FUNCTIONS(X)                                                                                       \
@@ -67,6 +69,7 @@ constexpr int kCaptureThreadLocal = 1;
   X(cuDeviceTotalMem_v2, (size_t*, CUdevice))                                                                          \
   X(cuDevicePrimaryCtxRetain, (CUcontext*, CUdevice))                                                                  \
   X(cuCtxSetCurrent, (CUcontext))                                                                                      \
+  X(cuCtxGetCurrent, (CUcontext*))                                                                                     \
   X(cuCtxSynchronize, ())                                                                                              \
   X(cuStreamCreate, (CUstream*, unsigned))                                                                             \
   X(cuMemAlloc_v2, (CUdeviceptr*, size_t))                                                                             \
@@ -229,16 +232,16 @@ DeviceState& open_device(int device) {
   return *slot;
 }
 
-// The table, with `device`'s context current on this thread.
+// The table, with `device`'s context current on this thread. The current context is asked each time, not
+// remembered: torch (the runtime API) switches it behind optjit's back when it changes devices.
 const DriverTable& on(int device) {
-  thread_local CUcontext current = nullptr;
   DeviceState& state = open_device(device);
-  if (current != state.context) {
-    const DriverTable& t = loaded().table;
+  const DriverTable& t = loaded().table;
+  CUcontext current = nullptr;
+  check(t, t.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current != state.context)
     check(t, t.cuCtxSetCurrent(state.context), "cuCtxSetCurrent");
-    current = state.context;
-  }
-  return loaded().table;
+  return t;
 }
 
 } // namespace
@@ -263,18 +266,43 @@ const DeviceProperties& properties(int device) { return open_device(device).prop
 
 void make_current(int device) { on(device); }
 
+namespace {
+
+struct ScopedStream {
+  int device;
+  Stream stream;
+  const StreamScope* scope;
+};
 // The StreamScopes alive on this thread, innermost last.
-thread_local std::vector<std::pair<int, Stream>> scoped_streams;
+thread_local std::vector<ScopedStream> scoped_streams;
+
+} // namespace
 
 Stream stream(int device) {
   for (auto it = scoped_streams.rbegin(); it != scoped_streams.rend(); ++it)
-    if (it->first == device)
-      return it->second;
+    if (it->device == device)
+      return it->stream;
   return open_device(device).stream;
 }
 
-StreamScope::StreamScope(int device, Stream stream) { scoped_streams.emplace_back(device, stream); }
-StreamScope::~StreamScope() { scoped_streams.pop_back(); }
+StreamScope::StreamScope(int device, Stream stream) {
+  const DriverTable& t = loaded().table;
+  CUcontext current = nullptr;
+  check(t, t.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  caller_context_ = current;
+  scoped_streams.push_back({device, stream, this});
+}
+
+StreamScope::~StreamScope() {
+  // Its own entry (scopes end in reverse order; erasing by identity keeps the others right if one does not).
+  for (auto it = scoped_streams.rbegin(); it != scoped_streams.rend(); ++it)
+    if (it->scope == this) {
+      scoped_streams.erase(std::next(it).base());
+      break;
+    }
+  const DriverTable& t = loaded().table;
+  (void)t.cuCtxSetCurrent(static_cast<CUcontext>(caller_context_)); // the caller's context (torch's device) again
+}
 
 void synchronize(int device) {
   const DriverTable& t = on(device);
@@ -383,10 +411,10 @@ void launch(int device, Function function, unsigned grid, unsigned block, void**
         "cuLaunchKernel");
 }
 
-Event event_create(int device) {
+Event event_create(int device, bool timing) {
   const DriverTable& t = on(device);
   CUevent event = nullptr;
-  check(t, t.cuEventCreate(&event, 0), "cuEventCreate");
+  check(t, t.cuEventCreate(&event, timing ? 0u : kEventDisableTiming), "cuEventCreate");
   return event;
 }
 

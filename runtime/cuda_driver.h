@@ -56,13 +56,17 @@ void synchronize(int device);
 
 // While it lives, stream(device) on this thread is `stream`: launches and copies for `device` queue on it, in order
 // with the work the caller queues there (the Python package passes torch's current stream, which may be one that
-// does not wait for the legacy default stream). Scopes nest; each ends the one it began.
+// does not wait for the legacy default stream). Scopes nest; each ends the one it began. Its end makes the context
+// that was current at its start current again, so the caller's current device (torch's) is left as it was.
 class StreamScope {
 public:
   StreamScope(int device, Stream stream);
   ~StreamScope();
   StreamScope(const StreamScope&) = delete;
   StreamScope& operator=(const StreamScope&) = delete;
+
+private:
+  void* caller_context_ = nullptr;
 };
 
 DevicePtr mem_alloc(int device, std::size_t bytes);
@@ -84,7 +88,8 @@ void unload_module(int device, Module module);
 Function get_function(int device, Module module, const std::string& name);
 void launch(int device, Function function, unsigned grid, unsigned block, void** params, Stream stream);
 
-Event event_create(int device);
+// `timing`: the event can time (event_elapsed_ms); without, it only orders and waits (cheaper).
+Event event_create(int device, bool timing = true);
 void event_record(int device, Event event, Stream stream);
 void event_synchronize(int device, Event event);
 float event_elapsed_ms(int device, Event start, Event end);

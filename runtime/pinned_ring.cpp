@@ -9,7 +9,7 @@ PinnedRing::PinnedRing(int device, std::size_t bytes) : device_(device), bytes_(
   host_ = static_cast<unsigned char*>(cuda::host_alloc_pinned(device, kBuffers * std::max<std::size_t>(bytes_, 16)));
   try {
     for (cuda::Event& e : copied_)
-      e = cuda::event_create(device);
+      e = cuda::event_create(device, /*timing=*/false);
   } catch (...) {
     for (cuda::Event e : copied_)
       if (e)
@@ -21,6 +21,9 @@ PinnedRing::PinnedRing(int device, std::size_t bytes) : device_(device), bytes_(
 
 PinnedRing::~PinnedRing() {
   try {
+    for (std::size_t k = 0; k < kBuffers; ++k) // copies still reading a buffer end before it is freed
+      if (in_flight_[k])
+        cuda::event_synchronize(device_, copied_[k]);
     for (cuda::Event e : copied_)
       cuda::event_destroy(device_, e);
     cuda::host_free_pinned(device_, host_);

@@ -55,6 +55,14 @@ uint64_t device_address(const Tensor& t, int64_t element = 0) {
 
 bool on_cuda(const Tensor& t) { return t.device().kind == DeviceKind::cuda; }
 
+// The bytes from a non-empty tensor's first element to its last (strides are >= 0).
+std::size_t span_bytes(const Tensor& t) {
+  int64_t last = 0;
+  for (std::size_t d = 0; d < t.shape().size(); ++d)
+    last += (t.shape()[d] - 1) * t.strides()[d];
+  return static_cast<std::size_t>(last + 1) * dtype_size(t.dtype());
+}
+
 // Extents >= 0, at most kMaxTensorRank of them, and at most kMaxTensorBytes of `dtype` in all, counted without
 // overflow. A shape with a zero extent has no elements, but its other extents still make its strides: they too must
 // fit (a [0, 2^62, 2^62] tensor's strides would overflow).
@@ -380,13 +388,27 @@ void Tensor::copy_from(const Tensor& source) const {
     throw Error("cannot copy " + source.describe() + " into " + describe() + ": shape and dtype must match");
   if (source.data() == data() && source.strides() == strides() && source.device() == device())
     return; // itself
+  if (numel() == 0)
+    return;
   if (on_cuda(*this) || on_cuda(source)) {
-    // Device tensors are always contiguous; a strided host source is made contiguous first.
-    if (!source.is_contiguous())
-      return copy_from(source.clone());
+    // Copies between the host and a device move contiguous bytes. A strided device tensor (a view of torch's)
+    // goes through the host: its whole span of memory comes over, the elements are copied there, and a destination's
+    // span goes back (elements between its own keep their values).
+    if (!source.is_contiguous()) {
+      if (!on_cuda(source))
+        return copy_from(source.clone());
+      std::vector<unsigned char> span(span_bytes(source));
+      cuda::copy_to_host(source.device().index, span.data(), device_address(source), span.size());
+      return copy_from(from_blob(span.data(), source.shape(), source.dtype(), source.strides()));
+    }
     if (!is_contiguous()) {
-      Tensor staged = source.to(Device::cpu());
-      return copy_from(staged);
+      if (!on_cuda(*this))
+        return copy_from(source.to(Device::cpu()));
+      std::vector<unsigned char> span(span_bytes(*this));
+      cuda::copy_to_host(device().index, span.data(), device_address(*this), span.size());
+      from_blob(span.data(), shape(), dtype(), strides()).copy_from(source);
+      cuda::copy_to_device(device().index, device_address(*this), span.data(), span.size());
+      return;
     }
     if (on_cuda(*this) && on_cuda(source) && device() == source.device())
       cuda::copy_on_device(device().index, device_address(*this), device_address(source), nbytes());

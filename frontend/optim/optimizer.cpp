@@ -465,14 +465,21 @@ static bool state_device_fits(const StateSpec& spec, const Tensor& t, const Tens
                                           t.device().kind == DeviceKind::cpu);
 }
 
-// Whether the param's scalar state is held in host memory while the param is on a GPU (state_device_fits).
-static bool scalar_state_on_host(const ParamState& state, const Tensor& param) {
+// Which entries of the param's state are scalars held in host memory while the param is on a GPU
+// (state_device_fits): bit k for the k-th entry. torch keeps `step` there for steps that are not capturable, and
+// load_state_dict moves the other scalars (NAdam's mu_product, ASGD's eta) to the param's device, so a param may
+// have some of each.
+static uint64_t host_scalar_entries(const ParamState& state, const Tensor& param) {
+  uint64_t mask = 0;
   if (param.device().kind != DeviceKind::cuda)
-    return false;
-  for (const auto& [name, t] : state)
-    if (t.numel() == 1 && t.device().kind == DeviceKind::cpu)
-      return true;
-  return false;
+    return mask;
+  for (std::size_t k = 0; k < state.size() && k < 64; ++k)
+    if (state[k].second.numel() == 1 && state[k].second.device().kind == DeviceKind::cpu)
+      mask |= uint64_t{1} << k;
+  return mask;
+}
+static bool scalar_state_on_host(const ParamState& state, const Tensor& param) {
+  return host_scalar_entries(state, param) != 0;
 }
 
 void Optimizer::check_state(int64_t flat) const {
@@ -631,7 +638,7 @@ std::vector<uint64_t> Optimizer::state_dtype_facts() const {
   std::vector<uint64_t> facts;
   facts.reserve(static_cast<std::size_t>(param_count()));
   for (int64_t i = 0; i < param_count(); ++i) {
-    uint64_t fact = scalar_state_on_host(flat_state(i), flat_param(i)) ? 1 : 0;
+    uint64_t fact = host_scalar_entries(flat_state(i), flat_param(i));
     for (Dtype dtype : state_dtypes_of(*this, i, structures.of(i).specs))
       fact = fact * 257 + static_cast<uint64_t>(dtype) + 1; // 8 bits per entry: the fact changes with any of them
     facts.push_back(fact);
@@ -646,11 +653,13 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
   std::set<std::string> given_keys, kept_keys;
   for (const auto& entry : given)
     given_keys.insert(entry.first);
+  // Hidden scalar entries (a stochastic rounding stream) live beside visible ones held in host memory, if any.
+  const Device hidden_device = scalar_state_on_host(given, param) ? Device::cpu() : param.device();
   ParamState state;
   for (const StateSpec& spec : specs) {
     if (!spec.visible) {
       const double value = spec.holds_param_index ? static_cast<double>(flat) : loaded ? spec.loaded : spec.initial;
-      state.emplace_back(spec.name, Tensor::full({}, value, new_state_dtype(param, spec), param.device()));
+      state.emplace_back(spec.name, Tensor::full({}, value, new_state_dtype(param, spec), hidden_device));
       continue;
     }
     const Tensor t = find_state(given, spec.name);
@@ -679,7 +688,7 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
   for (const StateSpec& spec : every_spec)
     if (kept_extra && !spec.visible && !find_state(state, spec.name).defined())
       state.emplace_back(spec.name, Tensor::full({}, loaded ? spec.loaded : spec.initial, new_state_dtype(param, spec),
-                                                 param.device()));
+                                                 hidden_device));
   if (!std::includes(given_keys.begin(), given_keys.end(), kept_keys.begin(), kept_keys.end()) ||
       !std::includes(known_keys.begin(), known_keys.end(), given_keys.begin(), given_keys.end()))
     throw Error(fmt::format("state of param {} has keys {}, but {} with these options keeps {}", id, given_keys, name_,
@@ -711,13 +720,6 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
                                     spec.name, flat, t.describe(), param.device().to_string()));
           return t;
         });
-  if (scalar_state_on_host(adopted, param))
-    for (const StateSpec& spec : param_state_specs(flat))
-      if (const Tensor t = find_state(adopted, spec.name);
-          spec.kind == StateKind::Scalar && t.defined() && t.device() != Device::cpu())
-        throw Error(fmt::format("state '{}' of param {} is {}, while another scalar state of the param is on the CPU: "
-                                "a param's scalar state is all on its device or all on the CPU",
-                                spec.name, flat, t.describe()));
   states_[static_cast<std::size_t>(flat)] = std::move(adopted);
   ++state_version_;
 }
@@ -733,11 +735,11 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
     const ParamStructures::Entry& structure = structures.of(i);
     const std::string& key = structure.key;
     std::vector<Dtype> state_dtypes = state_dtypes_of(*this, i, structure.specs);
-    const bool on_host = scalar_state_on_host(flat_state(i), p);
+    const uint64_t on_host = host_scalar_entries(flat_state(i), p);
     Bucket* bucket = nullptr;
     for (Bucket& b : buckets)
       if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key && b.state_dtypes == state_dtypes &&
-          b.scalar_state_on_host == on_host)
+          b.host_scalar_entries == on_host)
         bucket = &b;
     if (!bucket) {
       buckets.push_back(Bucket{p.dtype(), p.device(), key, std::move(state_dtypes), {}, on_host});

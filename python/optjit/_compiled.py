@@ -158,7 +158,7 @@ class CompiledStep:
         _torch_optim.check_group_flags(opt)
         cxx = self._compiled(opt)
         cxx.sync_grad_scaling(grad_scale, found_inf, check_in_step)
-        with self._streams:
+        with self._streams.lend():
             created = [] if cxx.step_skipped() else self._sync(opt, cxx)
             try:
                 ran = cxx.update()
@@ -173,7 +173,7 @@ class CompiledStep:
             return
         # Like torch's in-place ops, the step counts as a change of each param it wrote, so that autograd refuses a
         # backward through a graph that saved the param before it (GAN-style loops would otherwise get wrong grads).
-        torch.autograd.graph.increment_version([p for p in self._params if p.grad is not None])
+        _increment_versions([p for p in self._params if p.grad is not None])
 
     def _drop_state(self, opt, cxx, created):
         for flat in created:
@@ -244,24 +244,40 @@ class CompiledStep:
 
 
 class _cuda_streams:
-    """A context manager lending optjit torch's current stream of each CUDA device `tensors` are on (read when it
-    is entered: a `with torch.cuda.stream(s):` around the step is followed), so that the step queues its copies and
-    launches in order with the model's work; nothing for CPU tensors."""
+    """The CUDA devices `tensors` are on. lend() is a context manager lending optjit torch's current stream of each
+    (read when it is entered: a `with torch.cuda.stream(s):` around the step is followed), so that the step queues
+    its copies and launches in order with the model's work; nothing for CPU tensors. A step inside a CUDA graph
+    capture is refused: optjit's own copies and waits cannot be captured."""
 
     def __init__(self, tensors):
         self._devices = sorted({t.device.index or 0 for t in tensors if t.device.type == "cuda"})
-        self._lent = None
 
-    def __enter__(self):
-        if self._devices:
-            streams = [(d, torch.cuda.current_stream(d).cuda_stream) for d in self._devices]
-            self._lent = CudaStreams(streams)
-            self._lent.__enter__()
+    def lend(self):
+        if not self._devices:
+            return contextlib.nullcontext()
+        if torch.cuda.is_current_stream_capturing():
+            raise Error(
+                "optjit steps cannot be captured in a CUDA graph (torch.cuda.graph): a step waits for and copies its "
+                "own values; call it outside the capture (optjit launches one kernel per group, so a graph saves little)"
+            )
+        return CudaStreams([(d, torch.cuda.current_stream(d).cuda_stream) for d in self._devices])
 
-    def __exit__(self, *exc):
-        if self._lent is not None:
-            self._lent.__exit__(*exc)
-            self._lent = None
+
+def _increment_versions(tensors):
+    """autograd's version of each tensor, counted up as an in-place op would (torch.autograd.graph.increment_version
+    takes a list from torch 2.5 on; one at a time before)."""
+    if _INCREMENT_TAKES_LISTS:
+        torch.autograd.graph.increment_version(tensors)
+    else:
+        for t in tensors:
+            torch.autograd.graph.increment_version(t)
+
+
+try:
+    torch.autograd.graph.increment_version([])
+    _INCREMENT_TAKES_LISTS = True
+except TypeError:
+    _INCREMENT_TAKES_LISTS = False
 
 
 # One lock per torch optimizer, shared by every compiled step made of it (optjit.compile(opt) twice, or patch).

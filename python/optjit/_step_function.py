@@ -36,7 +36,7 @@ import inspect
 
 import torch
 
-from ._compiled import _cuda_streams, _sharded
+from ._compiled import _cuda_streams, _increment_versions, _sharded
 from ._optjit import Error, StepInstruction, TorchStepFunction
 
 
@@ -602,7 +602,7 @@ class StepFunction:
             _check_distinct(self._name, names, lists)
             self._cxx = None
             self._streams = _cuda_streams([t for lst in lists for t in lst])
-            with self._streams:
+            with self._streams.lend():
                 self._cxx = TorchStepFunction(
                     self._name,
                     instructions,
@@ -616,10 +616,10 @@ class StepFunction:
         elif key[2] != self._key[2]:
             self._cxx.set_grads(lists[1])
         self._key = key
-        with self._streams:
+        with self._streams.lend():
             self._cxx({k: float(v) for k, v in hypers.items()})
         # The lists it wrote changed in place, as torch's foreach ops would have counted (autograd's version).
-        torch.autograd.graph.increment_version([t for k in self._written for t in lists[k]])
+        _increment_versions([t for k in self._written for t in lists[k]])
 
     @property
     def kernel_count(self):

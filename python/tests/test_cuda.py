@@ -77,7 +77,7 @@ def test_scalar_state_goes_where_torch_puts_it(cls, kwargs):
 
 def test_lending_streams_is_nothing_for_cpu_tensors():
     streams = _cuda_streams([torch.zeros(3), torch.zeros(())])
-    with streams:
+    with streams.lend():
         pass
     with optjit._optjit.CudaStreams([]):  # nothing lent: the scopes are empty
         pass

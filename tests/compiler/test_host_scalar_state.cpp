@@ -74,6 +74,32 @@ TEST_CASE("host scalar state: state computed from tensor data cannot be held on 
   store_scalar "peak" %4
 }
 )");
-  CHECK_THROWS_WITH_AS(scalar_state_updates(g),
+  CHECK_THROWS_WITH_AS(scalar_state_updates(g, {"peak"}),
                        doctest::Contains("scalar state 'peak' is computed from tensor data (%2 = reduce_max)"), Error);
+  CHECK(scalar_state_updates(g, {}).stores.empty()); // on the device, it is the kernels' to update
+}
+
+TEST_CASE("host scalar state: a host slot computed from a device slot is refused, the other way round is not") {
+  // step (held on the host, as torch keeps it) and mu_product (moved to the device by torch's load_state_dict).
+  const Graph g = parse_graph(R"(graph @nadam_like f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  slot "step" : state scalar f32
+  slot "mu_product" : state scalar f32
+  %0 = scalar_state "step" : pt f64
+  %1 = constant 1 : pt f64
+  %2 = add %0, %1 : pt f64
+  %3 = scalar_state "mu_product" : pt f64
+  %4 = mul %3, %2 : pt f64
+  %5 = tensor "param" : el f32
+  store "param" %5
+  store_scalar "step" %2
+  store_scalar "mu_product" %4
+}
+)");
+  CHECK(scalar_state_updates(g, {"step"}).stores.size() == 1); // mu_product's update (on the device) reads step
+  CHECK_THROWS_WITH_AS(scalar_state_updates(g, {"mu_product"}),
+                       doctest::Contains("scalar state 'mu_product', held on the host, is computed from scalar state "
+                                         "'step', which is on the params' device"),
+                       Error);
 }
