@@ -50,6 +50,21 @@ struct HostDeviceMath {
 };
 HostDeviceMath device_math_on_host();
 
+// A GPU kernel compiled for the host CPU (the same emitted kernel, its thread registers and barrier answered by the
+// host): its blocks run one after another, each on `threads` host threads with a real barrier. The GPU kernels'
+// logic (work items, 128-bit paths, block reductions, the last block of each tensor, carried values) is checked
+// this way without a GPU. For tests; slow (threads are made per launch).
+class EmulatedGpuKernel {
+public:
+  virtual ~EmulatedGpuKernel() = default;
+  // Runs blocks [0, grid) on `params`, whose global fields hold host addresses.
+  void launch(unsigned grid, unsigned threads, const GpuKernelParams& params) const;
+
+protected:
+  void (*entry_)(const GpuKernelParams*) = nullptr;
+};
+std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan& plan);
+
 // The kernel's LLVM IR for the GPU after the O3 pipeline.
 std::string gpu_kernel_llvm_ir(const KernelPlan& plan, int sm);
 // The PTX target for a device of compute capability major.minor: 90 from Hopper on, 80 for Ampere and Ada (PTX

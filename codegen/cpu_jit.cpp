@@ -2,6 +2,7 @@
 // kernel evicted from the cache gives its machine code back.
 #include "codegen/codegen.h"
 #include "codegen/device_math.h"
+#include "codegen/gpu_emulation.h"
 #include "codegen/kernel_emitter.h"
 #include "runtime/log.h"
 
@@ -148,6 +149,62 @@ std::shared_ptr<CpuKernel> compile_cpu_kernel(const KernelPlan& plan) {
         check_llvm(jit.jit().lookup(names.finish_phase), "materialising " + names.finish_phase).toPtr<KernelPhaseFn>();
   kernel->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   OPTJIT_LOG(codegen, "compiled {} for {} in {:.2f} ms", plan.name, jit.cpu_description(), kernel->compile_ms);
+  return kernel;
+}
+
+namespace {
+
+class JitEmulatedGpuKernel : public EmulatedGpuKernel {
+public:
+  llvm::orc::ResourceTrackerSP tracker;
+  void set_entry(void (*entry)(const GpuKernelParams*)) { entry_ = entry; }
+  ~JitEmulatedGpuKernel() override {
+    if (tracker) {
+      std::lock_guard lock(CpuJit::instance().mutex());
+      llvm::consumeError(tracker->remove());
+    }
+  }
+};
+
+// `kernel` (the GPU kernel emitted for the host) called from `name`(const GpuKernelParams*): the fields loaded in
+// the ABI's order, global ones as pointers.
+void define_emulation_entry(llvm::Module& module, llvm::Function* kernel, const std::string& name) {
+  llvm::LLVMContext& ctx = module.getContext();
+  auto* ptr = llvm::PointerType::getUnqual(ctx);
+  auto* i64 = llvm::Type::getInt64Ty(ctx);
+  auto* entry = llvm::Function::Create(llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr}, false),
+                                       llvm::Function::ExternalLinkage, name, module);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", entry));
+  std::vector<llvm::Value*> args;
+  unsigned index = 0;
+#define OPTJIT_GPU_PARAM(name, type, kind)                                                                             \
+  {                                                                                                                    \
+    llvm::Value* field = b.CreateLoad(i64, b.CreateConstGEP1_64(i64, entry->getArg(0), index++));                      \
+    args.push_back(std::string_view(#kind) == "global" ? b.CreateIntToPtr(field, ptr) : field);                        \
+  }
+#include "runtime/kernel_abi.def"
+#undef OPTJIT_GPU_PARAM
+  b.CreateCall(kernel, args);
+  b.CreateRetVoid();
+}
+
+} // namespace
+
+std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan& plan) {
+  CpuJit& jit = CpuJit::instance();
+  std::lock_guard lock(jit.mutex());
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>(plan.name, *context);
+  const std::string prefix = jit.next_symbol_prefix();
+  emit_gpu_kernel(plan, *module, prefix + "_gpu", &gpu_emulation_hooks());
+  define_emulation_entry(*module, module->getFunction(prefix + "_gpu"), prefix + "_entry");
+  jit.optimize(*module);
+  auto kernel = std::make_shared<JitEmulatedGpuKernel>();
+  kernel->tracker = jit.jit().getMainJITDylib().createResourceTracker();
+  check_llvm(jit.jit().addIRModule(kernel->tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
+             "adding emulated GPU kernel " + plan.name + " to the JIT");
+  kernel->set_entry(check_llvm(jit.jit().lookup(prefix + "_entry"), "materialising " + prefix + "_entry")
+                        .toPtr<void (*)(const GpuKernelParams*)>());
   return kernel;
 }
 

@@ -62,9 +62,10 @@ public:
     Value* matrix = nullptr; // the CPU's per-tensor extents (extent nodes read it)
   };
 
-  Emitter(const KernelPlan& plan, llvm::Module& module, int lanes, bool device_math = false, bool native_bf16 = false)
+  Emitter(const KernelPlan& plan, llvm::Module& module, int lanes, bool device_math = false, bool native_bf16 = false,
+          const GpuEmulationHooks* emulation = nullptr)
       : plan_(plan), graph_(plan.graph), module_(module), ctx_(module.getContext()), lanes_(lanes),
-        native_bf16_(native_bf16) {
+        native_bf16_(native_bf16), emulation_(emulation) {
     for (ValueId id = plan.reductions_begin; id < plan.graph.size(); ++id)
       (op_has_trait(plan.graph.node(id).op, kAxis) ? axis_reductions_ : tensor_reductions_).push_back(id);
     if (device_math)
@@ -346,7 +347,7 @@ public:
   // time with 128-bit accesses when every slot's address of the item is aligned, one at a time otherwise.
   void emit_gpu_kernel(const std::string& symbol) {
     IRBuilder<> b(ctx_);
-    llvm::PointerType* global = llvm::PointerType::get(ctx_, 1);
+    llvm::PointerType* global = llvm::PointerType::get(ctx_, emulation_ ? 0 : 1);
     const auto llvm_type = [&](std::string_view kind) -> llvm::Type* { return kind == "global" ? global : i64_; };
     auto* type = llvm::FunctionType::get(b.getVoidTy(),
                                          {
@@ -356,9 +357,11 @@ public:
                                          },
                                          false);
     auto* fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, module_);
-    fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
-    annotate_kernel(fn);
+    if (!emulation_) {
+      fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
+      annotate_kernel(fn);
+    }
     const auto param = [&](GpuParam p) { return fn->getArg(static_cast<unsigned>(p)); };
     Value* slots = param(GpuParam::slots);
     Value* items = param(GpuParam::items);
@@ -366,9 +369,9 @@ public:
     Value* done = param(GpuParam::done);
     Value* n_tensors = param(GpuParam::n_tensors);
     b.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
-    Value* block = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, {}, {}), i64_);
-    Value* thread = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}), i64_);
-    Value* threads = b.CreateZExt(b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x, {}, {}), i64_);
+    Value* block = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), i64_);
+    Value* thread = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), i64_);
+    Value* threads = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x), i64_);
     auto [t, first, last] = load_work_item(b, items, block);
     const PerTensorInputs in{slots,
                              n_tensors,
@@ -416,6 +419,34 @@ public:
   }
 
 private:
+  // The GPU's thread and block registers (%tid.x, %ntid.x, %ctaid.x), its block barrier and its global memory fence;
+  // in emulation, calls to the emulator's hooks and a host fence.
+  Value* gpu_register(IRBuilder<>& b, llvm::Intrinsic::ID id) {
+    if (!emulation_)
+      return b.CreateIntrinsic(id, {}, {});
+    const auto hook = id == llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x    ? emulation_->thread_index
+                      : id == llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x ? emulation_->block_threads
+                                                                         : emulation_->block_index;
+    return call_hook(b, reinterpret_cast<uintptr_t>(hook), b.getInt32Ty());
+  }
+  void gpu_barrier(IRBuilder<>& b) {
+    if (!emulation_)
+      b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    else
+      call_hook(b, reinterpret_cast<uintptr_t>(emulation_->barrier), b.getVoidTy());
+  }
+  void gpu_fence(IRBuilder<>& b) {
+    if (!emulation_)
+      b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
+    else
+      b.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+  }
+  // A call of the host function at `address`, of no arguments.
+  Value* call_hook(IRBuilder<>& b, uintptr_t address, llvm::Type* result) {
+    auto* type = llvm::FunctionType::get(result, false);
+    return b.CreateCall(type, b.CreateIntToPtr(b.getInt64(address), ptr_));
+  }
+
   // Marks `fn` as a kernel entry with at most kGpuMaxBlockThreads threads per block (nvvm.annotations).
   void annotate_kernel(llvm::Function* fn) {
     llvm::NamedMDNode* annotations = module_.getOrInsertNamedMetadata("nvvm.annotations");
@@ -530,7 +561,7 @@ private:
     auto* array = llvm::ArrayType::get(b.getDoubleTy(), static_cast<uint64_t>(kGpuMaxBlockThreads) * thread_acc.size());
     auto* shared = new llvm::GlobalVariable(module_, array, false, llvm::GlobalValue::InternalLinkage,
                                             llvm::UndefValue::get(array), plan_.name + "_reduce", nullptr,
-                                            llvm::GlobalValue::NotThreadLocal, 3);
+                                            llvm::GlobalValue::NotThreadLocal, emulation_ ? 0 : 3);
     shared->setAlignment(llvm::Align(8));
     const auto cell = [&](std::size_t r, Value* index) {
       Value* at = b.CreateAdd(b.getInt64(static_cast<int64_t>(r) * kGpuMaxBlockThreads), index);
@@ -538,7 +569,7 @@ private:
     };
     for (std::size_t r = 0; r < thread_acc.size(); ++r)
       b.CreateStore(b.CreateLoad(b.getDoubleTy(), thread_acc[r]), cell(r, thread));
-    b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    gpu_barrier(b);
     for (int stride = kGpuMaxBlockThreads / 2; stride >= 1; stride /= 2) {
       auto* add = llvm::BasicBlock::Create(ctx_, "reduce.add", fn);
       auto* next = llvm::BasicBlock::Create(ctx_, "reduce.next", fn);
@@ -552,7 +583,7 @@ private:
                       cell(r, thread));
       b.CreateBr(next);
       b.SetInsertPoint(next);
-      b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+      gpu_barrier(b);
     }
     for (std::size_t r = 0; r < thread_acc.size(); ++r)
       results.push_back(b.CreateLoad(b.getDoubleTy(), cell(r, b.getInt64(0))));
@@ -597,7 +628,7 @@ private:
       any |= s.kind != StoreKind::Tensor;
     if (!any)
       return;
-    b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    gpu_barrier(b);
     auto* count = llvm::BasicBlock::Create(ctx_, "count", fn);
     auto* write = llvm::BasicBlock::Create(ctx_, "write_scalar_state", fn);
     auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
@@ -610,7 +641,7 @@ private:
     };
     for (std::size_t r = 0; r < reductions.values.size(); ++r) // published before the count, by the membar
       b.CreateStore(reductions.values[r], partial_at(reductions.block, r));
-    b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
+    gpu_fence(b);
     Value* counter = b.CreateGEP(b.getInt32Ty(), count_in.done, in.t);
     Value* before = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt32(1), llvm::MaybeAlign(4),
                                       llvm::AtomicOrdering::Monotonic);
@@ -618,7 +649,7 @@ private:
     Value* is_last = b.CreateICmpEQ(b.CreateAdd(b.CreateZExt(before, i64_), b.getInt64(1)), total);
     b.CreateCondBr(is_last, write, exit);
     b.SetInsertPoint(write);
-    b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
+    gpu_fence(b);
     emit_per_tensor_stores(b, values, in);
     if (!reductions.values.empty()) {
       // Tensor t's partials, combined in item order, handed on as its carried values.
@@ -1091,7 +1122,8 @@ private:
   llvm::LLVMContext& ctx_;
   int lanes_;
   bool native_bf16_;
-  std::optional<DeviceMath> math_;                           // set for targets without libm
+  const GpuEmulationHooks* emulation_; // GPU kernels run on host threads (gpu_emulation.cpp); null on a GPU
+  std::optional<DeviceMath> math_;     // set for targets without libm
   std::vector<ValueId> tensor_reductions_, axis_reductions_; // the kernel's reductions, per tensor and along an axis
   // Rows and columns of the item the element phase is in (kernels with has_axis): m, n and the tensor's bases.
   struct AxisIndex {
@@ -1141,13 +1173,14 @@ EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, cons
   return names;
 }
 
-void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol) {
+void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol,
+                     const GpuEmulationHooks* emulation) {
   if (plan.has_axis)
     throw Error("kernel " + plan.name +
                 " reads or writes rows and columns (row_sum, col_sum, rows or cols slots): those compile for the CPU; "
                 "their GPU kernels are not built yet, so run these params on the CPU");
   Emitter emitter(plan, module, kGpuVectorBytes / static_cast<int>(dtype_size(plan.graph.dtype)),
-                  /*device_math=*/true);
+                  /*device_math=*/true, /*native_bf16=*/false, emulation);
   emitter.emit_gpu_kernel(symbol);
   verify(module);
 }

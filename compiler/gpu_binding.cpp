@@ -1,4 +1,5 @@
 #include "compiler/gpu_binding.h"
+#include "compiler/gpu_table.h"
 #include "runtime/error.h"
 #include "runtime/pinned_ring.h"
 
@@ -41,72 +42,20 @@ struct GpuBinding::Staging {
   }
 };
 
-namespace {
-
-std::size_t align16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
-
-} // namespace
-
 GpuBinding::GpuBinding() = default;
 GpuBinding::~GpuBinding() = default;
 GpuBinding::GpuBinding(GpuBinding&&) noexcept = default;
 GpuBinding& GpuBinding::operator=(GpuBinding&&) noexcept = default;
 
 void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int device, uint64_t carry) {
-  LaunchShape shape;
-  shape.chunk_elements = kGpuChunkBytes / static_cast<int64_t>(dtype_size(plan.graph.dtype));
-  shape.item_per_empty_tensor = true;
-  host_.bind(plan, args, shape);
+  host_.bind(plan, args, gpu_launch_shape(plan));
   device_ = device;
-  const std::size_t n = host_.group_of().size();
-  std::vector<int64_t> items_of_tensor(n, 0);
-  int64_t elements = 0;
-  for (const WorkItem& item : host_.items()) {
-    ++items_of_tensor[static_cast<std::size_t>(item.tensor)];
-    elements += item.end - item.begin;
-  }
-  block_threads_ = gpu_block_threads(elements / std::max<int64_t>(1, n_items()));
-
-  // One device allocation: slots | group_of | items | items_of_tensor | done | hyper | first_item | partials, each
-  // 16-byte aligned.
-  const std::size_t n_partials = host_.items().size() * static_cast<std::size_t>(host_.n_reduce());
-  const std::size_t sizes[] = {host_.slots().size() * 8,
-                               n * 8,
-                               host_.items().size() * sizeof(WorkItem),
-                               n * 8,
-                               n * 4,
-                               host_.hyper().size() * 8,
-                               host_.first_item().size() * 8,
-                               std::max<std::size_t>(1, n_partials) * 8};
-  constexpr int kRegions = 8;
-  std::size_t offsets[kRegions], total = 0;
-  for (int k = 0; k < kRegions; ++k) {
-    offsets[k] = total;
-    total += align16(sizes[k]);
-  }
-  std::vector<unsigned char> image(total, 0); // the done counters start at zero
-  std::memcpy(image.data() + offsets[0], host_.slots().data(), sizes[0]);
-  std::memcpy(image.data() + offsets[1], host_.group_of().data(), sizes[1]);
-  std::memcpy(image.data() + offsets[2], host_.items().data(), sizes[2]);
-  std::memcpy(image.data() + offsets[3], items_of_tensor.data(), sizes[3]);
-  std::memcpy(image.data() + offsets[5], host_.hyper().data(), sizes[5]);
-  std::memcpy(image.data() + offsets[6], host_.first_item().data(), sizes[6]);
-  if (table_.bytes() < total)
-    table_ = DeviceBuffer(device, total);
-  cuda::copy_to_device(device, table_.address(), image.data(), total);
-  const uint64_t base = table_.address();
-  params_.slots = base + offsets[0];
-  params_.group_of = base + offsets[1];
-  params_.items = base + offsets[2];
-  params_.items_of_tensor = base + offsets[3];
-  params_.done = base + offsets[4];
-  params_.hyper = base + offsets[5];
-  params_.carry = carry;
-  params_.first_item = base + offsets[6];
-  params_.partials = base + offsets[7];
-  params_.n_tensors = static_cast<int64_t>(n);
-  params_.n_hyper = static_cast<int64_t>(plan.abi.hypers.size());
-  params_.n_carry = static_cast<int64_t>(plan.carries.size());
+  const GpuTable table = make_gpu_table(plan, host_);
+  block_threads_ = table.block_threads;
+  if (table_.bytes() < table.image.size())
+    table_ = DeviceBuffer(device, table.image.size());
+  cuda::copy_to_device(device, table_.address(), table.image.data(), table.image.size());
+  params_ = table.at(table_.address(), carry);
   if (!staging_ || staging_->device() != device || staging_->doubles < host_.hyper().size())
     staging_ = std::make_unique<Staging>(device, host_.hyper().size());
   staging_->drop_graphs();  // they launch the previous table's items and block size

@@ -1,0 +1,173 @@
+// The GPU kernels, run on host threads (codegen.h's EmulatedGpuKernel: the same emitted kernel, its thread registers
+// and barrier answered by the host, its blocks one after another), against the CPU kernels of the same plans. This
+// checks the GPU kernels' logic without a GPU: work items and the 128-bit paths, block reductions, the last block
+// of each tensor writing scalar state and carried values, list reductions between kernels. What only a GPU shows
+// (its memory model, its math instructions, real concurrency between blocks) is test_cuda.cpp's.
+#include "codegen/codegen.h"
+#include "compiler/backend.h"
+#include "compiler/gpu_table.h"
+#include "compiler/ir/parser.h"
+#include "compiler/pipeline.h"
+#include "helpers.h"
+#include "tools/count_configs.h"
+
+#include <doctest/doctest.h>
+
+using namespace optjit;
+
+namespace {
+
+// A plan's kernels emulated as the GPU backend runs them: a table per kernel in host memory, one carry buffer, the
+// list reductions combined over the list between kernels.
+void run_emulated(const PipelineResult& pipeline, const ListArguments& args, unsigned threads) {
+  const std::size_t n = static_cast<std::size_t>(args.n_tensors());
+  const std::size_t n_carry = pipeline.kernels.front().carries.size();
+  std::vector<double> carry(std::max<std::size_t>(1, n * n_carry));
+  for (const KernelPlan& plan : pipeline.kernels) {
+    const std::shared_ptr<EmulatedGpuKernel> kernel = compile_gpu_kernel_for_host(plan);
+    Binding host;
+    host.bind(plan, args, gpu_launch_shape(plan));
+    GpuTable table = make_gpu_table(plan, host);
+    kernel->launch(table.grid, threads,
+                   table.at(reinterpret_cast<uint64_t>(table.image.data()), reinterpret_cast<uint64_t>(carry.data())));
+    std::vector<ListPartials> pending;
+    const std::vector<std::size_t> columns = list_carry_columns(plan);
+    for (std::size_t c : columns) {
+      ListPartials& p = pending.emplace_back(ListPartials{plan.carry_kinds[c], std::vector<double>(n)});
+      for (std::size_t t = 0; t < n; ++t)
+        p.values[t] = carry[t * n_carry + c];
+    }
+    combine_each_over_list(pending);
+    for (std::size_t i = 0; i < columns.size(); ++i)
+      for (std::size_t t = 0; t < n; ++t)
+        carry[t * n_carry + columns[i]] = pending[i].values[t];
+  }
+}
+
+bool has_axis(const PipelineResult& pipeline) {
+  for (const KernelPlan& plan : pipeline.kernels)
+    if (plan.has_axis)
+      return true;
+  return false;
+}
+
+// `steps` steps of config `c` on two copies of the params: the GPU kernels emulated on one, the CPU kernels on the
+// other; false when the step has rows or columns (no GPU kernels yet).
+bool check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned threads, int steps) {
+  const std::vector<Tensor> initial = random_params({{33, 7}, {5}, {9000}, {0}, {4, 4}, {}}, dtype, 13);
+  std::vector<Tensor> emulated = copy_params(initial), reference = copy_params(initial);
+  auto opt_emulated = test::make_single_group(c.optimizer, emulated, c.options, true);
+  auto opt_reference = test::make_single_group(c.optimizer, reference, c.options, true);
+  const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
+  for (int s = 0; s < steps; ++s) {
+    randomize_grads(emulated, 500 + static_cast<uint64_t>(s));
+    randomize_grads(reference, 500 + static_cast<uint64_t>(s));
+    for (Optimizer* opt : {opt_emulated.get(), opt_reference.get()})
+      opt->ensure_state();
+    for (const ParamBucket& bucket : opt_emulated->compile_buckets()) {
+      const PipelineResult pipeline = run_pipeline(opt_emulated->trace_bucket(bucket));
+      if (has_axis(pipeline))
+        return false;
+      run_emulated(pipeline, opt_emulated->list_arguments(bucket), threads);
+    }
+    for (const ParamBucket& bucket : opt_reference->compile_buckets()) {
+      bool hit = false;
+      std::unique_ptr<Executable> code =
+          cpu_backend().load(run_pipeline(opt_reference->trace_bucket(bucket)), cpu, CompileOptions{}, hit);
+      code->bind(opt_reference->list_arguments(bucket));
+      code->launch();
+    }
+  }
+  // The emulated kernels are the GPU's LLVM IR compiled for this CPU: the same arithmetic as the CPU kernels up to
+  // contraction into fused multiply-adds and the device exp, log and pow, so a few ulp apart at most.
+  const double eps = dtype == Dtype::bf16 ? 0x1p-7 : dtype == Dtype::f16 ? 0x1p-10 : 0;
+  const double rtol = dtype == Dtype::f32 ? 1e-5 : dtype == Dtype::f64 ? 1e-12 : 4 * eps;
+  const double atol = dtype == Dtype::f32 ? 1e-6 : dtype == Dtype::f64 ? 1e-14 : 2 * eps;
+  test::check_same_trajectory(emulated, *opt_emulated, reference, *opt_reference, rtol, atol, "emulated GPU vs CPU");
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("gpu emulation: every optimizer configuration's GPU kernels step as its CPU kernels") {
+  std::vector<CountConfig> configs = torch_optim_configs();
+  for (const CountConfig& c : own_optimizer_configs())
+    configs.push_back(c);
+  int checked = 0;
+  for (Dtype dtype : {Dtype::f32, Dtype::bf16})
+    for (const CountConfig& c : configs) {
+      INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
+      checked += check_emulated_against_cpu(c, dtype, 64, 3) ? 1 : 0;
+    }
+  CHECK(checked >= 100);
+}
+
+TEST_CASE("gpu emulation: reductions (LAMB's and LARS's norms) and f64, f16, blocks of 32 and 512 threads") {
+  for (const CountConfig& c : reducing_configs()) {
+    if (c.clip_norm_type != 0)
+      continue; // clipping's norm is the driver's own pass
+    for (Dtype dtype : {Dtype::f32, Dtype::f64}) {
+      INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
+      check_emulated_against_cpu(c, dtype, 96, 3);
+    }
+  }
+  for (unsigned threads : {32u, 512u}) {
+    INFO(threads << " threads");
+    CHECK(check_emulated_against_cpu({"adam", {{"amsgrad", {1}}}}, Dtype::f16, threads, 2));
+    CHECK(check_emulated_against_cpu({"lamb", {}}, Dtype::f64, threads, 2));
+  }
+}
+
+TEST_CASE("gpu emulation: a list reduction (clipping by the global norm) combines between the GPU kernels") {
+  // SGD clipped by the global 2-norm of the grads; the largest |g| over the list is kept as scalar state.
+  const PipelineResult pipeline = run_pipeline(parse_graph(R"(graph @clipped f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  slot "peak" : state scalar f32
+  %0 = hyper "lr" : pt f64
+  %1 = tensor "param" : el f32
+  %2 = tensor "grad" : el f32
+  %3 = mul %2, %2 : el f32
+  %4 = reduce_sum %3 : pt f64
+  %5 = list_sum %4 : pt f64
+  %6 = sqrt %5 : pt f64
+  %7 = div %0, %6 : pt f64
+  %8 = cast %7 : pt f32
+  %9 = mul %2, %8 : el f32
+  %10 = sub %1, %9 : el f32
+  %11 = abs %2 : el f32
+  %12 = reduce_max %11 : pt f64
+  %13 = list_max %12 : pt f64
+  store "param" %10
+  store_scalar "peak" %13
+}
+)"));
+  REQUIRE(pipeline.kernels.size() == 2);
+  const auto lists = [] {
+    ListArguments args;
+    args.slot_names = {"param", "grad", "peak"};
+    args.hyper_names = {"lr"};
+    args.hyper = {0.5};
+    const std::vector<Tensor> params = random_params({{9000}, {7}, {0}, {3, 3}}, Dtype::f32, 77);
+    args.slot_tensors = {params, {}, {}};
+    for (const Tensor& p : params) {
+      args.slot_tensors[1].push_back(p.grad());
+      args.slot_tensors[2].push_back(Tensor::zeros({}, Dtype::f32));
+      args.group_of.push_back(0);
+    }
+    return args;
+  };
+  const ListArguments emulated = lists(), reference = lists();
+  run_emulated(pipeline, emulated, 64);
+  bool hit = false;
+  const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
+  std::unique_ptr<Executable> code = cpu_backend().load(pipeline, cpu, CompileOptions{}, hit);
+  code->bind(reference);
+  code->launch();
+  for (std::size_t s = 0; s < 3; s += 2)
+    for (std::size_t t = 0; t < 4; ++t) {
+      INFO("slot " << emulated.slot_names[s] << ", tensor " << t);
+      CHECK(test::scaled_error(emulated.slot_tensors[s][t], reference.slot_tensors[s][t], 1e-6, 1e-7) <= 1.0);
+    }
+  CHECK(reference.slot_tensors[2][0].item() > 0); // the peak was written
+}
