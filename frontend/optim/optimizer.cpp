@@ -714,6 +714,11 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
                                         : fmt::format("it holds the param's rows or "
                                                       "columns, shape [{}]",
                                                       fmt::join(state_shape(spec.kind, param.shape()), ", "))));
+          if (spec.copies_param && t.dtype() != Dtype::f32)
+            throw Error(fmt::format("state '{}' of param {} is {}: master weights are f32 (torch's load_state_dict "
+                                    "casts every state entry but step to the param's dtype; optjit.compile keeps "
+                                    "the f32 copy across it)",
+                                    spec.name, flat, t.describe()));
           if (!state_device_fits(spec, t, param) || !t.is_non_overlapping())
             throw Error(fmt::format("state '{}' of param {} is {}: it must be on the param's device ({}; a scalar "
                                     "state of a GPU param may be on the CPU), each element at an address of its own",

@@ -5,6 +5,7 @@ import functools
 import inspect
 import math
 import threading
+import warnings
 import weakref
 from itertools import chain
 
@@ -43,6 +44,7 @@ class CompiledStep:
         self._clipping = _clipping(max_grad_norm, norm_type, error_if_nonfinite)
         self._opt = opt  # held, as torch.compile(opt.step) holds it
         self._lock = _step_lock(opt)
+        _keep_f32_masters(opt, self._lock)
         self._retired = []  # metrics of the compiled steps replaced by add_param_group
         self._total_norm = None  # of the last clipped step (NaN for one skipped for an inf or NaN); None before one
         self._cxx = None
@@ -158,6 +160,8 @@ class CompiledStep:
         _torch_optim.check_group_flags(opt)
         cxx = self._compiled(opt)
         cxx.sync_grad_scaling(grad_scale, found_inf, check_in_step)
+        _widen_cast_masters(opt)
+        _reseed_changed_masters(opt, self._lock)
         with self._streams.lend():
             created = [] if cxx.step_skipped() else self._sync(opt, cxx)
             try:
@@ -174,6 +178,7 @@ class CompiledStep:
         # Like torch's in-place ops, the step counts as a change of each param it wrote, so that autograd refuses a
         # backward through a graph that saved the param before it (GAN-style loops would otherwise get wrong grads).
         _increment_versions([p for p in self._params if p.grad is not None])
+        _remember_master_versions(opt, self._lock)
 
     def _drop_state(self, opt, cxx, created):
         for flat in created:
@@ -286,9 +291,89 @@ _step_locks_guard = threading.Lock()
 
 
 class _StepLock:
+    """What every compiled step of one optimizer shares: the lock, and what must outlive a rebuilt step."""
+
     def __init__(self):
         self.mutex = threading.Lock()
         self.owner = None  # the thread holding it
+        # id(param) -> (weak reference, autograd version) of each param whose f32 master the last step wrote
+        self.master_versions = {}
+        self.load_hooks = False  # _keep_f32_masters has hooked the optimizer's load_state_dict
+
+
+def _keep_f32_masters(opt, record):
+    """torch's load_state_dict casts every state entry but `step` to its param's dtype, a master_param too (bf16):
+    the f32 masters of the state dict being loaded are put back once it has loaded (a pre and a post hook, once per
+    optimizer), and masters loaded so are trusted as they are."""
+    if record.load_hooks:
+        return
+    record.load_hooks = True
+    loading = {}
+
+    def before(optimizer, state_dict):
+        loading["ids"] = [i for group in state_dict["param_groups"] for i in group["params"]]
+        loading["masters"] = {
+            i: entries["master_param"]
+            for i, entries in state_dict["state"].items()
+            if isinstance(entries, dict)
+            and isinstance(entries.get("master_param"), torch.Tensor)
+            and entries["master_param"].dtype == torch.float32
+        }
+
+    def after(optimizer):
+        masters = loading.pop("masters", {})
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for i, p in zip(loading.pop("ids", []), params):
+            if i in masters and "master_param" in optimizer.state.get(p, {}):
+                optimizer.state[p]["master_param"] = masters[i].to(device=p.device, copy=True)
+        record.master_versions.clear()
+
+    opt.register_load_state_dict_pre_hook(before)
+    opt.register_load_state_dict_post_hook(after)
+
+
+def _master_params(opt):
+    """The params of groups with master weights that have an f32 master in opt.state, with it."""
+    for group in opt.param_groups:
+        if group.get("master_weights"):
+            for p in group["params"]:
+                master = opt.state.get(p, {}).get("master_param")
+                if master is not None:
+                    yield p, master
+
+
+def _reseed_changed_masters(opt, record):
+    """A param written since its master was (p.copy_, model.load_state_dict, steps without master weights or by
+    plain torch) is the truth: its master starts again from it, or the step would put the old value back."""
+    versions = record.master_versions
+    if not versions:
+        return
+    with torch.no_grad():
+        for p, master in _master_params(opt):
+            seen = versions.get(id(p))
+            if seen is not None and seen[0]() is p and seen[1] != p._version:
+                master.copy_(p)
+
+
+def _remember_master_versions(opt, record):
+    # Updated, not replaced: a group whose master weights are off for a while keeps its entries, so that turning them
+    # on again finds its params changed.
+    record.master_versions.update({id(p): (weakref.ref(p), p._version) for p, _ in _master_params(opt)})
+
+
+def _widen_cast_masters(opt):
+    """Masters torch's load_state_dict cast to the param's dtype before optjit hooked it (loaded before compiling):
+    f32 again, in the param's layout. Their low bits are gone; a warning says so once per load."""
+    cast = [(p, master) for p, master in _master_params(opt) if master.dtype != torch.float32]
+    for p, master in cast:
+        opt.state[p]["master_param"] = master.to(torch.float32, memory_format=torch.preserve_format)
+    if cast:
+        warnings.warn(
+            f"{len(cast)} master weight(s) were loaded as {cast[0][1].dtype} (torch's load_state_dict casts state to "
+            "the param's dtype) and continue in f32 from those values: compile (or patch) the optimizer before "
+            "load_state_dict to keep the checkpoint's f32 masters exactly",
+            stacklevel=4,
+        )
 
 
 def _step_lock(opt):

@@ -75,3 +75,47 @@ def test_master_weights_turned_on_for_existing_state_start_from_the_param(cls):
         assert not torch.equal(p.detach(), b)  # stepped through its master
     assert "a param group gained or lost an option" in step.metrics()["recompile_reasons"][-1]
     assert all("master_param" in opt.state_dict()["state"][i] for i in range(len(params)))
+
+
+def _bf16_run(steps_before, steps_after=0, resume=None):
+    generator = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(300, generator=generator).to(torch.bfloat16))]
+    opt = torch.optim.SGD([{"params": params, "master_weights": True}], lr=1e-3)
+    step = optjit.compile(opt)
+    if resume is not None:
+        opt.load_state_dict(resume)  # after compiling: the checkpoint's f32 masters are kept
+    for t in range(steps_before, steps_before + steps_after):
+        params[0].grad = torch.randn(300, generator=torch.Generator().manual_seed(100 + t)).to(torch.bfloat16)
+        step()
+    return params, opt
+
+
+def test_a_checkpoint_resumes_with_its_f32_masters():
+    import copy
+
+    uninterrupted, _ = _bf16_run(0, 6)
+    _, first = _bf16_run(0, 3)
+    saved = copy.deepcopy(first.state_dict())
+    resumed, opt = _bf16_run(3, 3, resume=saved)
+    assert opt.state[resumed[0]]["master_param"].dtype == torch.float32
+    assert torch.equal(resumed[0], uninterrupted[0])  # torch's load_state_dict alone would cast the master to bf16
+
+
+def test_a_param_written_outside_the_step_restarts_its_master():
+    p = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    opt = torch.optim.SGD([{"params": [p], "master_weights": True}], lr=0.5)
+    step = optjit.compile(opt)
+    p.grad = torch.full((4,), 0.5, dtype=torch.bfloat16)
+    step()  # 1 - 0.25
+    with torch.no_grad():
+        p.fill_(3.0)  # as model.load_state_dict or an EMA swap would
+    p.grad = torch.zeros(4, dtype=torch.bfloat16)
+    step()
+    assert torch.equal(p, torch.full((4,), 3.0, dtype=torch.bfloat16))  # not the old master's 0.75
+    opt.param_groups[0]["master_weights"] = False
+    p.grad = torch.full((4,), 1.0, dtype=torch.bfloat16)
+    step()  # 2.5, without the master
+    opt.param_groups[0]["master_weights"] = True
+    p.grad = torch.zeros(4, dtype=torch.bfloat16)
+    step()
+    assert torch.equal(p, torch.full((4,), 2.5, dtype=torch.bfloat16))  # the master restarts from 2.5, not 3.0
