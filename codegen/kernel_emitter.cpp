@@ -1101,6 +1101,11 @@ private:
     Value* u = b.CreateBitCast(in[0], i32);
     Value* magnitude = b.CreateAnd(u, constant(i32, 0x7fffffff));
     Value* rounded = b.CreateAnd(b.CreateAdd(u, bits), constant(i32, 0xffff0000));
+    Value* saturates =
+        b.CreateAnd(b.CreateICmpEQ(b.CreateAnd(rounded, constant(i32, 0x7fffffff)), constant(i32, 0x7f800000)),
+                    b.CreateICmpULT(magnitude, constant(i32, kBf16NearestOverflow)));
+    rounded = b.CreateSelect(
+        saturates, b.CreateOr(b.CreateAnd(u, constant(i32, 0x80000000)), constant(i32, kBf16LargestFinite)), rounded);
     Value* quiet_nan = b.CreateAnd(b.CreateOr(u, constant(i32, 0x00400000)), constant(i32, 0xffff0000));
     Value* result = b.CreateSelect(b.CreateICmpUGT(magnitude, constant(i32, 0x7f800000)), quiet_nan,
                                    b.CreateSelect(b.CreateICmpEQ(magnitude, constant(i32, 0x7f800000)), u, rounded));

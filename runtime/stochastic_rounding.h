@@ -7,7 +7,9 @@
 // key = mix(counter ^ mix(stream)), bits = mix(key + index * golden ratio); the top 16 bits are used. An f32 value
 // is rounded to bf16 by adding those 16 bits below its kept bits and truncating: it rounds up (in magnitude) with
 // probability equal to its distance from the bf16 value below, so the rounding is unbiased. NaN stays a (quiet) NaN,
-// infinities stay; a finite value within one bf16 ulp of the largest finite may round to infinity, as it should.
+// infinities stay. A finite value above the largest finite bf16 that round-to-nearest keeps finite (less than half
+// an ulp above it) rounds to the largest finite, never to infinity: an update of a fraction of an ulp must not turn
+// a param into inf (nearest rounding, torch's, saturates there too).
 #pragma once
 
 #include <bit>
@@ -16,6 +18,8 @@
 namespace optjit {
 
 constexpr uint64_t kRoundingGolden = 0x9e3779b97f4a7c15ull;
+// The largest finite bf16 (as f32 bits), and the f32 magnitude from which round-to-nearest gives infinity.
+constexpr uint32_t kBf16LargestFinite = 0x7f7f0000u, kBf16NearestOverflow = 0x7f7f8000u;
 
 constexpr uint64_t rounding_mix(uint64_t x) {
   x ^= x >> 30;
@@ -39,7 +43,10 @@ inline float stochastic_round_bf16(float value, uint32_t bits) {
     return std::bit_cast<float>((u | 0x00400000u) & 0xffff0000u);
   if ((u & 0x7fffffffu) == 0x7f800000u)
     return value;
-  return std::bit_cast<float>((u + bits) & 0xffff0000u);
+  const uint32_t rounded = (u + bits) & 0xffff0000u;
+  if ((rounded & 0x7fffffffu) == 0x7f800000u && (u & 0x7fffffffu) < kBf16NearestOverflow)
+    return std::bit_cast<float>((u & 0x80000000u) | kBf16LargestFinite);
+  return std::bit_cast<float>(rounded);
 }
 
 // A step counter for `seed` and `step`, as the whole number (below 2^53) the kernels receive as a double.

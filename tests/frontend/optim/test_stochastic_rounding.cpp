@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 using namespace optjit;
 using optjit::test::check_error;
@@ -118,4 +119,21 @@ TEST_CASE("stochastic rounding: a group of f32 params with it is refused before 
   auto opt = make_optimizer("adam", {ParamGroupSpec{params, {}}}, {{"stochastic_rounding", {1}}});
   check_error([&] { opt->step(); }, "param 0 is f32[4] on cpu, in a group with stochastic_rounding=true: stochastic "
                                     "rounding stores bf16 params and state");
+}
+
+TEST_CASE("stochastic rounding: a fraction of an ulp above the largest bf16 saturates, in every mode, never to inf") {
+  const double largest = 0x1.fep127; // the largest finite bf16
+  for (Mode mode : {Mode::Compiled, Mode::Eager, Mode::Forloop}) {
+    std::vector<Tensor> params = {Tensor::full({4096}, largest, Dtype::bf16),
+                                  Tensor::full({4096}, -largest, Dtype::bf16)};
+    params[0].set_grad(Tensor::full({4096}, -0x1p118, Dtype::bf16)); // + 0.25 ulp (2^120): nearest keeps it
+    params[1].set_grad(Tensor::full({4096}, 0x1p118, Dtype::bf16));
+    Run run("sgd", {{"lr", {1}}, {"stochastic_rounding", {1}}}, mode, params);
+    run.step();
+    for (double v : params[0].to_vector())
+      REQUIRE(v == largest);
+    for (double v : params[1].to_vector())
+      REQUIRE(v == -largest);
+  }
+  CHECK(stochastic_round_bf16(std::numeric_limits<float>::max(), 0xffff) == std::numeric_limits<float>::infinity());
 }
