@@ -162,6 +162,11 @@ class CompiledStep:
         cxx.sync_grad_scaling(grad_scale, found_inf, check_in_step)
         _widen_cast_masters(opt)
         _reseed_changed_masters(opt, self._lock)
+        rounding = _rounding_groups(opt)
+        if rounding:
+            steps = max(int(group.get(_ROUNDING_STEPS_KEY, 0)) for group in rounding)
+            if cxx.stochastic_rounding_steps() != steps:  # a step rebuilt, another compile, a resume
+                cxx.set_stochastic_rounding_steps(steps)
         with self._streams.lend():
             created = [] if cxx.step_skipped() else self._sync(opt, cxx)
             try:
@@ -172,6 +177,8 @@ class CompiledStep:
         # A step skipped for an inf or NaN in the grads (GradScaler's found_inf, or the step's own check) has no
         # finite norm: clip_grad_norm_ of those grads is NaN or inf, never the last step's.
         self._total_norm = cxx.total_grad_norm() if ran else float("nan")
+        for group in _rounding_groups(opt):
+            group[_ROUNDING_STEPS_KEY] = cxx.stochastic_rounding_steps()
         if not ran:
             self._drop_state(opt, cxx, created)  # nor does a step its own inf check skipped
             return
@@ -212,8 +219,9 @@ class CompiledStep:
         group_options = [
             _torch_optim.keywords(self._cls, group, f"param group {g}") for g, group in enumerate(opt.param_groups)
         ]
-        self._scalar_dtype = _torch_optim.scalar_state_dtype(opt)
-        self._cxx = TorchStep(self._cls.__name__, opt.param_groups, defaults, group_options, self._scalar_dtype)
+        # The C++ step's own scalar state (a rounding stream) takes the first group's dtype; torch's is made per group.
+        scalar_dtype = _torch_optim.scalar_state_dtype(opt.param_groups[0] if opt.param_groups else {})
+        self._cxx = TorchStep(self._cls.__name__, opt.param_groups, defaults, group_options, scalar_dtype)
         self._params = [p for group in opt.param_groups for p in group["params"]]
         self._group_of = [g for g, group in enumerate(opt.param_groups) for _ in group["params"]]
         self._streams = _cuda_streams(self._params)
@@ -239,7 +247,8 @@ class CompiledStep:
             entries = [e for e in cxx.new_state(flat) if e[0] not in have]
             scalar_device = _torch_optim.scalar_state_device(self._cls, group, p)
             grad_layout = _torch_optim.grad_layout_state(self._cls)
-            state = _torch_optim.new_state(p, entries, self._scalar_dtype, scalar_device, grad_layout)
+            scalar_dtype = _torch_optim.scalar_state_dtype(group)
+            state = _torch_optim.new_state(p, entries, scalar_dtype, scalar_device, grad_layout)
             completes = len(have) > 0  # master weights turned on for state made without them: only those are new
             have.update(state)
             cxx.adopt(flat, have, completes)
@@ -330,6 +339,16 @@ def _keep_f32_masters(opt, record):
 
     opt.register_load_state_dict_pre_hook(before)
     opt.register_load_state_dict_post_hook(after)
+
+
+# Stochastic rounding's step count (the stream's position), kept in each param group that rounds so: torch's
+# state_dict saves group keys and load_state_dict restores them, and every compiled step of the optimizer reads it,
+# so a rebuilt step, another compile and a resumed run continue the stream instead of drawing step 0's bits again.
+_ROUNDING_STEPS_KEY = "optjit_stochastic_rounding_steps"
+
+
+def _rounding_groups(opt):
+    return [group for group in opt.param_groups if group.get("stochastic_rounding")]
 
 
 def _master_params(opt):

@@ -159,10 +159,10 @@ def keywords(cls, options, where):
     return result
 
 
-def scalar_state_dtype(opt):
-    """The dtype torch creates scalar state in (step, eta, mu, mu_product): f32 for fused optimizers, else the
-    default dtype's (torch.optim.optimizer._get_scalar_dtype)."""
-    if any(group.get("fused", False) for group in opt.param_groups):
+def scalar_state_dtype(group):
+    """The dtype torch creates a group's scalar state in (step, eta, mu, mu_product): f32 for a fused group, else the
+    default dtype's (torch.optim.optimizer._get_scalar_dtype(is_fused))."""
+    if group.get("fused", False):
         return torch.float32
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 

@@ -51,6 +51,10 @@ public:
   void set_inf_check_reducer(nb::object reducer);
   // The total grad norm of the last clipped step (NaN before one).
   double total_grad_norm() const { return optimizer_->total_grad_norm(); }
+  // Stochastic rounding's step count (the stream's position; seed 0): carried from a step built before, or from a
+  // checkpoint, so that a rebuilt or resumed step continues the stream instead of drawing step 0's bits again.
+  uint64_t stochastic_rounding_steps() const { return optimizer_->stochastic_rounding_steps(); }
+  void set_stochastic_rounding_steps(uint64_t steps) { optimizer_->set_stochastic_rounding(0, steps); }
   // Whether this step changes nothing (found_inf is non-zero): the Python side then creates no state either.
   bool step_skipped() const { return optimizer_->step_skipped(); }
   // Params with a grad and no state yet, or without the master weights their group now keeps, by flat index (group

@@ -36,3 +36,26 @@ def test_stochastic_rounding_needs_bf16_params():
     opt = torch.optim.SGD([{"params": [p], "stochastic_rounding": True}], lr=0.1)
     with pytest.raises(optjit.Error, match="in a group with stochastic_rounding=true"):
         optjit.compile(opt)()
+
+
+def _sgdm_run(steps, resume=None, start=0, param=None):
+    generator = torch.Generator().manual_seed(3)
+    p = torch.nn.Parameter(torch.randn(4096, generator=generator).to(torch.bfloat16) if param is None else param)
+    opt = torch.optim.SGD([{"params": [p], "stochastic_rounding": True}], lr=0.01, momentum=0.9)
+    if resume is not None:
+        opt.load_state_dict(resume)  # before compiling: the stream's position comes with the param group
+    step = optjit.compile(opt)
+    for t in range(start, start + steps):
+        p.grad = torch.randn(4096, generator=torch.Generator().manual_seed(50 + t)).to(torch.bfloat16)
+        step()
+    return p, opt
+
+
+def test_a_resumed_run_continues_the_rounding_stream():
+    import copy
+
+    uninterrupted, _ = _sgdm_run(4)
+    trained, first = _sgdm_run(2)
+    checkpoint = copy.deepcopy(first.state_dict())
+    resumed, _ = _sgdm_run(2, resume=checkpoint, start=2, param=trained.detach().clone())
+    assert torch.equal(resumed, uninterrupted)  # steps 2 and 3 draw the bits they drew uninterrupted, not step 0's
