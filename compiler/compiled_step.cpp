@@ -312,6 +312,7 @@ struct CompiledStep::Impl {
   }
 
   void step() {
+    const StepSource::Stepping exclusive(source);
     if (source.step_skipped()) { // before any check: a skipped step reads and changes nothing else
       ++metrics.steps;
       ++metrics.skipped_steps;

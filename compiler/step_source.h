@@ -7,8 +7,10 @@
 #include "compiler/ir/arguments.h"
 #include "compiler/ir/ir.h"
 #include "compiler/ir/op_semantics.h"
+#include "runtime/error.h"
 #include "runtime/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -77,6 +79,24 @@ private:
 class StepSource {
 public:
   virtual ~StepSource() = default;
+
+  // One step at a time: a step reads and writes the source's params and state throughout, so a second one, from
+  // another thread or from a hook of the first, is refused with an optjit::Error before it changes anything. Held
+  // for the length of a step (the driver's, the forloop reference's).
+  class Stepping {
+  public:
+    explicit Stepping(StepSource& source) : source_(source) {
+      if (source_.stepping_.exchange(true))
+        throw Error(source_.name() + " is already being stepped (from another thread, or from a hook or closure of "
+                                     "its own step): step an optimizer from one thread at a time");
+    }
+    ~Stepping() { source_.stepping_.store(false); }
+    Stepping(const Stepping&) = delete;
+    Stepping& operator=(const Stepping&) = delete;
+
+  private:
+    StepSource& source_;
+  };
 
   virtual const std::string& name() const = 0;
   // Held by the source for its whole life. A compiled step keeps only a weak reference to it (it never keeps the
@@ -153,6 +173,9 @@ public:
   // Runs the closure (when given), then `update`, between the step hooks; returns the closure's loss.
   virtual double run_with_step_hooks(const std::function<void()>& update,
                                      const std::function<double()>& closure = {}) = 0;
+
+private:
+  std::atomic<bool> stepping_{false};
 };
 
 } // namespace optjit

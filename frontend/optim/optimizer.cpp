@@ -336,6 +336,8 @@ std::vector<StateSpec> Optimizer::step_state_specs(const Structure& structure) c
 
 void Optimizer::check_hyperparameters() const {
   const std::vector<std::string> names = step_options();
+  for (std::size_t g = 0; g < groups_.size(); ++g) // a flag set to 0.5 (ParamGroup::set) would step as true
+    check_flags(groups_[g].options, "param group " + std::to_string(g));
   for (std::size_t g = 0; g < groups_.size(); ++g)
     for (const std::string& name : names)
       if (double v = groups_[g].get(name); !std::isfinite(v))
@@ -714,6 +716,10 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
                                         : fmt::format("it holds the param's rows or "
                                                       "columns, shape [{}]",
                                                       fmt::join(state_shape(spec.kind, param.shape()), ", "))));
+          if (!scalar && is_complex(t.dtype()) != is_complex(param.dtype()))
+            throw Error(fmt::format("state '{}' of param {} is {}, but the param is {}: a complex param keeps complex "
+                                    "state, a real param real state",
+                                    spec.name, flat, t.describe(), param.describe()));
           if (spec.copies_param && t.dtype() != Dtype::f32)
             throw Error(fmt::format("state '{}' of param {} is {}: master weights are f32 (torch's load_state_dict "
                                     "casts every state entry but step to the param's dtype; optjit.compile keeps "
@@ -1065,6 +1071,7 @@ void Optimizer::eager_update() {
                   ", and eager and forloop steps run on the CPU: compile the step (optjit::compile) to run it on "
                   "the GPU");
   if (!foreach_) {
+    const Stepping exclusive(*this); // the interpreted and compiled steps hold it in the driver
     std::vector<Tensor> used(static_cast<std::size_t>(param_count())); // what each step reads as its grad
     for (int64_t i = 0; i < param_count(); ++i)
       if (const Tensor g = flat_param(i).grad(); g.defined())

@@ -152,7 +152,10 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
   }
   if (!factory)
     throw Error(fmt::format("unknown optimizer '{}' (optjit has {})", name, fmt::join(implemented_optimizers(), ", ")));
-  for (std::size_t g = 0; g < group_options.size() && g < groups.size(); ++g)
+  if (group_options.size() > groups.size())
+    throw Error(fmt::format("{}: {} sets of group options for {} param group(s): give at most one per group", cls,
+                            group_options.size(), groups.size()));
+  for (std::size_t g = 0; g < group_options.size(); ++g)
     groups[g].options = group_option_map(cls, group_options[g]);
   return factory(std::move(groups), options);
 }

@@ -7,8 +7,10 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 namespace optjit {
 namespace {
@@ -41,6 +43,55 @@ private:
   std::vector<StateSpec> specs_;
 };
 
+// The bytes [begin, end) a non-empty tensor's elements lie in (strides are >= 0).
+std::pair<uintptr_t, uintptr_t> memory_span(const Tensor& t) {
+  int64_t last = 0;
+  for (std::size_t d = 0; d < t.shape().size(); ++d)
+    last += (t.shape()[d] - 1) * t.strides()[d];
+  const auto begin = reinterpret_cast<uintptr_t>(t.data());
+  return {begin, begin + static_cast<uintptr_t>(last + 1) * dtype_size(t.dtype())};
+}
+
+// A tensor in two lists, or two that share memory, would be read and written as two: the step's loads see the
+// values from before it, so one store would silently win where torch's ops see each other's writes.
+void check_distinct_memory(const std::string& name, const StepLists& lists) {
+  struct Span {
+    Device device;
+    uintptr_t begin, end;
+    std::string list;
+    std::size_t index;
+  };
+  std::vector<Span> spans;
+  const auto add = [&](const std::string& list, const std::vector<Tensor>& tensors) {
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].defined() && tensors[i].numel() > 0) {
+        const auto [begin, end] = memory_span(tensors[i]);
+        spans.push_back({tensors[i].device(), begin, end, list, i});
+      }
+  };
+  add("param", lists.params);
+  if (lists.grads.empty()) { // the params' own grads
+    std::vector<Tensor> own;
+    for (const Tensor& p : lists.params)
+      own.push_back(p.defined() ? p.grad() : Tensor());
+    add("grad", own);
+  } else {
+    add("grad", lists.grads);
+  }
+  for (const auto& [key, tensors] : lists.state)
+    add(key, tensors);
+  for (const auto& [key, tensors] : lists.scalars)
+    add(key, tensors);
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return std::tie(a.device.kind, a.device.index, a.begin) < std::tie(b.device.kind, b.device.index, b.begin);
+  });
+  for (std::size_t k = 1; k < spans.size(); ++k) // sorted by address, a span that overlaps any overlaps its successor
+    if (const Span& a = spans[k - 1], &b = spans[k]; a.device == b.device && b.begin < a.end)
+      throw Error(fmt::format("compile_step {}: tensor {} of list '{}' and tensor {} of list '{}' share memory: give "
+                              "each list tensors of its own",
+                              name, a.index, a.list, b.index, b.list));
+}
+
 void check_lists(const std::string& name, const StepLists& lists) {
   check_graph_name(name);
   const std::size_t n = lists.params.size();
@@ -68,6 +119,7 @@ void check_lists(const std::string& name, const StepLists& lists) {
     check_list(key, tensors.size());
   for (const auto& [key, tensors] : lists.scalars)
     check_list(key, tensors.size());
+  check_distinct_memory(name, lists);
   for (const auto& [key, value] : lists.hypers) {
     if (kFlags.count(key) || key == "param" || key == "grad")
       throw Error(fmt::format("compile_step {}: '{}' is a name optjit keeps for itself", name, key));
@@ -120,8 +172,6 @@ StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lis
   auto state = std::make_unique<StepFunction::State>();
   state->optimizer = std::make_unique<FunctionOptimizer>(name, std::move(body), lists, std::move(defaults));
   for (std::size_t i = 0; i < lists.params.size(); ++i) {
-    if (!lists.grads.empty())
-      lists.params[i].set_grad(lists.grads[i]);
     ParamState adopted;
     for (const auto& [key, tensors] : lists.state)
       adopted.emplace_back(key, tensors[i]);
@@ -130,6 +180,9 @@ StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lis
     if (!adopted.empty())
       state->optimizer->adopt_state(static_cast<int64_t>(i), adopted, Optimizer::StateOrigin::Loaded);
   }
+  // Checked: only now are the caller's params given the grads.
+  for (std::size_t i = 0; i < lists.grads.size(); ++i)
+    lists.params[i].set_grad(lists.grads[i]);
   state->step.emplace(compile(*state->optimizer, std::move(options)));
   return StepFunction(std::move(state));
 }

@@ -3,8 +3,10 @@
 // the CPU thread pool. tools/tsan.sh runs this file under ThreadSanitizer too (ctest: tsan.concurrent_steps).
 #include "helpers.h"
 
+#include <atomic>
 #include <barrier>
 #include <exception>
+#include <optional>
 #include <thread>
 
 using namespace optjit;
@@ -71,6 +73,41 @@ TEST_CASE("threads: two compiled steps on disjoint params, stepped from two thre
       REQUIRE_FALSE(failure[which]);
       for (std::size_t i = 0; i < serial[which].size(); ++i)
         CHECK(serial[which][i].to_vector() == concurrent[which][i].to_vector());
+    }
+  }
+}
+
+TEST_CASE("threads: one optimizer stepped from two threads at once: every step runs whole or is refused") {
+  for (const bool compiled : {true, false}) {
+    for (const bool foreach : {true, false}) {
+      if (compiled && !foreach)
+        continue;
+      INFO((compiled ? "compiled" : foreach ? "eager" : "forloop"));
+      std::vector<Tensor> params = random_params({{200, 50}, {7}}, Dtype::f32, 3);
+      auto opt = make_single_group("adam", params, {}, foreach);
+      std::optional<CompiledStep> step;
+      if (compiled)
+        step.emplace(compile(*opt));
+      std::atomic<int> ran{0}, refused{0};
+      std::barrier<> start(2);
+      auto stepper = [&] {
+        start.arrive_and_wait();
+        for (int s = 0; s < 100; ++s) {
+          try {
+            compiled ? (*step)() : opt->step();
+            ++ran;
+          } catch (const Error& e) {
+            CHECK(std::string(e.what()).find("is already being stepped") != std::string::npos);
+            ++refused;
+          }
+        }
+      };
+      std::thread a(stepper), b(stepper);
+      a.join();
+      b.join();
+      CHECK(ran + refused == 200);
+      // Each step that ran counted once: a refused one changed nothing.
+      CHECK(find_state(opt->visible_state(params[0]), "step").item() == ran.load());
     }
   }
 }

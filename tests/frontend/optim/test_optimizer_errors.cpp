@@ -264,3 +264,24 @@ TEST_CASE("errors: Rprop refuses a non-finite lr at the step, which seeds its st
     CHECK(opt.state(params[0])->empty());
   }
 }
+
+TEST_CASE("errors: a flag set to 0.5, extra group options and real state for a complex param are refused") {
+  std::vector<Tensor> params = random_params({{4}}, Dtype::f32, 1);
+  auto opt = make_optimizer("adam", {ParamGroupSpec{params, {}}}, {});
+  opt->param_groups()[0].set("amsgrad", 0.5);
+  test::check_error_contains([&] { opt->step(); }, "param group 0 of Adam has amsgrad = 0.5: a flag is 0 or 1");
+  CHECK(opt->visible_state(params[0]).empty()); // refused before any state was made
+  test::check_error_contains(
+      [&] {
+        make_optimizer("adam", {ParamGroupSpec{params, {}}}, {}, {{{"lr", {0.1}}}, {{"lr", {0.2}}}});
+      },
+      "2 sets of group options for 1 param group(s)");
+  std::vector<Tensor> complex_params = {Tensor::zeros({3}, Dtype::c64)};
+  complex_params[0].set_grad(Tensor::zeros({3}, Dtype::c64));
+  auto sgd = make_optimizer("sgd", {ParamGroupSpec{complex_params, {}}}, {{"momentum", {0.9}}});
+  test::check_error_contains(
+      [&] {
+        sgd->adopt_state(0, {{"momentum_buffer", Tensor::zeros({3}, Dtype::f32)}}, Optimizer::StateOrigin::Loaded);
+      },
+      "a complex param keeps complex state, a real param real state");
+}

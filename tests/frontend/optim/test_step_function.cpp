@@ -262,3 +262,37 @@ TEST_CASE("step function: buckets that trace different list reductions are refus
       "the f32 params on cpu with normed=1 reach list_sum and the f32 params on cpu with normed=0 reach none");
   CHECK(params[0].to_vector() == before);
 }
+
+TEST_CASE("step function: tensors that share memory are refused, and a refused compile leaves the grads alone") {
+  const auto sgd = [](Tracer& t) { t.store("param", t.tensors("param") - t.tensors("grad") * t.hyper("lr")); };
+  std::vector<Tensor> params = random_params({{8}, {3}}, Dtype::f32, 1);
+  test::check_error_contains(
+      [&] {
+        compile_step("aliased", sgd,
+                     {.params = params,
+                      .state = {{"m", {params[0].grad(), Tensor::zeros({3}, Dtype::f32)}}},
+                      .hypers = {{"lr", 0.1}}});
+      },
+      "compile_step aliased: tensor 0 of list 'grad' and tensor 0 of list 'm' share memory");
+  const Tensor buffer = Tensor::zeros({12}, Dtype::f32);
+  const std::vector<Tensor> overlapping = {Tensor::from_blob(buffer.data(), {8}, Dtype::f32),
+                                           Tensor::from_blob(buffer.data_as<float>() + 4, {8}, Dtype::f32)};
+  std::vector<Tensor> fresh = random_params({{8}, {8}}, Dtype::f32, 2);
+  test::check_error_contains(
+      [&] {
+        compile_step("overlap", sgd, {.params = overlapping, .grads = fresh, .hypers = {{"lr", 1}}});
+      },
+      "share memory");
+  // A state list of the wrong shape: refused, and the params keep their own grads.
+  const Tensor own_grad = params[0].grad();
+  test::check_error_contains(
+      [&] {
+        compile_step("bad_state", sgd,
+                     {.params = params,
+                      .grads = {Tensor::zeros({8}, Dtype::f32), Tensor::zeros({3}, Dtype::f32)},
+                      .state = {{"m", {Tensor::zeros({5}, Dtype::f32), Tensor::zeros({3}, Dtype::f32)}}},
+                      .hypers = {{"lr", 0.1}}});
+      },
+      "state 'm' of param 0");
+  CHECK(params[0].grad().same(own_grad));
+}
