@@ -305,7 +305,7 @@ class _StepLock:
     def __init__(self):
         self.mutex = threading.Lock()
         self.owner = None  # the thread holding it
-        # id(param) -> (weak reference, autograd version) of each param whose f32 master the last step wrote
+        # id(param) -> (weak reference, autograd version, data address) of each param whose f32 master the last step wrote
         self.master_versions = {}
         self.load_hooks = False  # _keep_f32_masters has hooked the optimizer's load_state_dict
 
@@ -335,7 +335,9 @@ def _keep_f32_masters(opt, record):
         for i, p in zip(loading.pop("ids", []), params):
             if i in masters and "master_param" in optimizer.state.get(p, {}):
                 optimizer.state[p]["master_param"] = masters[i].to(device=p.device, copy=True)
+        # The loaded masters are trusted as they are; a param written after this load restarts its master.
         record.master_versions.clear()
+        _remember_master_versions(optimizer, record)
 
     opt.register_load_state_dict_pre_hook(before)
     opt.register_load_state_dict_post_hook(after)
@@ -362,22 +364,26 @@ def _master_params(opt):
 
 
 def _reseed_changed_masters(opt, record):
-    """A param written since its master was (p.copy_, model.load_state_dict, steps without master weights or by
-    plain torch) is the truth: its master starts again from it, or the step would put the old value back."""
+    """A param written since its master was (p.copy_, model.load_state_dict, p.data = t, steps without master
+    weights or by plain torch) is the truth: its master starts again from it, or the step would put the old value
+    back. Writes through p.data in place (p.data.clamp_) change neither the version nor the address: autograd does
+    not see them, and neither does this."""
     versions = record.master_versions
     if not versions:
         return
     with torch.no_grad():
         for p, master in _master_params(opt):
             seen = versions.get(id(p))
-            if seen is not None and seen[0]() is p and seen[1] != p._version:
+            if seen is not None and seen[0]() is p and seen[1:] != (p._version, p.data_ptr()):
                 master.copy_(p)
 
 
 def _remember_master_versions(opt, record):
     # Updated, not replaced: a group whose master weights are off for a while keeps its entries, so that turning them
     # on again finds its params changed.
-    record.master_versions.update({id(p): (weakref.ref(p), p._version) for p, _ in _master_params(opt)})
+    record.master_versions.update(
+        {id(p): (weakref.ref(p), p._version, p.data_ptr()) for p, _ in _master_params(opt)}
+    )
 
 
 def _widen_cast_masters(opt):

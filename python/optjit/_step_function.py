@@ -386,7 +386,7 @@ def _binary_op(op):
             return p.emit(op, self, _list_id(p, other, op))
         if op not in ("add", "sub"):
             raise TypeError(f"{op} takes no alpha")
-        scale = _operand(p, alpha)
+        scale = _list_id(p, alpha, f"{op} alpha")
         return p.emit("add_scaled", self, _list_id(p, other, op), scale if op == "add" else p.emit("neg", scale))
 
     return record
@@ -591,7 +591,12 @@ class StepFunction:
         # What the recorded program depends on (the lists, their scalar ones and the hyperparameters' names), then
         # the tensors; the grads apart: new grad tensors every call (after each backward) only repoint the compiled
         # step's grads. Nothing is kept from a call that failed before its step ran.
-        key = ((tuple(names), scalar, tuple(sorted(hypers))), tensors(lists[:1] + lists[2:]), tensors(lists[1:2]))
+        # (The lists' length too: Python code in the function may read it, len(params), and the recording keeps it.)
+        key = (
+            (tuple(names), scalar, tuple(sorted(hypers)), len(lists[0])),
+            tensors(lists[:1] + lists[2:]),
+            tensors(lists[1:2]),
+        )
         if self._cxx is None or key[:2] != self._key[:2]:
             program = self._program
             if program is None or key[0] != self._key[0]:

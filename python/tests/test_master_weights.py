@@ -119,3 +119,16 @@ def test_a_param_written_outside_the_step_restarts_its_master():
     p.grad = torch.zeros(4, dtype=torch.bfloat16)
     step()
     assert torch.equal(p, torch.full((4,), 2.5, dtype=torch.bfloat16))  # the master restarts from 2.5, not 3.0
+
+
+def test_a_param_written_after_loading_the_optimizer_restarts_its_master():
+    import copy
+
+    _, trained = _bf16_run(0, 2)
+    checkpoint = copy.deepcopy(trained.state_dict())
+    params, opt = _bf16_run(0, 0, resume=checkpoint)  # compiled, then the optimizer's state loaded
+    with torch.no_grad():
+        params[0].zero_()  # then the model's weights, as a resume that loads the model second does
+    params[0].grad = torch.zeros(300, dtype=torch.bfloat16)
+    optjit.compile(opt)()
+    assert torch.equal(params[0], torch.zeros(300, dtype=torch.bfloat16))

@@ -453,3 +453,21 @@ def test_names_that_are_not_identifiers_and_scalar_operators():
 
     with pytest.raises(optjit.Error, match="// on a hyperparameter or per-tensor scalar is outside"):
         floors([torch.zeros(3)], [torch.ones(3)], lr=1.0)
+
+
+def test_alpha_from_one_tensor_is_refused_and_a_new_list_length_is_recorded_again():
+    @optjit.step_function
+    def first_step_alpha(params, grads, steps, *, lr):
+        torch._foreach_add_(params, grads, alpha=steps[0] * -lr)
+
+    with pytest.raises(optjit.Error, match="add alpha: one tensor's value"):
+        first_step_alpha([torch.zeros(3), torch.zeros(2)], [torch.ones(3), torch.ones(2)], [torch.ones(()), torch.ones(())], lr=0.1)
+
+    @optjit.step_function
+    def averaged(params, grads, *, lr):
+        torch._foreach_add_(params, grads, alpha=-lr / len(params))  # Python reads the length while recording
+
+    for count in (3, 2):
+        params = [torch.zeros(4) for _ in range(count)]
+        averaged(params, [torch.ones(4) for _ in range(count)], lr=1.0)
+        assert_close(params[0], torch.full((4,), -1.0 / count), torch.float32, f"{count} tensors")
