@@ -78,6 +78,10 @@ AdamW::AdamW(std::vector<ParamGroupSpec> groups, const AdamWOptions& options)
 
 void Adam::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
+void Adam::check_step_options(const ParamGroup& group, std::size_t index) const {
+  require_first_bias_correction(group.get("beta1"), name(), index);
+}
+
 bool Adam::loads_state_of(const std::string& saved) const { return saved == "Adam" || saved == "AdamW"; }
 
 void AdamW::adjust_loaded_options(OptionMap& options) const { options["decoupled_weight_decay"] = 1; }

@@ -36,6 +36,7 @@ public:
 protected:
   Adam(std::string name, std::vector<ParamGroupSpec> groups, const AdamOptions& options);
   bool loads_state_of(const std::string& saved) const override; // Adam's and AdamW's (torch's test_adamw_serialization)
+  void check_step_options(const ParamGroup& group, std::size_t index) const override;
 };
 
 class AdamW : public Adam {

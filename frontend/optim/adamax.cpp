@@ -45,6 +45,10 @@ Adamax::Adamax(std::vector<Tensor> params, const AdamaxOptions& o) : Adamax(one_
 
 void Adamax::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
+void Adamax::check_step_options(const ParamGroup& group, std::size_t index) const {
+  require_first_bias_correction(group.get("beta1"), name(), index);
+}
+
 Structure Adamax::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> Adamax::state_specs(const Structure&) const {

@@ -20,6 +20,9 @@ OPTJIT_DEFINE_OPTIONS(AdamaxOptions, OPTJIT_ADAMAX_OPTIONS)
 class Adamax : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(Adamax, AdamaxOptions)
+
+protected:
+  void check_step_options(const ParamGroup& group, std::size_t index) const override;
 };
 
 } // namespace optjit

@@ -336,8 +336,10 @@ std::vector<StateSpec> Optimizer::step_state_specs(const Structure& structure) c
 
 void Optimizer::check_hyperparameters() const {
   const std::vector<std::string> names = step_options();
-  for (std::size_t g = 0; g < groups_.size(); ++g) // a flag set to 0.5 (ParamGroup::set) would step as true
+  for (std::size_t g = 0; g < groups_.size(); ++g) { // a flag set to 0.5 (ParamGroup::set) would step as true
     check_flags(groups_[g].options, "param group " + std::to_string(g));
+    check_step_options(groups_[g], g);
+  }
   for (std::size_t g = 0; g < groups_.size(); ++g)
     for (const std::string& name : names)
       if (double v = groups_[g].get(name); !std::isfinite(v))

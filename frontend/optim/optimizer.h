@@ -364,6 +364,9 @@ public:
   Dtype forloop_param_dtype() const { return forloop_param_dtype_; }
   // Throws optjit::Error with torch's message when a group's options break the optimizer's rules.
   virtual void validate_options(const OptionMap& options) const = 0;
+  // Step-time checks of a group's options, which may have changed since construction (torch checks them only
+  // there): options its step cannot take at all, refused before anything changes.
+  virtual void check_step_options(const ParamGroup& /*group*/, std::size_t /*index*/) const {}
 
 protected:
   // `flags`: the options that are flags (0 or 1 in every group, loaded ones included).

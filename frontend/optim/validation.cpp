@@ -60,4 +60,11 @@ void require_adam_options(const std::map<std::string, double>& o) {
   require_non_negative(o.at("weight_decay"), "Invalid weight_decay value: ");
 }
 
+void require_first_bias_correction(double beta1, const std::string& name, std::size_t group) {
+  if (beta1 == 1.0)
+    throw Error(name + ": param group " + std::to_string(group) +
+                " has betas[0] = 1.0: the bias correction 1 - beta1^step is 0 and the step divides by it (torch's "
+                "step raises ZeroDivisionError); a beta is in [0, 1)");
+}
+
 } // namespace optjit

@@ -16,5 +16,9 @@ void require_non_negative(double value, const std::string& message_prefix);
 void require_beta(double value, int index);
 // The checks Adam, AdamW, NAdam, RAdam and Adamax share, in torch's order: lr, eps, beta1, beta2, weight_decay.
 void require_adam_options(const std::map<std::string, double>& options);
+// At step time, for the steps that divide by the first bias correction 1 - beta1^step on the host (Adam, AdamW,
+// Adamax): beta1 = 1 makes it 0, which torch's step meets with ZeroDivisionError (after changing its state); refused
+// here before anything changes, where the kernels would write -inf.
+void require_first_bias_correction(double beta1, const std::string& name, std::size_t group);
 
 } // namespace optjit

@@ -285,3 +285,25 @@ TEST_CASE("errors: a flag set to 0.5, extra group options and real state for a c
       },
       "a complex param keeps complex state, a real param real state");
 }
+
+TEST_CASE("errors: a first beta set to 1 after construction is refused at the step, before anything changes") {
+  for (const char* name : {"adam", "adamw", "adamax"}) {
+    INFO(name);
+    std::vector<Tensor> params = random_params({{4}}, Dtype::f32, 1);
+    const std::vector<double> before = params[0].to_vector();
+    auto opt = make_optimizer(name, {ParamGroupSpec{params, {}}}, {});
+    opt->param_groups()[0].set("beta1", 1.0);
+    for (const bool compiled : {false, true}) {
+      test::check_error_contains(
+          [&] {
+            if (compiled)
+              compile (*opt)();
+            else
+              opt->step();
+          },
+          "has betas[0] = 1.0: the bias correction 1 - beta1^step is 0");
+      CHECK(params[0].to_vector() == before);
+      CHECK(opt->visible_state(params[0]).empty());
+    }
+  }
+}
