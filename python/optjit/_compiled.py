@@ -1,6 +1,7 @@
 """optjit.compile(opt): a torch.optim optimizer's step as one compiled callable, in place on torch's tensors."""
 
 import contextlib
+import copy
 import functools
 import inspect
 import math
@@ -565,6 +566,19 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse
     # inf check (opt.found_inf) instead of unscaling every grad in a pass of its own: the kernel divides.
     opt._step_supports_amp_scaling = True
 
+    def deepcopy_patched(memo):
+        """copy.deepcopy(opt): the copy torch makes (its __getstate__ keeps defaults, state and param_groups), patched
+        with the same arguments, so that it has the same public attributes and steps compiled too."""
+        del opt.__deepcopy__  # torch's own copy, without this hook
+        try:
+            copied = copy.deepcopy(opt, memo)
+        finally:
+            opt.__deepcopy__ = deepcopy_patched
+        patch(copied, max_grad_norm, norm_type, error_if_nonfinite, fuse_inf_check)
+        return copied
+
+    opt.__deepcopy__ = deepcopy_patched
+
     def unpatch_this():
         if saved_step is None:
             del opt.step
@@ -574,6 +588,7 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse
             opt._step_supports_amp_scaling = saved_amp
         else:
             del opt._step_supports_amp_scaling
+        del opt.__deepcopy__
         del opt._optjit_unpatch
 
     unpatch_this.arguments = arguments

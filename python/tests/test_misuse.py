@@ -134,7 +134,7 @@ def test_the_compiled_step_holds_its_optimizer_as_torch_compile_does():
     assert alive().state[ps[0]]["step"].item() == 1
 
 
-def test_a_deep_copy_has_its_own_state_and_groups_and_steps_as_plain_torch():
+def test_a_deep_copy_has_its_own_state_and_groups_and_is_patched_alike():
     ps = params()
     opt = torch.optim.Adam(ps, lr=0.1, amsgrad=True)
     optjit.patch(opt)
@@ -146,15 +146,19 @@ def test_a_deep_copy_has_its_own_state_and_groups_and_steps_as_plain_torch():
         for key in opt.state[p]:
             assert opt.state[p][key] is not clone.state[q][key]
             assert torch.equal(opt.state[p][key], clone.state[q][key])
-    # torch's __getstate__ copies defaults, state and groups only: the copy is a plain torch optimizer, which
-    # optjit.patch compiles again.
-    assert not hasattr(clone.step, "compiled")
+    # torch's __getstate__ copies defaults, state and groups only; the copy of a patched optimizer is patched too,
+    # with its own compiled step over its own params (torch's deepcopy test: the same public attributes).
+    public = lambda o: {k for k in vars(o) if not k.startswith("_")}
+    assert public(clone) == public(opt)
+    assert clone.step.compiled is not opt.step.compiled
     for q in clone.param_groups[0]["params"]:
         q.grad = torch.ones_like(q)  # a Parameter's deep copy has no grad
     before = values(opt, ps)
     clone.step()
     assert_same(before, values(opt, ps))
-    optjit.patch(clone).__call__()
+    assert clone.step.compiled.metrics()["steps"] == 1
+    optjit.unpatch(clone)
+    clone.step()  # torch's own again
     assert clone.state[clone.param_groups[0]["params"][0]]["step"].item() == 3
 
 
