@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace optjit {
@@ -80,17 +81,27 @@ class StepSource {
 public:
   virtual ~StepSource() = default;
 
-  // One step at a time: a step reads and writes the source's params and state throughout, so a second one, from
-  // another thread or from a hook of the first, is refused with an optjit::Error before it changes anything. Held
-  // for the length of a step (the driver's, the forloop reference's).
+  // One step at a time: a step reads and writes the source's params and state throughout, so a second one from
+  // another thread is refused with an optjit::Error before it changes anything. Held for the length of a step (the
+  // eager update, the driver's step); the same thread may hold it again inside (the eager update runs the driver).
   class Stepping {
   public:
     explicit Stepping(StepSource& source) : source_(source) {
-      if (source_.stepping_.exchange(true))
-        throw Error(source_.name() + " is already being stepped (from another thread, or from a hook or closure of "
-                                     "its own step): step an optimizer from one thread at a time");
+      const std::thread::id me = std::this_thread::get_id();
+      if (source_.stepping_owner_.load(std::memory_order_acquire) == me) {
+        ++source_.stepping_depth_;
+        return;
+      }
+      std::thread::id none;
+      if (!source_.stepping_owner_.compare_exchange_strong(none, me, std::memory_order_acquire))
+        throw Error(source_.name() + " is already being stepped (from another thread): step an optimizer from one "
+                                     "thread at a time");
+      source_.stepping_depth_ = 1;
     }
-    ~Stepping() { source_.stepping_.store(false); }
+    ~Stepping() {
+      if (--source_.stepping_depth_ == 0)
+        source_.stepping_owner_.store(std::thread::id(), std::memory_order_release);
+    }
     Stepping(const Stepping&) = delete;
     Stepping& operator=(const Stepping&) = delete;
 
@@ -175,7 +186,8 @@ public:
                                      const std::function<double()>& closure = {}) = 0;
 
 private:
-  std::atomic<bool> stepping_{false};
+  std::atomic<std::thread::id> stepping_owner_{};
+  int stepping_depth_ = 0; // touched by the owner only
 };
 
 } // namespace optjit

@@ -1062,6 +1062,7 @@ void Optimizer::forloop_step(const ParamGroup&, const Tensor&, const Tensor&, Pa
 }
 
 void Optimizer::eager_update() {
+  const Stepping exclusive(*this); // the interpreted driver below holds it again
   if (step_skipped())
     return;
   if (!foreach_ && !has_forloop_reference())
@@ -1073,7 +1074,6 @@ void Optimizer::eager_update() {
                   ", and eager and forloop steps run on the CPU: compile the step (optjit::compile) to run it on "
                   "the GPU");
   if (!foreach_) {
-    const Stepping exclusive(*this); // the interpreted and compiled steps hold it in the driver
     std::vector<Tensor> used(static_cast<std::size_t>(param_count())); // what each step reads as its grad
     for (int64_t i = 0; i < param_count(); ++i)
       if (const Tensor g = flat_param(i).grad(); g.defined())

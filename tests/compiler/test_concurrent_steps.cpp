@@ -97,7 +97,7 @@ TEST_CASE("threads: one optimizer stepped from two threads at once: every step r
             compiled ? (*step)() : opt->step();
             ++ran;
           } catch (const Error& e) {
-            CHECK(std::string(e.what()).find("is already being stepped") != std::string::npos);
+            CHECK(std::string(e.what()).find("is already being stepped (from another thread)") != std::string::npos);
             ++refused;
           }
         }
