@@ -104,15 +104,34 @@ private:
   bool native_bf16_ = false;
 };
 
+// A module's machine code in the JIT, under a resource tracker of its own, given back when this is destroyed. Made
+// while the caller holds the JIT's mutex.
+class JitCode {
+public:
+  JitCode(std::unique_ptr<llvm::Module> module, std::unique_ptr<llvm::LLVMContext> context, const std::string& what)
+      : tracker_(CpuJit::instance().jit().getMainJITDylib().createResourceTracker()) {
+    check_llvm(CpuJit::instance().jit().addIRModule(tracker_,
+                                                    llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
+               "adding " + what + " to the JIT");
+  }
+  ~JitCode() {
+    std::lock_guard lock(CpuJit::instance().mutex());
+    llvm::consumeError(tracker_->remove());
+  }
+  JitCode(const JitCode&) = delete;
+  JitCode& operator=(const JitCode&) = delete;
+
+  template <class Fn> Fn lookup(const std::string& symbol) const {
+    return check_llvm(CpuJit::instance().jit().lookup(symbol), "materialising " + symbol).template toPtr<Fn>();
+  }
+
+private:
+  llvm::orc::ResourceTrackerSP tracker_;
+};
+
 class JitCpuKernel : public CpuKernel {
 public:
-  llvm::orc::ResourceTrackerSP tracker;
-  ~JitCpuKernel() override {
-    if (tracker) {
-      std::lock_guard lock(CpuJit::instance().mutex());
-      llvm::consumeError(tracker->remove());
-    }
-  }
+  std::unique_ptr<JitCode> code;
 };
 
 std::unique_ptr<llvm::Module> build_module(const KernelPlan& plan, llvm::LLVMContext& ctx, const std::string& prefix,
@@ -137,16 +156,11 @@ std::shared_ptr<CpuKernel> compile_cpu_kernel(const KernelPlan& plan) {
   EmittedKernel names;
   auto module = build_module(plan, *context, jit.next_symbol_prefix(), names);
   auto kernel = std::make_shared<JitCpuKernel>();
-  kernel->tracker = jit.jit().getMainJITDylib().createResourceTracker();
-  check_llvm(jit.jit().addIRModule(kernel->tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
-             "adding kernel " + plan.name + " to the JIT");
-  kernel->tensor_phase =
-      check_llvm(jit.jit().lookup(names.tensor_phase), "materialising " + names.tensor_phase).toPtr<KernelPhaseFn>();
-  kernel->element_phase =
-      check_llvm(jit.jit().lookup(names.element_phase), "materialising " + names.element_phase).toPtr<KernelPhaseFn>();
+  kernel->code = std::make_unique<JitCode>(std::move(module), std::move(context), "kernel " + plan.name);
+  kernel->tensor_phase = kernel->code->lookup<KernelPhaseFn>(names.tensor_phase);
+  kernel->element_phase = kernel->code->lookup<KernelPhaseFn>(names.element_phase);
   if (!names.finish_phase.empty())
-    kernel->finish_phase =
-        check_llvm(jit.jit().lookup(names.finish_phase), "materialising " + names.finish_phase).toPtr<KernelPhaseFn>();
+    kernel->finish_phase = kernel->code->lookup<KernelPhaseFn>(names.finish_phase);
   kernel->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   OPTJIT_LOG(codegen, "compiled {} for {} in {:.2f} ms", plan.name, jit.cpu_description(), kernel->compile_ms);
   return kernel;
@@ -156,14 +170,8 @@ namespace {
 
 class JitEmulatedGpuKernel : public EmulatedGpuKernel {
 public:
-  llvm::orc::ResourceTrackerSP tracker;
+  std::unique_ptr<JitCode> code;
   void set_entry(void (*entry)(const GpuKernelParams*)) { entry_ = entry; }
-  ~JitEmulatedGpuKernel() override {
-    if (tracker) {
-      std::lock_guard lock(CpuJit::instance().mutex());
-      llvm::consumeError(tracker->remove());
-    }
-  }
 };
 
 // `kernel` (the GPU kernel emitted for the host) called from `name`(const GpuKernelParams*): the fields loaded in
@@ -200,11 +208,8 @@ std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan&
   define_emulation_entry(*module, module->getFunction(prefix + "_gpu"), prefix + "_entry");
   jit.optimize(*module);
   auto kernel = std::make_shared<JitEmulatedGpuKernel>();
-  kernel->tracker = jit.jit().getMainJITDylib().createResourceTracker();
-  check_llvm(jit.jit().addIRModule(kernel->tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
-             "adding emulated GPU kernel " + plan.name + " to the JIT");
-  kernel->set_entry(check_llvm(jit.jit().lookup(prefix + "_entry"), "materialising " + prefix + "_entry")
-                        .toPtr<void (*)(const GpuKernelParams*)>());
+  kernel->code = std::make_unique<JitCode>(std::move(module), std::move(context), "emulated GPU kernel " + plan.name);
+  kernel->set_entry(kernel->code->lookup<void (*)(const GpuKernelParams*)>(prefix + "_entry"));
   return kernel;
 }
 
