@@ -74,10 +74,7 @@ void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
     const std::size_t bytes = host_.slots().size() * sizeof(void*);
     if (!slot_staging_ || slot_staging_->device() != device_ || slot_staging_->bytes() < bytes)
       slot_staging_ = std::make_unique<PinnedRing>(device_, bytes);
-    const std::size_t buffer = slot_staging_->acquire();
-    std::memcpy(slot_staging_->data(buffer), host_.slots().data(), bytes);
-    cuda::copy_to_device_async(device_, params_.slots, slot_staging_->data(buffer), bytes, stream);
-    slot_staging_->queued(buffer, stream);
+    slot_staging_->upload(params_.slots, host_.slots().data(), bytes, stream);
     slots_repointed_ = false;
   }
   const std::vector<double>& hyper = host_.hyper();

@@ -49,8 +49,10 @@ public:
   ScalarStateMirror(Device device, const std::vector<std::vector<Tensor>>& host_slots)
       : device_(device), offsets_(layout(host_slots, bytes_)) {
     storage_ = Tensor::empty({static_cast<int64_t>(bytes_ / 8)}, Dtype::f64, device); // 16-byte parts: whole f64s
-    if (device.kind == DeviceKind::cuda)
+    if (device.kind == DeviceKind::cuda) {
       ring_.emplace(device.index, bytes_);
+      gathered_.resize(bytes_);
+    }
   }
 
   // Whether slots of these sizes and dtypes have this copy's layout (a rebind keeps the copy and its host buffers:
@@ -66,26 +68,17 @@ public:
     return Tensor::from_blob(base + offsets_[slot] + t * dtype_size(like.dtype()), {}, like.dtype(), {}, device_);
   }
 
-  // Copies the host values of every slot to the device copy, queued on the launch stream.
+  // Copies the host values of every slot to the device copy, queued on the launch stream (gathered in place when
+  // the copy is host memory).
   void upload(const std::vector<std::vector<Tensor>>& host_slots) {
-    std::optional<std::size_t> buffer;
-    unsigned char* bytes = nullptr;
-    if (ring_) {
-      buffer = ring_->acquire();
-      bytes = ring_->data(*buffer);
-    } else {
-      bytes = static_cast<unsigned char*>(storage_.data());
-    }
+    unsigned char* bytes = ring_ ? gathered_.data() : static_cast<unsigned char*>(storage_.data());
     for (std::size_t s = 0; s < host_slots.size(); ++s)
       for (std::size_t t = 0; t < host_slots[s].size(); ++t) {
         const Tensor& value = host_slots[s][t];
         std::memcpy(bytes + offsets_[s] + t * dtype_size(value.dtype()), value.data(), dtype_size(value.dtype()));
       }
-    if (ring_) {
-      const cuda::Stream stream = cuda::stream(device_.index);
-      cuda::copy_to_device_async(device_.index, reinterpret_cast<uint64_t>(storage_.data()), bytes, bytes_, stream);
-      ring_->queued(*buffer, stream);
-    }
+    if (ring_)
+      ring_->upload(reinterpret_cast<uint64_t>(storage_.data()), bytes, bytes_, cuda::stream(device_.index));
   }
 
 private:
@@ -102,10 +95,11 @@ private:
   }
 
   Device device_;
-  std::size_t bytes_ = 0;            // before offsets_: layout() sets it while offsets_ is initialised
-  std::vector<std::size_t> offsets_; // per slot, into the copy
-  Tensor storage_;                   // the device copy
-  std::optional<PinnedRing> ring_;   // on a CUDA device: the upload's sources (on the host: written in place)
+  std::size_t bytes_ = 0;               // before offsets_: layout() sets it while offsets_ is initialised
+  std::vector<std::size_t> offsets_;    // per slot, into the copy
+  Tensor storage_;                      // the device copy
+  std::optional<PinnedRing> ring_;      // on a CUDA device: the upload's sources (on the host: written in place)
+  std::vector<unsigned char> gathered_; // on a CUDA device: the values gathered before the upload
 };
 
 class HostScalarStateExecutable final : public Executable {

@@ -2,6 +2,7 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace optjit {
 
@@ -44,6 +45,14 @@ std::size_t PinnedRing::acquire() {
 void PinnedRing::queued(std::size_t buffer, cuda::Stream stream) {
   cuda::event_record(device_, copied_[buffer], stream);
   in_flight_[buffer] = true;
+}
+
+void PinnedRing::upload(uint64_t destination, const void* source, std::size_t bytes, cuda::Stream stream) {
+  OPTJIT_ASSERT(bytes <= bytes_, "an upload larger than the ring's buffers");
+  const std::size_t buffer = acquire();
+  std::memcpy(data(buffer), source, bytes);
+  cuda::copy_to_device_async(device_, destination, data(buffer), bytes, stream);
+  queued(buffer, stream);
 }
 
 } // namespace optjit

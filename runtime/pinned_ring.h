@@ -26,6 +26,9 @@ public:
   unsigned char* data(std::size_t buffer) const { return host_ + buffer * bytes_; }
   // The copies from `buffer` are queued on `stream`: acquire() waits for them before handing it out again.
   void queued(std::size_t buffer, cuda::Stream stream);
+  // `bytes` (at most bytes()) from `source` to device address `destination`, through the next buffer, queued on
+  // `stream`: the host may change `source` as soon as this returns.
+  void upload(uint64_t destination, const void* source, std::size_t bytes, cuda::Stream stream);
 
 private:
   int device_;
