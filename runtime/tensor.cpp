@@ -55,14 +55,6 @@ uint64_t device_address(const Tensor& t, int64_t element = 0) {
 
 bool on_cuda(const Tensor& t) { return t.device().kind == DeviceKind::cuda; }
 
-// The bytes from a non-empty tensor's first element to its last (strides are >= 0).
-std::size_t span_bytes(const Tensor& t) {
-  int64_t last = 0;
-  for (std::size_t d = 0; d < t.shape().size(); ++d)
-    last += (t.shape()[d] - 1) * t.strides()[d];
-  return static_cast<std::size_t>(last + 1) * dtype_size(t.dtype());
-}
-
 // Extents >= 0, at most kMaxTensorRank of them, and at most kMaxTensorBytes of `dtype` in all, counted without
 // overflow. A shape with a zero extent has no elements, but its other extents still make its strides: they too must
 // fit (a [0, 2^62, 2^62] tensor's strides would overflow).
@@ -156,6 +148,15 @@ Tensor Tensor::empty_like(const Tensor& like, Dtype dtype, Device device) {
     t.impl_->contiguous = false;
   }
   return t;
+}
+
+std::size_t Tensor::span_bytes() const {
+  if (numel() == 0)
+    return 0;
+  int64_t last = 0;
+  for (std::size_t d = 0; d < shape().size(); ++d)
+    last += (shape()[d] - 1) * strides()[d];
+  return static_cast<std::size_t>(last + 1) * dtype_size(dtype());
 }
 
 bool Tensor::is_non_overlapping() const {
@@ -397,14 +398,14 @@ void Tensor::copy_from(const Tensor& source) const {
     if (!source.is_contiguous()) {
       if (!on_cuda(source))
         return copy_from(source.clone());
-      std::vector<unsigned char> span(span_bytes(source));
+      std::vector<unsigned char> span(source.span_bytes());
       cuda::copy_to_host(source.device().index, span.data(), device_address(source), span.size());
       return copy_from(from_blob(span.data(), source.shape(), source.dtype(), source.strides()));
     }
     if (!is_contiguous()) {
       if (!on_cuda(*this))
         return copy_from(source.to(Device::cpu()));
-      std::vector<unsigned char> span(span_bytes(*this));
+      std::vector<unsigned char> span(span_bytes());
       cuda::copy_to_host(device().index, span.data(), device_address(*this), span.size());
       from_blob(span.data(), shape(), dtype(), strides()).copy_from(source);
       cuda::copy_to_device(device().index, device_address(*this), span.data(), span.size());

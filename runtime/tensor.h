@@ -74,6 +74,8 @@ public:
   // No two elements share an address, as a step that writes each element once needs (by the usual sufficient rule:
   // ordered by stride, each stride reaches past the span of the smaller ones). Expanded (stride 0) tensors overlap.
   bool is_non_overlapping() const;
+  // The bytes from the first element's address to the end of the last (0 when empty): the memory the tensor reaches.
+  std::size_t span_bytes() const;
   // Non-overlapping and dense: the elements fill exactly numel() consecutive slots from data(), in some order of the
   // dimensions (a contiguous block, or a permutation of one such as a transpose).
   bool is_dense() const;

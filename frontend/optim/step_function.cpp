@@ -43,15 +43,6 @@ private:
   std::vector<StateSpec> specs_;
 };
 
-// The bytes [begin, end) a non-empty tensor's elements lie in (strides are >= 0).
-std::pair<uintptr_t, uintptr_t> memory_span(const Tensor& t) {
-  int64_t last = 0;
-  for (std::size_t d = 0; d < t.shape().size(); ++d)
-    last += (t.shape()[d] - 1) * t.strides()[d];
-  const auto begin = reinterpret_cast<uintptr_t>(t.data());
-  return {begin, begin + static_cast<uintptr_t>(last + 1) * dtype_size(t.dtype())};
-}
-
 // A tensor in two lists, or two that share memory, would be read and written as two: the step's loads see the
 // values from before it, so one store would silently win where torch's ops see each other's writes.
 void check_distinct_memory(const std::string& name, const StepLists& lists) {
@@ -65,8 +56,8 @@ void check_distinct_memory(const std::string& name, const StepLists& lists) {
   const auto add = [&](const std::string& list, const std::vector<Tensor>& tensors) {
     for (std::size_t i = 0; i < tensors.size(); ++i)
       if (tensors[i].defined() && tensors[i].numel() > 0) {
-        const auto [begin, end] = memory_span(tensors[i]);
-        spans.push_back({tensors[i].device(), begin, end, list, i});
+        const auto begin = reinterpret_cast<uintptr_t>(tensors[i].data());
+        spans.push_back({tensors[i].device(), begin, begin + tensors[i].span_bytes(), list, i});
       }
   };
   add("param", lists.params);
