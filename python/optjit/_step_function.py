@@ -586,17 +586,17 @@ class StepFunction:
         def tensors(group):
             return tuple((id(t), t.data_ptr(), tuple(t.shape), t.dtype, t.device) for lst in group for t in lst)
 
-        names = self._list_names(len(lists))
-        scalar = self._scalar_lists(names, lists)
+        held = tensors(lists[:1] + lists[2:])
+        if self._key is not None and held == self._key[1] and len(lists) == len(self._key[0][0]):
+            names, scalar = self._key[0][0], self._key[0][1]  # the same tensors: the same slots and scalar lists
+        else:
+            names = self._list_names(len(lists))
+            scalar = self._scalar_lists(names, lists)
         # What the recorded program depends on (the lists, their scalar ones and the hyperparameters' names), then
         # the tensors; the grads apart: new grad tensors every call (after each backward) only repoint the compiled
         # step's grads. Nothing is kept from a call that failed before its step ran.
         # (The lists' length too: Python code in the function may read it, len(params), and the recording keeps it.)
-        key = (
-            (tuple(names), scalar, tuple(sorted(hypers)), len(lists[0])),
-            tensors(lists[:1] + lists[2:]),
-            tensors(lists[1:2]),
-        )
+        key = ((tuple(names), scalar, tuple(sorted(hypers)), len(lists[0])), held, tensors(lists[1:2]))
         if self._cxx is None or key[:2] != self._key[:2]:
             program = self._program
             if program is None or key[0] != self._key[0]:
