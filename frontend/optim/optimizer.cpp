@@ -482,9 +482,6 @@ static uint64_t host_scalar_entries(const ParamState& state, const Tensor& param
       mask |= uint64_t{1} << k;
   return mask;
 }
-static bool scalar_state_on_host(const ParamState& state, const Tensor& param) {
-  return host_scalar_entries(state, param) != 0;
-}
 
 void Optimizer::check_state(int64_t flat) const {
   const Tensor& p = flat_param(flat);
@@ -658,7 +655,7 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
   for (const auto& entry : given)
     given_keys.insert(entry.first);
   // Hidden scalar entries (a stochastic rounding stream) live beside visible ones held in host memory, if any.
-  const Device hidden_device = scalar_state_on_host(given, param) ? Device::cpu() : param.device();
+  const Device hidden_device = host_scalar_entries(given, param) != 0 ? Device::cpu() : param.device();
   ParamState state;
   for (const StateSpec& spec : specs) {
     if (!spec.visible) {
