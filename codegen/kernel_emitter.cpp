@@ -343,12 +343,31 @@ public:
 
   bool has_reductions() const { return !tensor_reductions_.empty(); }
 
-  // The GPU kernel (runtime/kernel_abi.h): block = work item, threads stride over its elements, `lanes` at a
-  // time with 128-bit accesses when every slot's address of the item is aligned, one at a time otherwise.
-  void emit_gpu_kernel(const std::string& symbol) {
-    IRBuilder<> b(ctx_);
-    llvm::PointerType* global = llvm::PointerType::get(ctx_, emulation_ ? 0 : 1);
-    const auto llvm_type = [&](std::string_view kind) -> llvm::Type* { return kind == "global" ? global : i64_; };
+  // What every GPU kernel starts with (runtime/kernel_abi.h): the entry point, its thread and block registers, the
+  // block's work item, its tensor's per-tensor values, the tensor's slot addresses and each thread's reduction
+  // accumulators.
+  struct WorkItemValues {
+    Value* tensor;
+    Value* begin;
+    Value* end;
+  };
+
+  struct GpuEntry {
+    llvm::Function* fn;
+    llvm::PointerType* global; // the address space of the kernel's global memory
+    Value *block, *thread, *threads;
+    WorkItemValues item;
+    PerTensorInputs in;
+    std::vector<Value*> values;                // the per-tensor nodes [0, prologue_size)
+    std::vector<Value*> bases;                 // per tensor slot: tensor t's data
+    std::vector<llvm::AllocaInst*> thread_acc; // per reduction: the thread's value over the elements it visits
+    Value* param(GpuParam p) const { return fn->getArg(static_cast<unsigned>(p)); }
+  };
+
+  GpuEntry begin_gpu_kernel(IRBuilder<>& b, const std::string& symbol) {
+    GpuEntry e;
+    e.global = llvm::PointerType::get(ctx_, emulation_ ? 0 : 1);
+    const auto llvm_type = [&](std::string_view kind) -> llvm::Type* { return kind == "global" ? e.global : i64_; };
     auto* type = llvm::FunctionType::get(b.getVoidTy(),
                                          {
 #define OPTJIT_GPU_PARAM(name, type, kind) llvm_type(#kind),
@@ -356,66 +375,320 @@ public:
 #undef OPTJIT_GPU_PARAM
                                          },
                                          false);
-    auto* fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, module_);
-    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    e.fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, module_);
+    e.fn->addFnAttr(llvm::Attribute::NoUnwind);
     if (!emulation_) {
-      fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
-      annotate_kernel(fn);
+      e.fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
+      annotate_kernel(e.fn);
     }
-    const auto param = [&](GpuParam p) { return fn->getArg(static_cast<unsigned>(p)); };
-    Value* slots = param(GpuParam::slots);
-    Value* items = param(GpuParam::items);
-    Value* items_of_tensor = param(GpuParam::items_of_tensor);
-    Value* done = param(GpuParam::done);
-    Value* n_tensors = param(GpuParam::n_tensors);
-    b.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn));
-    Value* block = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), i64_);
-    Value* thread = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), i64_);
-    Value* threads = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x), i64_);
-    auto [t, first, last] = load_work_item(b, items, block);
-    const PerTensorInputs in{slots,
-                             n_tensors,
-                             param(GpuParam::hyper),
-                             param(GpuParam::group_of),
-                             param(GpuParam::n_hyper),
-                             param(GpuParam::carry),
-                             param(GpuParam::n_carry),
-                             t};
-    // Each thread's accumulator of each reduction over the elements it visits.
-    std::vector<llvm::AllocaInst*> thread_acc;
+    Value* slots = e.param(GpuParam::slots);
+    Value* n_tensors = e.param(GpuParam::n_tensors);
+    b.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", e.fn));
+    e.block = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), i64_);
+    e.thread = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), i64_);
+    e.threads = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x), i64_);
+    e.item = load_work_item(b, e.param(GpuParam::items), e.block);
+    e.in = PerTensorInputs{slots,
+                           n_tensors,
+                           e.param(GpuParam::hyper),
+                           e.param(GpuParam::group_of),
+                           e.param(GpuParam::n_hyper),
+                           e.param(GpuParam::carry),
+                           e.param(GpuParam::n_carry),
+                           e.item.tensor,
+                           e.param(GpuParam::matrix)};
     for (std::size_t r = 0; r < reduction_count(); ++r) {
-      thread_acc.push_back(b.CreateAlloca(b.getDoubleTy()));
-      b.CreateStore(identity(b, reduction_op(r)), thread_acc.back());
+      e.thread_acc.push_back(b.CreateAlloca(b.getDoubleTy()));
+      b.CreateStore(identity(b, reduction_op(r)), e.thread_acc.back());
     }
-    std::vector<Value*> values = emit_prologue(b, in);
-    std::vector<Value*> bases;
+    e.values = emit_prologue(b, e.in);
     for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
-      bases.push_back(b.CreateAddrSpaceCast(slot_pointer(b, slots, static_cast<int>(s), n_tensors, t), global,
-                                            plan_.abi.tensor_slots[s]));
+      e.bases.push_back(b.CreateAddrSpaceCast(slot_pointer(b, slots, static_cast<int>(s), n_tensors, e.item.tensor),
+                                              e.global, plan_.abi.tensor_slots[s]));
+    return e;
+  }
+
+  // What every GPU kernel ends with: the block's reductions, then the last block of the tensor writes its scalar
+  // state and carried values.
+  void end_gpu_kernel(IRBuilder<>& b, const GpuEntry& e) {
+    std::vector<Value*> block_partials = emit_block_reduction(b, e.fn, e.thread_acc, e.thread, e.threads);
+    emit_gpu_per_tensor_stores(b, e.fn, e.values, e.in,
+                               {e.param(GpuParam::items_of_tensor), e.param(GpuParam::done), e.thread},
+                               {e.block, block_partials, e.param(GpuParam::partials), e.param(GpuParam::first_item)});
+    b.CreateRetVoid();
+  }
+
+  // The GPU kernel (runtime/kernel_abi.h): block = work item, threads stride over its elements, `lanes` at a
+  // time with 128-bit accesses when every slot's address of the item is aligned, one at a time otherwise.
+  void emit_gpu_kernel(const std::string& symbol) {
+    IRBuilder<> b(ctx_);
+    GpuEntry e = begin_gpu_kernel(b, symbol);
+    auto [t, first, last] = e.item;
     Value* scalar_begin = first;
     if (lanes_ > 1) {
       // The vector part is used only when every slot's first element of the item is aligned to its vector access.
       Value* misaligned = b.getInt64(0);
-      for (std::size_t s = 0; s < bases.size(); ++s) {
+      for (std::size_t s = 0; s < e.bases.size(); ++s) {
         const Dtype storage = tensor_slot_dtype(static_cast<int>(s));
-        Value* address = b.CreatePtrToInt(b.CreateGEP(scalar_type(storage), bases[s], first), i64_);
+        Value* address = b.CreatePtrToInt(b.CreateGEP(scalar_type(storage), e.bases[s], first), i64_);
         const int64_t access_bytes = lanes_ * static_cast<int64_t>(dtype_size(storage));
         misaligned = b.CreateOr(misaligned, b.CreateAnd(address, b.getInt64(access_bytes - 1)));
       }
       Value* aligned = b.CreateICmpEQ(misaligned, b.getInt64(0));
       Value* whole = b.CreateMul(b.CreateSDiv(b.CreateSub(last, first), b.getInt64(lanes_)), b.getInt64(lanes_));
       Value* vector_end = b.CreateAdd(first, b.CreateSelect(aligned, whole, b.getInt64(0)));
-      emit_loop(b, b.CreateAdd(first, b.CreateMul(thread, b.getInt64(lanes_))), vector_end,
-                b.CreateMul(threads, b.getInt64(lanes_)), "vec",
-                [&](Value* j) { emit_gpu_vector_body(b, bases, values, j, thread_acc); });
+      emit_loop(b, b.CreateAdd(first, b.CreateMul(e.thread, b.getInt64(lanes_))), vector_end,
+                b.CreateMul(e.threads, b.getInt64(lanes_)), "vec",
+                [&](Value* j) { emit_gpu_vector_body(b, e.bases, e.values, j, e.thread_acc); });
       scalar_begin = vector_end;
     }
-    emit_loop(b, b.CreateAdd(scalar_begin, thread), last, threads, "elem",
-              [&](Value* j) { emit_body(b, bases, values, j, 1, thread_acc); });
-    std::vector<Value*> block_partials = emit_block_reduction(b, fn, thread_acc, thread, threads);
-    emit_gpu_per_tensor_stores(b, fn, values, in, {items_of_tensor, done, thread},
-                               {block, block_partials, param(GpuParam::partials), param(GpuParam::first_item)});
-    b.CreateRetVoid();
+    emit_loop(b, b.CreateAdd(scalar_begin, e.thread), last, e.threads, "elem",
+              [&](Value* j) { emit_body(b, e.bases, e.values, j, 1, e.thread_acc); });
+    end_gpu_kernel(b, e);
+  }
+
+  // The GPU kernel of a plan that reads or writes rows and columns: one block per tensor (its one work item), in
+  // two sweeps, so that every sum has an order fixed by the tensor's shape and the block's size, and a row or column
+  // is written only after every element has read its old value.
+  //   Column sweep (kernels with column sums): a thread per column, its rows in order. It evaluates each element
+  //   for the sums and stores nothing. A barrier follows.
+  //   Row sweep (kernels with row sums, per-tensor reductions or stores): a warp per row, in rounds of one row per
+  //   warp; the lanes take every 32nd column. A round runs its rows in two stages, each ended by a barrier: first
+  //   the rows that are not the last of their matrix, then those that are. Elements store their tensor slots as
+  //   they go, and a matrix's last row its columns slots (each column's other rows were read in earlier stages).
+  //   After a stage's barrier, lane 0 adds its row's 32 lane sums in lane order (through shared memory, double
+  //   buffered by stage), and the lane that had the row's last column writes its rows slots.
+  void emit_gpu_axis_kernel(const std::string& symbol) {
+    IRBuilder<> b(ctx_);
+    GpuEntry e = begin_gpu_kernel(b, symbol);
+    Value* t = e.item.tensor;
+    Value* matrix = e.param(GpuParam::matrix);
+    const auto extent_of = [&](int64_t k) {
+      return b.CreateLoad(i64_, b.CreateGEP(i64_, matrix, b.CreateAdd(b.CreateMul(t, b.getInt64(3)), b.getInt64(k))));
+    };
+    const auto base_of = [&](GpuParam p, Value* index) {
+      return b.CreateLoad(i64_, b.CreateGEP(i64_, e.param(p), index));
+    };
+    Value* col_base = base_of(GpuParam::col_base, t);
+    axis_ = AxisIndex{extent_of(0), extent_of(1), base_of(GpuParam::row_base, t), col_base, e.param(GpuParam::axis)};
+    Value* n = axis_->n;
+    Value* has_columns = b.CreateICmpSGT(n, b.getInt64(0));
+    Value* rows = b.CreateSelect(has_columns, b.CreateSDiv(extent_of(2), b.CreateSelect(has_columns, n, b.getInt64(1))),
+                                 b.getInt64(0));
+    Value* columns = b.CreateSub(base_of(GpuParam::col_base, b.CreateAdd(t, b.getInt64(1))), col_base);
+    bool col_sums = false, row_sums = false;
+    for (ValueId id : axis_reductions_)
+      (graph_.node(id).op == Op::col_sum ? col_sums : row_sums) = true;
+    bool stores = false;
+    for (const Store& s : graph_.stores)
+      stores |= s.kind == StoreKind::Tensor;
+    if (col_sums) {
+      emit_gpu_column_sweep(b, e, columns);
+      gpu_barrier(b);
+    }
+    if (row_sums || stores || reduction_count() > 0)
+      emit_gpu_row_sweep(b, e, rows);
+    axis_.reset();
+    end_gpu_kernel(b, e);
+  }
+
+  // A thread per column of the tensor (counted over its matrices, as col_base counts them), its rows in order: each
+  // column sum in element order, stored once.
+  void emit_gpu_column_sweep(IRBuilder<>& b, const GpuEntry& e, Value* columns) {
+    IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
+    std::vector<llvm::AllocaInst*> sums(axis_reductions_.size(), nullptr);
+    for (std::size_t k = 0; k < axis_reductions_.size(); ++k)
+      if (graph_.node(axis_reductions_[k]).op == Op::col_sum)
+        sums[k] = entry.CreateAlloca(b.getDoubleTy());
+    Value* m = axis_->m;
+    Value* n = axis_->n;
+    emit_loop(b, e.thread, columns, e.threads, "column", [&](Value* column) {
+      Value* in_matrix = b.CreateSDiv(column, n); // n > 0: the tensor has columns
+      Value* c = b.CreateSub(column, b.CreateMul(in_matrix, n));
+      Value* start = b.CreateAdd(b.CreateMul(b.CreateMul(in_matrix, m), n), c);
+      for (llvm::AllocaInst* sum : sums)
+        if (sum)
+          b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
+      emit_loop(b, b.getInt64(0), m, b.getInt64(1), "column.row", [&](Value* r) {
+        set_axis_position(b, b.CreateAdd(b.CreateMul(in_matrix, m), r), in_matrix, r, c);
+        const std::vector<Value*> values = evaluate_gpu_element(b, e, b.CreateAdd(start, b.CreateMul(r, n)));
+        add_axis_sums(b, values, sums);
+      });
+      set_axis_position(b, nullptr, in_matrix, nullptr, c);
+      for (std::size_t k = 0; k < sums.size(); ++k)
+        if (sums[k])
+          b.CreateStore(b.CreateLoad(b.getDoubleTy(), sums[k]),
+                        axis_array_address(b, carry_of_reduction(axis_reductions_[k]), SlotKind::Cols));
+    });
+    clear_axis_position();
+  }
+
+  // Rows of the tensor in rounds of one row per warp, each round in two stages (emit_gpu_axis_kernel).
+  void emit_gpu_row_sweep(IRBuilder<>& b, const GpuEntry& e, Value* rows) {
+    IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
+    RowSweep sweep;
+    for (std::size_t k = 0; k < axis_reductions_.size(); ++k)
+      if (graph_.node(axis_reductions_[k]).op == Op::row_sum) {
+        sweep.lane_sums.push_back(entry.CreateAlloca(b.getDoubleTy()));
+        sweep.row_sums.push_back(k);
+      } else {
+        sweep.lane_sums.push_back(nullptr);
+      }
+    for (const Store& s : graph_.stores) // a rows slot's value at the lane's last column
+      sweep.pending.push_back(s.kind == StoreKind::Tensor && graph_.slot(s.name)->kind == SlotKind::Rows
+                                  ? entry.CreateAlloca(scalar_type(slot_dtype(s.name)))
+                                  : nullptr);
+    llvm::GlobalVariable* shared = nullptr;
+    if (!sweep.row_sums.empty()) {
+      auto* array = llvm::ArrayType::get(b.getDoubleTy(), 2 * kGpuMaxBlockThreads * sweep.row_sums.size());
+      shared = new llvm::GlobalVariable(module_, array, false, llvm::GlobalValue::InternalLinkage,
+                                        llvm::UndefValue::get(array), plan_.name + "_row_sums", nullptr,
+                                        llvm::GlobalValue::NotThreadLocal, emulation_ ? 0 : 3);
+      shared->setAlignment(llvm::Align(8));
+    }
+    // Lane `lane`'s sum of row sum number `r` (of sweep.row_sums) in stage `stage`'s buffer.
+    sweep.cell = [&](int stage, std::size_t r, Value* thread) {
+      const int64_t buffer =
+          (static_cast<int64_t>(stage) * static_cast<int64_t>(sweep.row_sums.size()) + static_cast<int64_t>(r)) *
+          kGpuMaxBlockThreads;
+      return b.CreateGEP(b.getDoubleTy(), shared, b.CreateAdd(b.getInt64(buffer), thread));
+    };
+    Value* warps = b.CreateLShr(e.threads, 5);
+    Value* warp = b.CreateLShr(e.thread, 5);
+    Value* lane = b.CreateAnd(e.thread, b.getInt64(31));
+    Value* m = axis_->m;
+    Value* n = axis_->n;
+    Value* rounds = b.CreateSDiv(b.CreateAdd(rows, b.CreateSub(warps, b.getInt64(1))), warps);
+    Value* last_lane = b.CreateAnd(b.CreateSub(n, b.getInt64(1)), b.getInt64(31)); // the lane of a row's last column
+    emit_loop(b, b.getInt64(0), rounds, b.getInt64(1), "round", [&](Value* round) {
+      Value* row = b.CreateAdd(b.CreateMul(round, warps), warp);
+      Value* valid = b.CreateICmpSLT(row, rows);
+      Value* in_matrix = b.CreateSDiv(row, m); // m > 0: the tensor has rows
+      Value* row_in_matrix = b.CreateSub(row, b.CreateMul(in_matrix, m));
+      Value* last_row = b.CreateICmpEQ(row_in_matrix, b.CreateSub(m, b.getInt64(1)));
+      for (int stage = 0; stage < 2; ++stage) {
+        Value* active = b.CreateAnd(valid, stage == 0 ? b.CreateNot(last_row) : last_row);
+        emit_if(b, active, "row", [&] {
+          for (llvm::AllocaInst* sum : sweep.lane_sums)
+            if (sum)
+              b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
+          emit_loop(b, lane, n, b.getInt64(32), "row.col", [&](Value* c) {
+            set_axis_position(b, row, in_matrix, row_in_matrix, c);
+            Value* j = b.CreateAdd(b.CreateMul(row, n), c);
+            const std::vector<Value*> values = evaluate_gpu_element(b, e, j);
+            accumulate(b, values, e.thread_acc);
+            add_axis_sums(b, values, sweep.lane_sums);
+            store_gpu_element(b, e, values, j, /*columns=*/stage == 1, sweep.pending);
+          });
+          for (std::size_t r = 0; r < sweep.row_sums.size(); ++r)
+            b.CreateStore(b.CreateLoad(b.getDoubleTy(), sweep.lane_sums[sweep.row_sums[r]]),
+                          sweep.cell(stage, r, e.thread));
+        });
+        gpu_barrier(b);
+        emit_if(b, active, "row.end", [&] {
+          set_axis_position(b, row, in_matrix, row_in_matrix, nullptr);
+          emit_if(b, b.CreateICmpEQ(lane, b.getInt64(0)), "row.sum", [&] {
+            Value* first_lane = b.CreateSub(e.thread, lane);
+            Value* lanes = b.CreateSelect(b.CreateICmpSLT(n, b.getInt64(32)), n, b.getInt64(32));
+            for (std::size_t r = 0; r < sweep.row_sums.size(); ++r) {
+              llvm::AllocaInst* sum = sweep.lane_sums[sweep.row_sums[r]]; // lane 0's own sum, then lanes 1..31
+              emit_loop(b, b.getInt64(1), lanes, b.getInt64(1), "row.lane", [&](Value* l) {
+                Value* other = b.CreateLoad(b.getDoubleTy(), sweep.cell(stage, r, b.CreateAdd(first_lane, l)));
+                b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), sum), other), sum);
+              });
+              b.CreateStore(
+                  b.CreateLoad(b.getDoubleTy(), sum),
+                  axis_array_address(b, carry_of_reduction(axis_reductions_[sweep.row_sums[r]]), SlotKind::Rows));
+            }
+          });
+          emit_if(b, b.CreateICmpEQ(lane, last_lane), "row.store", [&] {
+            for (std::size_t k = 0; k < graph_.stores.size(); ++k)
+              if (sweep.pending[k]) {
+                const Dtype storage = slot_dtype(graph_.stores[k].name);
+                const int slot = index_in(plan_.abi.tensor_slots, graph_.stores[k].name);
+                b.CreateAlignedStore(b.CreateLoad(sweep.pending[k]->getAllocatedType(), sweep.pending[k]),
+                                     b.CreateGEP(scalar_type(storage), e.bases[static_cast<std::size_t>(slot)],
+                                                 axis_index(SlotKind::Rows)),
+                                     llvm::Align(dtype_size(storage)));
+              }
+          });
+        });
+      }
+    });
+    clear_axis_position();
+  }
+
+  struct RowSweep {
+    std::vector<llvm::AllocaInst*> lane_sums; // per axis reduction: the lane's sum over its columns (row sums only)
+    std::vector<std::size_t> row_sums;        // the axis reductions that are row sums
+    std::vector<llvm::AllocaInst*> pending;   // per store: a rows slot's value at the lane's last column, or null
+    std::function<Value*(int stage, std::size_t r, Value* thread)> cell;
+  };
+
+  // Where the element being evaluated is (emit_gpu_axis_kernel's sweeps): its row in the tensor, its matrix, its row
+  // in the matrix and its column in the row (null: not needed, or the sweep has none).
+  void set_axis_position(IRBuilder<>& b, Value* row, Value* in_matrix, Value* row_in_matrix, Value* col_in_row) {
+    axis_->row = row;
+    axis_->row_in_matrix = row_in_matrix;
+    axis_->col_in_row = col_in_row;
+    axis_->col = col_in_row ? b.CreateAdd(b.CreateMul(in_matrix, axis_->n), col_in_row) : nullptr;
+  }
+  void clear_axis_position() { axis_->row = axis_->col = axis_->col_in_row = axis_->row_in_matrix = nullptr; }
+
+  // The element nodes at element j of the block's tensor, one element at a time (rows and columns slots at the
+  // element's row and column).
+  std::vector<Value*> evaluate_gpu_element(IRBuilder<>& b, const GpuEntry& e, Value* j) {
+    auto load = [&](int slot) {
+      const Dtype storage = tensor_slot_dtype(slot);
+      Value* address = b.CreateGEP(scalar_type(storage), e.bases[static_cast<std::size_t>(slot)], element_at(slot, j));
+      Value* v = b.CreateAlignedLoad(scalar_type(storage), address, llvm::Align(dtype_size(storage)),
+                                     plan_.abi.tensor_slots[slot]);
+      return from_storage(b, v, storage, element_type());
+    };
+    return evaluate_elements(b, e.values, load, element_type(), j);
+  }
+
+  // Adds each axis reduction's element value to its running sum (the reductions with a sum in `sums`).
+  void add_axis_sums(IRBuilder<>& b, const std::vector<Value*>& values, const std::vector<llvm::AllocaInst*>& sums) {
+    for (std::size_t k = 0; k < sums.size(); ++k)
+      if (sums[k]) {
+        Value* v = values[static_cast<std::size_t>(graph_.node(axis_reductions_[k]).inputs[0])];
+        b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), sums[k]), b.CreateFPExt(v, b.getDoubleTy())), sums[k]);
+      }
+  }
+
+  // The row sweep's stores of element j: its tensor slots; its columns slots when `columns` (a matrix's last row);
+  // its rows slots' values kept in `pending`, written after the stage's barrier.
+  void store_gpu_element(IRBuilder<>& b, const GpuEntry& e, const std::vector<Value*>& values, Value* j, bool columns,
+                         const std::vector<llvm::AllocaInst*>& pending) {
+    for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
+      const Store& s = graph_.stores[k];
+      if (s.kind != StoreKind::Tensor)
+        continue;
+      const int slot = index_in(plan_.abi.tensor_slots, s.name);
+      const Dtype storage = tensor_slot_dtype(slot);
+      Value* stored = to_storage(b, values[static_cast<std::size_t>(s.value)], storage);
+      const SlotKind kind = graph_.slot(s.name)->kind;
+      if (kind == SlotKind::Rows) {
+        b.CreateStore(stored, pending[k]);
+      } else if (kind == SlotKind::Tensor || columns) {
+        b.CreateAlignedStore(
+            stored, b.CreateGEP(scalar_type(storage), e.bases[static_cast<std::size_t>(slot)], element_at(slot, j)),
+            llvm::Align(dtype_size(storage)));
+      }
+    }
+  }
+
+  // `if (condition) body();`
+  void emit_if(IRBuilder<>& b, Value* condition, const std::string& name, const std::function<void()>& body) {
+    llvm::Function* fn = b.GetInsertBlock()->getParent();
+    auto* then = llvm::BasicBlock::Create(ctx_, name, fn);
+    auto* after = llvm::BasicBlock::Create(ctx_, name + ".after", fn);
+    b.CreateCondBr(condition, then, after);
+    b.SetInsertPoint(then);
+    body();
+    b.CreateBr(after);
+    b.SetInsertPoint(after);
   }
 
 private:
@@ -516,8 +789,9 @@ private:
 
   // The current element's row (kind Rows) or column (Cols) in its tensor, as emit_axis_loop counts them.
   Value* axis_index(SlotKind kind) const {
-    OPTJIT_ASSERT(axis_ && axis_->row, "kernel " + plan_.name + " reads rows or columns outside emit_axis_loop");
-    return kind == SlotKind::Rows ? axis_->row : axis_->col;
+    Value* index = axis_ ? (kind == SlotKind::Rows ? axis_->row : axis_->col) : nullptr;
+    OPTJIT_ASSERT(index, "kernel " + plan_.name + " reads rows or columns outside a walk over them");
+    return index;
   }
 
   // `if (condition) *address = value;`
@@ -533,7 +807,9 @@ private:
   }
   // The array of carried axis sum `name` (axis[carry index]).
   Value* axis_array(IRBuilder<>& b, Value* arrays, const std::string& name) {
-    return b.CreateLoad(ptr_, b.CreateGEP(ptr_, arrays, b.getInt64(static_cast<int64_t>(carry_index(plan_, name)))));
+    Value* array =
+        b.CreateLoad(ptr_, b.CreateGEP(ptr_, arrays, b.getInt64(static_cast<int64_t>(carry_index(plan_, name)))));
+    return arrays->getType() == ptr_ ? array : b.CreateAddrSpaceCast(array, arrays->getType()); // GPU: global
   }
   // The array of carried axis sum `name`, at the current element's row or column.
   Value* axis_array_address(IRBuilder<>& b, const std::string& name, SlotKind kind) {
@@ -975,12 +1251,6 @@ private:
     return values;
   }
 
-  struct WorkItemValues {
-    Value* tensor;
-    Value* begin;
-    Value* end;
-  };
-
   // Work item `index` of the (tensor, begin, end) table (runtime/kernel_abi.h's WorkItem).
   WorkItemValues load_work_item(IRBuilder<>& b, Value* items, Value* index) {
     Value* item = b.CreateGEP(i64_, items, b.CreateMul(index, b.getInt64(3)));
@@ -1180,13 +1450,12 @@ EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, cons
 
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol,
                      const GpuEmulationHooks* emulation) {
-  if (plan.has_axis)
-    throw Error("kernel " + plan.name +
-                " reads or writes rows and columns (row_sum, col_sum, rows or cols slots): those compile for the CPU; "
-                "their GPU kernels are not built yet, so run these params on the CPU");
   Emitter emitter(plan, module, kGpuVectorBytes / static_cast<int>(dtype_size(plan.graph.dtype)),
                   /*device_math=*/true, /*native_bf16=*/false, emulation);
-  emitter.emit_gpu_kernel(symbol);
+  if (plan.has_axis)
+    emitter.emit_gpu_axis_kernel(symbol);
+  else
+    emitter.emit_gpu_kernel(symbol);
   verify(module);
 }
 

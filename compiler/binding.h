@@ -34,6 +34,10 @@ public:
   // Rows (columns) of every tensor together: the length of a rows (columns) array of the plan.
   int64_t total_rows() const { return row_base_.back(); }
   int64_t total_cols() const { return col_base_.back(); }
+  // Per tensor: m, n and numel ([..., m, n]); where its rows and columns start (one more entry: the totals).
+  const std::vector<int64_t>& matrix() const { return matrix_; }
+  const std::vector<int64_t>& row_base() const { return row_base_; }
+  const std::vector<int64_t>& col_base() const { return col_base_; }
   // The plan's axis arrays, by carry index (null for a per-tensor carry), shared by every kernel of the plan.
   void set_axis(double* const* arrays) { args_.axis = arrays; }
   int64_t n_reduce() const { return args_.n_reduce; }
@@ -53,7 +57,7 @@ private:
   std::vector<WorkItem> items_;
   std::vector<double> partials_;             // partials[i * n_reduce + r]
   std::vector<int64_t> first_item_;          // per tensor, and one past the last
-  std::vector<int64_t> matrix_;              // per tensor: m, n
+  std::vector<int64_t> matrix_;              // per tensor: m, n, numel
   std::vector<int64_t> row_base_, col_base_; // per tensor, and one past the last
   KernelArgs args_{};
   int64_t item_grain_ = 1, tensor_grain_ = 1;

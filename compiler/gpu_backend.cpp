@@ -39,8 +39,26 @@ public:
     if (carry_.bytes() < carry_bytes)
       carry_ = DeviceBuffer(device_, carry_bytes);
     n_tensors_ = static_cast<std::size_t>(args.n_tensors());
+    const KernelPlan& first = kernels_.front().plan;
+    if (axis_table_.bytes() < std::max<std::size_t>(8, first.carries.size() * 8))
+      axis_table_ = DeviceBuffer(device_, std::max<std::size_t>(8, first.carries.size() * 8));
     for (BoundGpuKernel& k : kernels_)
-      k.binding.bind(k.plan, args, device_, carry_.address());
+      k.binding.bind(k.plan, args, device_, carry_.address(), axis_table_.address());
+    // Axis sums: a device array per carried row or column sum, with every tensor's rows (columns) in it, and the
+    // table of their addresses the kernels read.
+    axis_.resize(first.carries.size());
+    std::vector<uint64_t> addresses(std::max<std::size_t>(1, first.carries.size()), 0);
+    for (std::size_t c = 0; c < first.carries.size(); ++c) {
+      if (!is_axis_carry(first.carry_kinds[c]))
+        continue;
+      const GpuBinding& b = kernels_.front().binding;
+      const int64_t length = first.carry_kinds[c] == CarryKind::Rows ? b.total_rows() : b.total_cols();
+      const std::size_t bytes = (static_cast<std::size_t>(length) + 1) * sizeof(double);
+      if (axis_[c].bytes() < bytes)
+        axis_[c] = DeviceBuffer(device_, bytes);
+      addresses[c] = axis_[c].address();
+    }
+    cuda::copy_to_device(device_, axis_table_.address(), addresses.data(), addresses.size() * 8);
   }
   void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) override {
     for (BoundGpuKernel& k : kernels_)
@@ -100,6 +118,8 @@ private:
   int device_;
   bool cuda_graphs_;
   DeviceBuffer carry_;
+  DeviceBuffer axis_table_;        // u64 per carry: the address of its axis array, 0 for a per-tensor carry
+  std::vector<DeviceBuffer> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)
   std::size_t n_tensors_ = 0;
   std::vector<double> host_carry_; // advance(): the carry buffer's host copy while paused
 };

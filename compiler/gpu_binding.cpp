@@ -47,7 +47,7 @@ GpuBinding::~GpuBinding() = default;
 GpuBinding::GpuBinding(GpuBinding&&) noexcept = default;
 GpuBinding& GpuBinding::operator=(GpuBinding&&) noexcept = default;
 
-void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int device, uint64_t carry) {
+void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int device, uint64_t carry, uint64_t axis) {
   host_.bind(plan, args, gpu_launch_shape(plan));
   device_ = device;
   const GpuTable table = make_gpu_table(plan, host_);
@@ -55,7 +55,7 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   if (table_.bytes() < table.image.size())
     table_ = DeviceBuffer(device, table.image.size());
   cuda::copy_to_device(device, table_.address(), table.image.data(), table.image.size());
-  params_ = table.at(table_.address(), carry);
+  params_ = table.at(table_.address(), carry, axis);
   if (!staging_ || staging_->device() != device || staging_->doubles < host_.hyper().size())
     staging_ = std::make_unique<Staging>(device, host_.hyper().size());
   staging_->drop_graphs();  // they launch the previous table's items and block size

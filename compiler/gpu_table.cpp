@@ -17,12 +17,13 @@ LaunchShape gpu_launch_shape(const KernelPlan& plan) {
   return shape;
 }
 
-GpuKernelParams GpuTable::at(uint64_t base, uint64_t carry) const {
+GpuKernelParams GpuTable::at(uint64_t base, uint64_t carry, uint64_t axis) const {
   GpuKernelParams p = params;
-  for (uint64_t* field :
-       {&p.slots, &p.group_of, &p.items, &p.items_of_tensor, &p.done, &p.hyper, &p.first_item, &p.partials})
+  for (uint64_t* field : {&p.slots, &p.group_of, &p.items, &p.items_of_tensor, &p.done, &p.hyper, &p.first_item,
+                          &p.partials, &p.matrix, &p.row_base, &p.col_base})
     *field += base;
   p.carry = carry;
+  p.axis = axis;
   return p;
 }
 
@@ -45,8 +46,11 @@ GpuTable make_gpu_table(const KernelPlan& plan, const Binding& host) {
                                n * 4,
                                host.hyper().size() * 8,
                                host.first_item().size() * 8,
-                               std::max<std::size_t>(1, n_partials) * 8};
-  constexpr int kRegions = 8;
+                               std::max<std::size_t>(1, n_partials) * 8,
+                               host.matrix().size() * 8,
+                               host.row_base().size() * 8,
+                               host.col_base().size() * 8};
+  constexpr int kRegions = 11;
   std::size_t offsets[kRegions], total = 0;
   for (int k = 0; k < kRegions; ++k) {
     offsets[k] = total;
@@ -59,6 +63,9 @@ GpuTable make_gpu_table(const KernelPlan& plan, const Binding& host) {
   std::memcpy(table.image.data() + offsets[3], items_of_tensor.data(), sizes[3]);
   std::memcpy(table.image.data() + offsets[5], host.hyper().data(), sizes[5]);
   std::memcpy(table.image.data() + offsets[6], host.first_item().data(), sizes[6]);
+  std::memcpy(table.image.data() + offsets[8], host.matrix().data(), sizes[8]);
+  std::memcpy(table.image.data() + offsets[9], host.row_base().data(), sizes[9]);
+  std::memcpy(table.image.data() + offsets[10], host.col_base().data(), sizes[10]);
   GpuKernelParams& p = table.params;
   p.slots = offsets[0];
   p.group_of = offsets[1];
@@ -68,6 +75,9 @@ GpuTable make_gpu_table(const KernelPlan& plan, const Binding& host) {
   p.hyper = offsets[5];
   p.first_item = offsets[6];
   p.partials = offsets[7];
+  p.matrix = offsets[8];
+  p.row_base = offsets[9];
+  p.col_base = offsets[10];
   p.n_tensors = static_cast<int64_t>(n);
   p.n_hyper = static_cast<int64_t>(plan.abi.hypers.size());
   p.n_carry = static_cast<int64_t>(plan.carries.size());

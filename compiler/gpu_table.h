@@ -1,7 +1,7 @@
 // GpuTable: the argument table of one GPU kernel as bytes (runtime/kernel_abi.h's GpuKernelParams and the arrays its
 // fields point at), laid out from a bound host Binding: slots | group_of | items | items_of_tensor | done | hyper |
-// first_item | partials, each 16-byte aligned. GpuBinding uploads the image to the device; tests run emulated GPU
-// kernels on it in host memory (codegen.h's EmulatedGpuKernel).
+// first_item | partials | matrix | row_base | col_base, each 16-byte aligned. GpuBinding uploads the image to the
+// device; tests run emulated GPU kernels on it in host memory (codegen.h's EmulatedGpuKernel).
 #pragma once
 
 #include "compiler/binding.h"
@@ -16,12 +16,13 @@ LaunchShape gpu_launch_shape(const KernelPlan& plan);
 
 struct GpuTable {
   std::vector<unsigned char> image; // the done counters are zero
-  GpuKernelParams params{};         // global fields: offsets into the image (rebased by at()); carry: 0
+  GpuKernelParams params{};         // global fields: offsets into the image (rebased by at()); carry, axis: 0
   int block_threads = 0;            // gpu_block_threads for the items' mean size
   unsigned grid = 0;                // blocks: one per work item
 
-  // The parameters with the image at `base` and the plan's carry buffer at `carry`.
-  GpuKernelParams at(uint64_t base, uint64_t carry) const;
+  // The parameters with the image at `base`, the plan's carry buffer at `carry` and its table of axis arrays (one
+  // address per carry, runtime/kernel_abi.def) at `axis`.
+  GpuKernelParams at(uint64_t base, uint64_t carry, uint64_t axis) const;
 };
 
 // The table of `plan` over `host`, a Binding bound with gpu_launch_shape(plan).

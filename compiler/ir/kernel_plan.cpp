@@ -99,8 +99,7 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
     return !used(kp.abi.tensor_slots) && !used(kp.abi.scalar_slots);
   });
   for (const Node& n : kp.graph.nodes)
-    kp.has_axis = kp.has_axis || op_has_trait(n.op, kAxis) || n.op == Op::carried_rows || n.op == Op::carried_cols ||
-                  n.op == Op::extent;
+    kp.has_axis = kp.has_axis || op_has_trait(n.op, kAxis) || n.op == Op::carried_rows || n.op == Op::carried_cols;
   for (const Slot& s : kp.graph.slots)
     kp.has_axis = kp.has_axis || s.kind == SlotKind::Rows || s.kind == SlotKind::Cols;
   for (const auto* list : {&kp.abi.carried_in, &kp.abi.carried_out})

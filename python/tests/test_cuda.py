@@ -86,14 +86,13 @@ def test_lending_streams_is_nothing_for_cpu_tensors():
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: runs where one is lent")
 
 
-def _cuda_params(seed=0):
+def _cuda_params(seed=0, shapes=((33, 7), (5,), (70001,), (0,), ())):
     generator = torch.Generator().manual_seed(seed)
-    shapes = [(33, 7), (5,), (70001,), (0,), ()]
     return [torch.nn.Parameter(torch.randn(s, generator=generator).cuda()) for s in shapes]
 
 
-def _run_both(cls, kwargs, steps=5, stream=None):
-    ours, theirs = _cuda_params(), None
+def _run_both(cls, kwargs, steps=5, stream=None, shapes=None):
+    ours = _cuda_params() if shapes is None else _cuda_params(shapes=shapes)
     theirs = clone_params(ours)
     opt, ref = cls(ours, **kwargs), cls(theirs, **kwargs)
     step = optjit.compile(opt)
@@ -120,6 +119,15 @@ def test_cuda_params_with_host_step_counts_match_torch(cls, kwargs):
     for key, value in opt.state[p].items():
         expected = "cuda" if value.dim() > 0 or cls is torch.optim.ASGD else "cpu"
         assert value.device.type == expected, f"{key} is on {value.device}"
+    assert step.metrics()["compiles"] == 1
+
+
+@gpu
+def test_cuda_adafactor_rows_and_columns_match_torch():
+    # Factored matrices (one block each: rows, columns), a batch of them, a single row and column, and a vector.
+    shapes = [(300, 130), (3, 20, 17), (1, 257), (70, 1), (33,)]
+    opt, step = _run_both(torch.optim.Adafactor, dict(lr=0.01, weight_decay=0.1), shapes=shapes)
+    assert opt.state[opt.param_groups[0]["params"][0]]["row_var"].device.type == "cuda"
     assert step.metrics()["compiles"] == 1
 
 

@@ -145,14 +145,12 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
     }
   for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16}) // reductions: LAMB's norms, a clipping step's norm pass
     for (const CountConfig& c : reducing_configs()) {
-      auto opt = make_single_group(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
+      // Adafactor factors its matrices (rows and columns: one block per tensor) and not its vectors: one of each.
+      const std::vector<Shape> shapes =
+          c.optimizer == "adafactor" ? std::vector<Shape>{{8, 6}} : std::vector<Shape>{{8}, {3}};
+      auto opt = make_single_group(c.optimizer, random_params(shapes, dtype, 1), c.options, true);
       if (c.clip_norm_type != 0)
         opt->set_grad_clipping(Optimizer::GradClipping{1.0, c.clip_norm_type, false});
-      if (c.optimizer == "adafactor") { // its rows, columns and extents have no GPU kernels yet: refused by name
-        CompiledStep step = compile(*opt);
-        optjit::test::check_error_contains([&] { step.dump(Stage::PTX, 80); }, "their GPU kernels are not built yet");
-        continue;
-      }
       check_assembles(*opt, c.optimizer + " " + config_name(c.options) + " clip " + std::to_string(c.clip_norm_type) +
                                 " " + std::string(dtype_name(dtype)));
       if (c.clip_norm_type != 0) { // the grad pass with the in-step inf check too
@@ -364,6 +362,18 @@ TEST_CASE("cuda: reductions (LAMB's norms, clipping's norm pass) on the GPU matc
       check_gpu_against_forloop(c.optimizer, c.options, dtype, {{33, 7}, {5}, {170001}, {0}, {4, 4}}, 5,
                                 c.clip_norm_type);
     }
+}
+
+TEST_CASE("cuda: Adafactor's rows and columns (one block per matrix) on the GPU match the CPU forloop") {
+  if (skip_without_gpu())
+    return;
+  // Many rounds of rows, a batch of matrices, a single row, a single column, rows shorter than a warp.
+  const std::vector<Shape> shapes = {{1000, 300}, {3, 40, 50}, {1, 4097}, {513, 1}, {700, 5}, {64}};
+  for (Dtype dtype : {Dtype::f32, Dtype::bf16}) {
+    INFO(dtype_name(dtype));
+    check_gpu_against_forloop("adafactor", {}, dtype, shapes, 4);
+    check_gpu_against_forloop("adafactor", {{"weight_decay", {0.1}}, {"maximize", {1}}}, dtype, shapes, 3, 2.0);
+  }
 }
 
 TEST_CASE("cuda: the in-step inf check fills a found_inf on the device and skips, a finite step runs") {
