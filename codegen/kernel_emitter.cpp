@@ -14,6 +14,10 @@ namespace {
 
 // Independent vector accumulators of a max reduction in the CPU element phase (see emit_element_phase).
 constexpr std::size_t kMaxChains = 4;
+// Reductions that share one pass of a GPU block's reduction tree (emit_block_reduction).
+constexpr std::size_t kBlockReductionsAtOnce = 4;
+// Row sums of one GPU axis kernel (emit_gpu_row_sweep): 8 KB of shared memory each.
+constexpr std::size_t kGpuMaxRowSums = 4;
 
 using llvm::IRBuilder;
 using llvm::Value;
@@ -538,6 +542,12 @@ public:
       sweep.pending.push_back(s.kind == StoreKind::Tensor && graph_.slot(s.name)->kind == SlotKind::Rows
                                   ? entry.CreateAlloca(scalar_type(slot_dtype(s.name)))
                                   : nullptr);
+    // Two buffers of a double per thread and row sum, beside the block reduction's (at most 16 KB): a GPU block has
+    // 48 KB of static shared memory.
+    if (sweep.row_sums.size() > kGpuMaxRowSums)
+      throw Error("kernel " + plan_.name + " sums " + std::to_string(sweep.row_sums.size()) +
+                  " values along rows in one pass: its GPU kernel holds at most " + std::to_string(kGpuMaxRowSums) +
+                  " (shared memory); run these params on the CPU, or split the row sums across passes");
     llvm::GlobalVariable* shared = nullptr;
     if (!sweep.row_sums.empty()) {
       auto* array = llvm::ArrayType::get(b.getDoubleTy(), 2 * kGpuMaxBlockThreads * sweep.row_sums.size());
@@ -827,42 +837,49 @@ private:
 
   // The block's value of each reduction, valid in thread 0: every thread's accumulator in shared memory, then a tree
   // that halves the stride from kGpuMaxBlockThreads / 2 (threads past the block's size take no part), so the order
-  // depends only on the block's size.
+  // depends only on the block's size. Up to kBlockReductionsAtOnce reductions share one pass of the tree (their
+  // shared memory, 4 KB each, counts against the block's 48 KB), more take several passes.
   std::vector<Value*> emit_block_reduction(IRBuilder<>& b, llvm::Function* fn,
                                            const std::vector<llvm::AllocaInst*>& thread_acc, Value* thread,
                                            Value* threads) {
     std::vector<Value*> results;
     if (thread_acc.empty())
       return results;
-    auto* array = llvm::ArrayType::get(b.getDoubleTy(), static_cast<uint64_t>(kGpuMaxBlockThreads) * thread_acc.size());
+    const std::size_t at_once = std::min(thread_acc.size(), kBlockReductionsAtOnce);
+    auto* array = llvm::ArrayType::get(b.getDoubleTy(), static_cast<uint64_t>(kGpuMaxBlockThreads) * at_once);
     auto* shared = new llvm::GlobalVariable(module_, array, false, llvm::GlobalValue::InternalLinkage,
                                             llvm::UndefValue::get(array), plan_.name + "_reduce", nullptr,
                                             llvm::GlobalValue::NotThreadLocal, emulation_ ? 0 : 3);
     shared->setAlignment(llvm::Align(8));
     const auto cell = [&](std::size_t r, Value* index) {
-      Value* at = b.CreateAdd(b.getInt64(static_cast<int64_t>(r) * kGpuMaxBlockThreads), index);
+      Value* at = b.CreateAdd(b.getInt64(static_cast<int64_t>(r % at_once) * kGpuMaxBlockThreads), index);
       return b.CreateGEP(b.getDoubleTy(), shared, at);
     };
-    for (std::size_t r = 0; r < thread_acc.size(); ++r)
-      b.CreateStore(b.CreateLoad(b.getDoubleTy(), thread_acc[r]), cell(r, thread));
-    gpu_barrier(b);
-    for (int stride = kGpuMaxBlockThreads / 2; stride >= 1; stride /= 2) {
-      auto* add = llvm::BasicBlock::Create(ctx_, "reduce.add", fn);
-      auto* next = llvm::BasicBlock::Create(ctx_, "reduce.next", fn);
-      Value* partner = b.CreateAdd(thread, b.getInt64(stride));
-      b.CreateCondBr(b.CreateAnd(b.CreateICmpULT(thread, b.getInt64(stride)), b.CreateICmpULT(partner, threads)), add,
-                     next);
-      b.SetInsertPoint(add);
-      for (std::size_t r = 0; r < thread_acc.size(); ++r)
-        b.CreateStore(combine(b, reduction_op(r), b.CreateLoad(b.getDoubleTy(), cell(r, thread)),
-                              b.CreateLoad(b.getDoubleTy(), cell(r, partner))),
-                      cell(r, thread));
-      b.CreateBr(next);
-      b.SetInsertPoint(next);
+    for (std::size_t pass = 0; pass < thread_acc.size(); pass += at_once) {
+      const std::size_t end = std::min(thread_acc.size(), pass + at_once);
+      if (pass > 0)
+        gpu_barrier(b); // every thread has read the last pass's results
+      for (std::size_t r = pass; r < end; ++r)
+        b.CreateStore(b.CreateLoad(b.getDoubleTy(), thread_acc[r]), cell(r, thread));
       gpu_barrier(b);
+      for (int stride = kGpuMaxBlockThreads / 2; stride >= 1; stride /= 2) {
+        auto* add = llvm::BasicBlock::Create(ctx_, "reduce.add", fn);
+        auto* next = llvm::BasicBlock::Create(ctx_, "reduce.next", fn);
+        Value* partner = b.CreateAdd(thread, b.getInt64(stride));
+        b.CreateCondBr(b.CreateAnd(b.CreateICmpULT(thread, b.getInt64(stride)), b.CreateICmpULT(partner, threads)), add,
+                       next);
+        b.SetInsertPoint(add);
+        for (std::size_t r = pass; r < end; ++r)
+          b.CreateStore(combine(b, reduction_op(r), b.CreateLoad(b.getDoubleTy(), cell(r, thread)),
+                                b.CreateLoad(b.getDoubleTy(), cell(r, partner))),
+                        cell(r, thread));
+        b.CreateBr(next);
+        b.SetInsertPoint(next);
+        gpu_barrier(b);
+      }
+      for (std::size_t r = pass; r < end; ++r)
+        results.push_back(b.CreateLoad(b.getDoubleTy(), cell(r, b.getInt64(0))));
     }
-    for (std::size_t r = 0; r < thread_acc.size(); ++r)
-      results.push_back(b.CreateLoad(b.getDoubleTy(), cell(r, b.getInt64(0))));
     return results;
   }
 

@@ -137,6 +137,132 @@ TEST_CASE("gpu emulation: Adafactor's rows and columns, one block per matrix, in
   }
 }
 
+TEST_CASE("gpu emulation: nine reductions in one kernel take several passes of the block's tree") {
+  // More reductions than one pass of shared memory holds (kBlockReductionsAtOnce), sums and maxes mixed.
+  const PipelineResult pipeline = run_pipeline(parse_graph(R"(graph @nine f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  %0 = hyper "lr" : pt f64
+  %1 = tensor "param" : el f32
+  %2 = tensor "grad" : el f32
+  %3 = mul %2, %2 : el f32
+  %4 = reduce_sum %3 : pt f64
+  %5 = abs %2 : el f32
+  %6 = reduce_max %5 : pt f64
+  %7 = reduce_sum %2 : pt f64
+  %8 = mul %1, %1 : el f32
+  %9 = reduce_sum %8 : pt f64
+  %10 = abs %1 : el f32
+  %11 = reduce_max %10 : pt f64
+  %12 = reduce_sum %1 : pt f64
+  %13 = mul %1, %2 : el f32
+  %14 = reduce_sum %13 : pt f64
+  %15 = reduce_max %2 : pt f64
+  %16 = reduce_max %1 : pt f64
+  %17 = add %4, %6 : pt f64
+  %18 = mul %17, %7 : pt f64
+  %19 = sub %18, %9 : pt f64
+  %20 = div %19, %11 : pt f64
+  %21 = add %20, %12 : pt f64
+  %22 = mul %21, %14 : pt f64
+  %23 = sub %22, %15 : pt f64
+  %24 = add %23, %16 : pt f64
+  %25 = mul %0, %24 : pt f64
+  %26 = cast %25 : pt f32
+  %27 = mul %2, %26 : el f32
+  %28 = sub %1, %27 : el f32
+  store "param" %28
+}
+)"));
+  REQUIRE(pipeline.kernels.size() == 2);
+  const auto lists = [] {
+    ListArguments args;
+    args.slot_names = {"param", "grad"};
+    args.hyper_names = {"lr"};
+    args.hyper = {1e-3};
+    const std::vector<Tensor> params = random_params({{20000}, {7}, {3, 3}}, Dtype::f32, 5);
+    args.slot_tensors = {params, {}};
+    for (const Tensor& p : params) {
+      args.slot_tensors[1].push_back(p.grad());
+      args.group_of.push_back(0);
+    }
+    return args;
+  };
+  for (unsigned threads : {32u, 512u}) {
+    const ListArguments emulated = lists(), reference = lists();
+    run_emulated(pipeline, emulated, threads);
+    bool hit = false;
+    std::unique_ptr<Executable> code =
+        cpu_backend().load(pipeline, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
+    code->bind(reference);
+    code->launch();
+    for (std::size_t t = 0; t < 3; ++t) {
+      INFO(threads << " threads, tensor " << t);
+      CHECK(test::scaled_error(emulated.slot_tensors[0][t], reference.slot_tensors[0][t], 1e-5, 1e-6) <= 1.0);
+      CHECK(test::scaled_error(emulated.slot_tensors[0][t], lists().slot_tensors[0][t], 0, 1e-12) > 1.0); // stepped
+    }
+  }
+}
+
+TEST_CASE("gpu emulation: four row sums in one kernel run, a fifth is refused by name (shared memory)") {
+  // param -= lr * (sum of the row sums of g^2, g, p, p g and |g|, the first `count` of them)
+  const auto graph = [](int count) {
+    std::string text = R"(graph @rows f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  %0 = hyper "lr" : pt f64
+  %1 = cast %0 : pt f32
+  %2 = tensor "param" : el f32
+  %3 = tensor "grad" : el f32
+  %4 = mul %3, %3 : el f32
+  %5 = mul %2, %3 : el f32
+  %6 = abs %3 : el f32
+)";
+    const char* operands[] = {"%4", "%3", "%2", "%5", "%6"};
+    const auto line = [&](int id, const std::string& rest) {
+      text += "  %" + std::to_string(id) + " = " + rest + "\n";
+    };
+    for (int k = 0; k < count; ++k)
+      line(7 + k, std::string("row_sum ") + operands[k] + " : el f32");
+    int last = 7;
+    for (int k = 1; k < count; ++k) {
+      line(6 + count + k, "add %" + std::to_string(last) + ", %" + std::to_string(7 + k) + " : el f32");
+      last = 6 + count + k;
+    }
+    const int scaled = 6 + 2 * count;
+    line(scaled, "mul %" + std::to_string(last) + ", %1 : el f32");
+    line(scaled + 1, "sub %2, %" + std::to_string(scaled) + " : el f32");
+    text += "  store \"param\" %" + std::to_string(scaled + 1) + "\n}\n";
+    return run_pipeline(parse_graph(text));
+  };
+  const PipelineResult four = graph(4);
+  REQUIRE(four.kernels.size() == 2);
+  ListArguments emulated, reference;
+  for (ListArguments* args : {&emulated, &reference}) {
+    args->slot_names = {"param", "grad"};
+    args->hyper_names = {"lr"};
+    args->hyper = {1e-3};
+    const std::vector<Tensor> params = random_params({{40, 70}, {3, 2, 5}}, Dtype::f32, 9);
+    args->slot_tensors = {params, {}};
+    for (const Tensor& p : params) {
+      args->slot_tensors[1].push_back(p.grad());
+      args->group_of.push_back(0);
+      args->shapes.push_back(p.shape());
+    }
+  }
+  run_emulated(four, emulated, 64);
+  bool hit = false;
+  std::unique_ptr<Executable> code =
+      cpu_backend().load(four, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
+  code->bind(reference);
+  code->launch();
+  for (std::size_t t = 0; t < 2; ++t)
+    CHECK(test::scaled_error(emulated.slot_tensors[0][t], reference.slot_tensors[0][t], 1e-5, 1e-6) <= 1.0);
+  const PipelineResult five = graph(5);
+  test::check_error_contains([&] { compile_gpu_kernel_for_host(five.kernels.front()); },
+                             "sums 5 values along rows in one pass");
+}
+
 TEST_CASE("gpu emulation: a list reduction (clipping by the global norm) combines between the GPU kernels") {
   // SGD clipped by the global 2-norm of the grads; the largest |g| over the list is kept as scalar state.
   const PipelineResult pipeline = run_pipeline(parse_graph(R"(graph @clipped f32 {
