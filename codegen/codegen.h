@@ -50,15 +50,21 @@ struct HostDeviceMath {
 };
 HostDeviceMath device_math_on_host();
 
+// How an emulated block's threads run (codegen/gpu_emulation.cpp): concurrently, meeting at a real barrier; or in
+// turns, one thread at a time between barriers, in thread order and in reverse order alternately, so that a missing
+// barrier shows as a wrong value every time (slower: a thread switch per thread and barrier).
+enum class EmulatedSchedule { Concurrent, InTurns };
+
 // A GPU kernel compiled for the host CPU (the same emitted kernel, its thread registers and barrier answered by the
-// host): its blocks run one after another, each on `threads` host threads with a real barrier. The GPU kernels'
-// logic (work items, 128-bit paths, block reductions, the last block of each tensor, carried values) is checked
-// this way without a GPU. For tests; slow (threads are made per launch).
+// host): its blocks run one after another, each on `threads` host threads. The GPU kernels' logic (work items,
+// 128-bit paths, block reductions, the last block of each tensor, carried values, rows and columns) is checked this
+// way without a GPU. For tests; slow (threads are made per launch).
 class EmulatedGpuKernel {
 public:
   virtual ~EmulatedGpuKernel() = default;
   // Runs blocks [0, grid) on `params`, whose global fields hold host addresses.
-  void launch(unsigned grid, unsigned threads, const GpuKernelParams& params) const;
+  void launch(unsigned grid, unsigned threads, const GpuKernelParams& params,
+              EmulatedSchedule schedule = EmulatedSchedule::Concurrent) const;
 
 protected:
   void (*entry_)(const GpuKernelParams*) = nullptr;

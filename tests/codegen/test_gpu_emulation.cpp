@@ -19,7 +19,8 @@ namespace {
 
 // A plan's kernels emulated as the GPU backend runs them: a table per kernel in host memory, one carry buffer, an
 // array per axis sum, the list reductions combined over the list between kernels.
-void run_emulated(const PipelineResult& pipeline, const ListArguments& args, unsigned threads) {
+void run_emulated(const PipelineResult& pipeline, const ListArguments& args, unsigned threads,
+                  EmulatedSchedule schedule = EmulatedSchedule::Concurrent) {
   const std::size_t n = static_cast<std::size_t>(args.n_tensors());
   const KernelPlan& first = pipeline.kernels.front();
   const std::size_t n_carry = first.carries.size();
@@ -39,7 +40,8 @@ void run_emulated(const PipelineResult& pipeline, const ListArguments& args, uns
     GpuTable table = make_gpu_table(plan, host);
     kernel->launch(table.grid, threads,
                    table.at(reinterpret_cast<uint64_t>(table.image.data()), reinterpret_cast<uint64_t>(carry.data()),
-                            reinterpret_cast<uint64_t>(axis_table.data())));
+                            reinterpret_cast<uint64_t>(axis_table.data())),
+                   schedule);
     std::vector<ListPartials> pending;
     const std::vector<std::size_t> columns = list_carry_columns(plan);
     for (std::size_t c : columns) {
@@ -61,7 +63,8 @@ const std::vector<Shape> kShapes = {{33, 7}, {5}, {9000}, {0}, {4, 4}, {}, {70, 
 // `steps` steps of config `c` on two copies of the params: the GPU kernels emulated on one, the CPU kernels on the
 // other.
 void check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned threads, int steps,
-                                const std::vector<Shape>& shapes = kShapes) {
+                                const std::vector<Shape>& shapes = kShapes,
+                                EmulatedSchedule schedule = EmulatedSchedule::Concurrent) {
   const std::vector<Tensor> initial = random_params(shapes, dtype, 13);
   std::vector<Tensor> emulated = copy_params(initial), reference = copy_params(initial);
   auto opt_emulated = test::make_single_group(c.optimizer, emulated, c.options, true);
@@ -74,7 +77,7 @@ void check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned thre
       opt->ensure_state();
     for (const ParamBucket& bucket : opt_emulated->compile_buckets()) {
       const PipelineResult pipeline = run_pipeline(opt_emulated->trace_bucket(bucket));
-      run_emulated(pipeline, opt_emulated->list_arguments(bucket), threads);
+      run_emulated(pipeline, opt_emulated->list_arguments(bucket), threads, schedule);
     }
     for (const ParamBucket& bucket : opt_reference->compile_buckets()) {
       bool hit = false;
@@ -123,17 +126,24 @@ TEST_CASE("gpu emulation: reductions (LAMB's and LARS's norms) and f64, f16, blo
     check_emulated_against_cpu({"lamb", {}}, Dtype::f64, threads, 2);
     check_emulated_against_cpu({"adafactor", {}}, Dtype::f64, threads, 2);
   }
+  // In turns (a missing barrier shows every time): a block reduction's tree, the last block's combine.
+  check_emulated_against_cpu({"lamb", {{"weight_decay", {0.1}}}}, Dtype::f32, 64, 2, {{33, 7}, {9000}, {0}, {}},
+                             EmulatedSchedule::InTurns);
 }
 
 TEST_CASE("gpu emulation: Adafactor's rows and columns, one block per matrix, in every dtype and block size") {
   // Many rounds of rows per block, a batch of matrices, a single row, a single column, rows shorter than a warp.
   const std::vector<Shape> shapes = {{300, 130}, {2, 3, 40, 33}, {1, 300}, {200, 1}, {90, 5}, {7}};
-  const std::pair<unsigned, Dtype> runs[] = {{32, Dtype::f32}, {96, Dtype::bf16}, {96, Dtype::f16}, {512, Dtype::f32}};
-  for (const auto& [threads, dtype] : runs) {
-    INFO(threads << " threads, " << dtype_name(dtype));
-    check_emulated_against_cpu({"adafactor", {}}, dtype, threads, 2, shapes);
+  // In turns, a missing barrier shows every time; concurrently, real threads meet at the barriers.
+  const std::tuple<unsigned, Dtype, EmulatedSchedule> runs[] = {{32, Dtype::f32, EmulatedSchedule::InTurns},
+                                                                {96, Dtype::bf16, EmulatedSchedule::InTurns},
+                                                                {96, Dtype::f16, EmulatedSchedule::Concurrent},
+                                                                {512, Dtype::f32, EmulatedSchedule::Concurrent}};
+  for (const auto& [threads, dtype, schedule] : runs) {
+    INFO(threads << " threads, " << dtype_name(dtype) << (schedule == EmulatedSchedule::InTurns ? ", in turns" : ""));
+    check_emulated_against_cpu({"adafactor", {}}, dtype, threads, 2, shapes, schedule);
     check_emulated_against_cpu({"adafactor", {{"beta2_decay", {-0.5}}, {"eps", {0.0, 1e-2}}, {"maximize", {1}}}}, dtype,
-                               threads, 2, shapes);
+                               threads, 2, shapes, schedule);
   }
 }
 
@@ -190,7 +200,7 @@ TEST_CASE("gpu emulation: nine reductions in one kernel take several passes of t
   };
   for (unsigned threads : {32u, 512u}) {
     const ListArguments emulated = lists(), reference = lists();
-    run_emulated(pipeline, emulated, threads);
+    run_emulated(pipeline, emulated, threads, EmulatedSchedule::InTurns);
     bool hit = false;
     std::unique_ptr<Executable> code =
         cpu_backend().load(pipeline, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
@@ -250,7 +260,7 @@ TEST_CASE("gpu emulation: four row sums in one kernel run, a fifth is refused by
       args->shapes.push_back(p.shape());
     }
   }
-  run_emulated(four, emulated, 64);
+  run_emulated(four, emulated, 64, EmulatedSchedule::InTurns);
   bool hit = false;
   std::unique_ptr<Executable> code =
       cpu_backend().load(four, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
@@ -261,6 +271,91 @@ TEST_CASE("gpu emulation: four row sums in one kernel run, a fifth is refused by
   const PipelineResult five = graph(5);
   test::check_error_contains([&] { compile_gpu_kernel_for_host(five.kernels.front()); },
                              "sums 5 values along rows in one pass");
+}
+
+TEST_CASE("gpu emulation: column, row and tensor sums in the kernel that stores tensor, rows and columns slots") {
+  // Kernel k0 sums p g + r + c along rows, columns and the whole tensor, and stores param, r and c, which its sums
+  // read: its column sweep must read them all before its row sweep writes any.
+  const PipelineResult pipeline = run_pipeline(parse_graph(R"(graph @mixed f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  slot "r" : state rows f32
+  slot "c" : state cols f32
+  slot "out" : state tensor f32
+  %0 = hyper "lr" : pt f64
+  %1 = cast %0 : pt f32
+  %2 = tensor "param" : el f32
+  %3 = tensor "grad" : el f32
+  %4 = tensor "r" : el f32
+  %5 = tensor "c" : el f32
+  %6 = mul %3, %2 : el f32
+  %7 = add %6, %4 : el f32
+  %8 = add %7, %5 : el f32
+  %9 = row_sum %8 : el f32
+  %10 = col_sum %8 : el f32
+  %11 = reduce_sum %8 : pt f64
+  %12 = add %4, %5 : el f32
+  %13 = mul %3, %12 : el f32
+  %14 = mul %13, %1 : el f32
+  %15 = sub %2, %14 : el f32
+  %16 = constant 0.5 : pt f64
+  %17 = cast %16 : pt f32
+  %18 = mul %4, %17 : el f32
+  %19 = add %18, %3 : el f32
+  %20 = mul %5, %17 : el f32
+  %21 = add %20, %3 : el f32
+  %22 = add %9, %10 : el f32
+  %23 = cast %11 : pt f32
+  %24 = add %22, %23 : el f32
+  store "param" %15
+  store "r" %19
+  store "c" %21
+  store "out" %24
+}
+)"));
+  REQUIRE(pipeline.kernels.size() == 2);
+  const std::vector<Shape> shapes = {{40, 70}, {3, 5, 33}, {1, 9}, {9, 1}, {4, 40}};
+  const auto lists = [&] {
+    ListArguments args;
+    args.slot_names = {"param", "grad", "r", "c", "out"};
+    args.hyper_names = {"lr"};
+    args.hyper = {0.1};
+    const std::vector<Tensor> params = random_params(shapes, Dtype::f32, 21);
+    args.slot_tensors.assign(5, {});
+    args.slot_tensors[0] = params;
+    for (const Tensor& p : params) {
+      Shape rows = p.shape(), cols = p.shape();
+      rows.back() = 1;
+      cols[cols.size() - 2] = 1;
+      const auto ramp = [](const Shape& shape, double scale) {
+        std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
+        for (std::size_t i = 0; i < v.size(); ++i)
+          v[i] = scale * std::sin(0.3 * static_cast<double>(i) + 1);
+        return Tensor::from_values(shape, v, Dtype::f32);
+      };
+      args.slot_tensors[1].push_back(p.grad());
+      args.slot_tensors[2].push_back(ramp(rows, 0.5));
+      args.slot_tensors[3].push_back(ramp(cols, 0.25));
+      args.slot_tensors[4].push_back(Tensor::zeros(p.shape(), Dtype::f32));
+      args.group_of.push_back(0);
+      args.shapes.push_back(p.shape());
+    }
+    return args;
+  };
+  for (unsigned threads : {32u, 160u}) {
+    const ListArguments emulated = lists(), reference = lists();
+    run_emulated(pipeline, emulated, threads, EmulatedSchedule::InTurns);
+    bool hit = false;
+    std::unique_ptr<Executable> code =
+        cpu_backend().load(pipeline, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
+    code->bind(reference);
+    code->launch();
+    for (std::size_t s : {0, 2, 3, 4})
+      for (std::size_t t = 0; t < shapes.size(); ++t) {
+        INFO(threads << " threads, slot " << reference.slot_names[s] << ", tensor " << t);
+        CHECK(test::scaled_error(emulated.slot_tensors[s][t], reference.slot_tensors[s][t], 1e-5, 1e-6) <= 1.0);
+      }
+  }
 }
 
 TEST_CASE("gpu emulation: a list reduction (clipping by the global norm) combines between the GPU kernels") {
