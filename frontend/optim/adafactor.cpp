@@ -27,18 +27,25 @@ double machine_epsilon(Dtype dtype) {
   __builtin_unreachable();
 }
 
-double eps1_of(const ParamGroup& group, Dtype param_dtype) {
+// eps1 for the group's step: the option, or torch's default (None): finfo(dtype).eps of the first param of the
+// group that has a grad. torch's single-tensor step sets it at the first param it steps and keeps it for the
+// group's others, so an f32 LayerNorm in a bf16 model steps with bf16's eps when a bf16 param comes first.
+double eps1_of(const ParamGroup& group) {
   const double eps1 = group.get("eps1");
-  return eps1 == kOptionNone ? machine_epsilon(param_dtype) : eps1;
+  if (eps1 != kOptionNone)
+    return eps1;
+  for (const Tensor& p : group.params)
+    if (p.grad().defined())
+      return machine_epsilon(p.dtype());
+  return machine_epsilon(group.params.empty() ? Dtype::f32 : group.params.front().dtype());
 }
 
 // The reference for one param (golden/FORMAT_NEXT.md's Adafactor), on contiguous data in T, norms and means in f64.
 template <class T>
-void adafactor_forloop(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
-                       Dtype param_dtype) {
+void adafactor_forloop(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
   const double lr = group.get("lr"), decay = group.get("beta2_decay"), eps2 = group.get("eps2");
   const double d = group.get("d"), weight_decay = group.get("weight_decay");
-  const double eps1 = eps1_of(group, param_dtype);
+  const double eps1 = eps1_of(group);
   const bool maximize = group.get("maximize") != 0;
   const Tensor step_state = find_state(state, "step");
   const double step = step_state.item(0) + 1;
@@ -134,7 +141,6 @@ Structure Adafactor::structure(const ParamGroup& group) const {
   Structure s;
   s.set("maximize", group.get("maximize") != 0);
   s.set("weight_decay", group.get("weight_decay") != 0);
-  s.set("eps1_default", group.get("eps1") == kOptionNone);
   return s;
 }
 
@@ -151,6 +157,10 @@ std::vector<StateSpec> Adafactor::state_specs(const Structure& s) const {
   if (s["factored"])
     return {{"step", StateKind::Scalar}, {"row_var", StateKind::Rows}, {"col_var", StateKind::Cols}};
   return {{"step", StateKind::Scalar}, {"variance"}};
+}
+
+double Adafactor::hyper_value(const ParamGroup& group, const std::string& name) const {
+  return name == "eps1" ? eps1_of(group) : Optimizer::hyper_value(group, name);
 }
 
 std::vector<std::string> Adafactor::hyper_names() const {
@@ -171,8 +181,7 @@ void Adafactor::trace(Tracer& t, const Structure& s) const {
   if (s["maximize"])
     grads = -grads;
   Sym lr = t.hyper("lr");
-  const Dtype param_dtype = t.builder().slot("param").dtype;
-  Sym eps1 = s["eps1_default"] ? t.constant(machine_epsilon(param_dtype)) : t.hyper("eps1");
+  Sym eps1 = t.hyper("eps1"); // its default is resolved per group and step (hyper_value)
   Sym step = t.scalar_state("step") + 1.0;
   t.store_scalar("step", step);
   step = t.as_stored("step", step); // torch reads the updated step tensor back (step_t.item())
@@ -209,10 +218,7 @@ void Adafactor::forloop_step(const ParamGroup& group, const Tensor& param, const
   // Rows and columns are indexed in element order: a param in another layout steps through contiguous copies.
   const Tensor p = param.is_contiguous() ? param : param.clone();
   const Tensor g = grad.is_contiguous() ? grad : grad.clone();
-  // The default eps1 is the stored dtype's (torch.finfo(p.dtype).eps), though the reference computes a bf16 or f16
-  // param in f32.
-  visit_compute_dtype(param.dtype(),
-                      [&]<class T>() { adafactor_forloop<T>(group, p, g, state, forloop_param_dtype()); });
+  visit_compute_dtype(param.dtype(), [&]<class T>() { adafactor_forloop<T>(group, p, g, state); });
   if (!p.same(param))
     param.copy_from(p);
 }

@@ -27,6 +27,7 @@ public:
   void param_structure(const Tensor& param, Structure& s) const override;
   bool has_param_structure() const override { return true; }
   void check_grad(int64_t flat) const override;
+  double hyper_value(const ParamGroup& group, const std::string& name) const override;
 };
 
 } // namespace optjit

@@ -256,7 +256,7 @@ std::vector<double> Optimizer::hyper_values() const {
   values.reserve(groups_.size() * (names.size() + 2));
   for (const ParamGroup& group : groups_) {
     for (const std::string& name : names)
-      values.push_back(group.get(name));
+      values.push_back(hyper_value(group, name));
     if (grad_scale_.defined())
       values.push_back(scale);
     if (clipping_)
@@ -1011,7 +1011,6 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
   for (const auto& [key, t] : complex_or_real_state)
     state.emplace_back(key, t.real_view()); // the same memory: updates land in the complex state
   const Dtype compute = compute_dtype(param.dtype());
-  forloop_param_dtype_ = param.dtype(); // what a reference that depends on it (Adafactor's eps1) asks for
   const bool flat = LayoutStaging::walkable_flat(param, grad, state); // the references index memory flat
   if (compute == param.dtype() && flat)
     return forloop_step(group, param, grad, state);

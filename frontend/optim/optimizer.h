@@ -354,14 +354,15 @@ public:
   // The options a step reads and checks for finiteness before anything changes: the hyperparameters, and any option
   // that seeds new state (Rprop's lr).
   virtual std::vector<std::string> step_options() const { return hyper_names(); }
+  // Hyperparameter `name`'s value for this step of `group`: its option, unless the optimizer makes more of it
+  // (Adafactor's default eps1 depends on the group's params).
+  virtual double hyper_value(const ParamGroup& group, const std::string& name) const { return group.get(name); }
   virtual void trace(Tracer& tracer, const Structure& structure) const = 0;
   // The forloop reference (foreach=false): the algorithm for one param, element by element, in the param's compute
   // dtype. Optional for an optimizer written outside optjit: one that has none keeps has_forloop_reference() false,
   // and a forloop step then throws optjit::Error saying so, before anything changes.
   virtual void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const;
   virtual bool has_forloop_reference() const { return false; }
-  // While forloop_step runs: the storage dtype of its param (forloop_step sees low-precision params in f32).
-  Dtype forloop_param_dtype() const { return forloop_param_dtype_; }
   // Throws optjit::Error with torch's message when a group's options break the optimizer's rules.
   virtual void validate_options(const OptionMap& options) const = 0;
   // Step-time checks of a group's options, which may have changed since construction (torch checks them only
@@ -408,7 +409,6 @@ private:
   InfCheck inf_check_ = InfCheck::ByCaller;
   // Params given their first state by this step before its grad pass: dropped again when the pass refuses the step.
   std::vector<int64_t> state_created_since_grad_pass_;
-  Dtype forloop_param_dtype_ = Dtype::f32; // the storage dtype of the param the forloop steps now
   uint64_t rounding_seed_ = 0, rounding_steps_ = 0;
   // The total norm from this process's partial (GradNormTotal::partial), over every process with a reducer.
   double total_over_processes(double partial) const;

@@ -239,7 +239,7 @@ class CompiledStep:
         (loaded, edited, replaced, cleared, or made by torch's own step), then hyperparameters and grads, then the
         state torch would create now for params stepping for the first time (their flat indices are returned)."""
         cxx.sync_state(opt.state)
-        cxx.sync(opt.param_groups)
+        cxx.sync(opt.param_groups, _torch_optim.none_option_values(self._cls, opt.param_groups))
         created = []
         for flat in cxx.params_without_state():
             p = self._params[flat]

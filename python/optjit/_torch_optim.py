@@ -167,6 +167,35 @@ def scalar_state_dtype(group):
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
+def none_option_values(cls, param_groups):
+    """What a None option of each group stands for in this step, where optjit's own rule would differ from torch's
+    (None when no group needs it). Adafactor's eps1 default is finfo(dtype).eps of the first param it steps in the
+    group, which optjit takes too; torch's foreach step (foreach=True, or None with every param on a GPU) steps the
+    group's (device, dtype) groups in the order torch's grouping gives instead, which only torch can tell."""
+    if cls.__name__ != "Adafactor":
+        return None
+    values = [{} for _ in param_groups]
+    needed = False
+    for group, value in zip(param_groups, values):
+        if group["eps"][0] is not None:
+            continue
+        params = [p for p in group["params"] if p.grad is not None]
+        if len({p.dtype for p in params}) < 2:
+            continue  # one dtype: every rule agrees
+        foreach = group.get("foreach")
+        if foreach is None:
+            from torch.optim.optimizer import _default_to_fused_or_foreach
+
+            _, foreach = _default_to_fused_or_foreach(params, False, use_fused=False)
+        if not foreach:
+            continue
+        grouped = torch.optim.Optimizer._group_tensors_by_device_and_dtype([params, [p.grad for p in params]])
+        _, dtype = next(iter(grouped))
+        value["eps1"] = torch.finfo(dtype if dtype is not None else params[0].dtype).eps
+        needed = True
+    return values if needed else None
+
+
 def scalar_state_device(cls, group, param):
     """Where torch's step puts a param's scalar state (step, mu_product, eta, mu): on the param's device for
     capturable and fused steps, and always for ASGD; on the CPU otherwise (and always for Adafactor), where torch

@@ -35,7 +35,7 @@ NB_MODULE(_optjit, m) {
            nb::arg("name"), nb::arg("param_groups"), nb::arg("defaults"), nb::arg("group_options"),
            nb::arg("scalar_dtype"))
       .def("binds", &TorchStep::binds, nb::arg("param_groups"))
-      .def("sync", &TorchStep::sync, nb::arg("param_groups"))
+      .def("sync", &TorchStep::sync, nb::arg("param_groups"), nb::arg("none_values").none() = nb::none())
       .def("sync_grad_scaling", &TorchStep::sync_grad_scaling, nb::arg("grad_scale").none(),
            nb::arg("found_inf").none(), nb::arg("check_in_step") = false)
       .def("set_grad_clipping", &TorchStep::set_grad_clipping, nb::arg("max_norm").none(), nb::arg("norm_type"),

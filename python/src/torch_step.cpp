@@ -83,7 +83,7 @@ TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywo
   step_.emplace(compile(*optimizer_));
 }
 
-void TorchStep::sync_options(std::size_t g) {
+void TorchStep::sync_options(std::size_t g, nb::handle none_values) {
   ParamGroup& group = optimizer_->param_groups()[g];
   nb::handle torch_group = param_groups_[g];
   for (OptionSource& source : options_[g]) {
@@ -105,8 +105,12 @@ void TorchStep::sync_options(std::size_t g) {
       source.tensor = nb::none();
     }
     if (value.is_none() && source.element >= 0) { // torch's None in a pair (Adafactor's eps1): its default
-      group.set(source.name, kOptionNone);
-      continue;
+      if (!none_values.is_none() && nb::cast<nb::dict>(none_values).contains(source.name.c_str()))
+        value = nb::cast<nb::dict>(none_values)[source.name.c_str()];
+      else {
+        group.set(source.name, kOptionNone);
+        continue;
+      }
     }
     const double number = PyFloat_AsDouble(value.ptr());
     if (number == -1.0 && PyErr_Occurred()) {
@@ -154,12 +158,12 @@ bool TorchStep::binds(nb::list param_groups) const {
   return flat == params_.size();
 }
 
-void TorchStep::sync(nb::list param_groups) {
+void TorchStep::sync(nb::list param_groups, nb::object none_values) {
   param_groups_ = std::move(param_groups);
   if (static_cast<std::size_t>(nb::len(param_groups_)) != options_.size())
     throw Error("the optimizer's param groups changed since it was compiled");
   for (std::size_t g = 0; g < options_.size(); ++g)
-    sync_options(g);
+    sync_options(g, none_values.is_none() ? nb::handle(none_values) : nb::handle(none_values[g]));
   for (BoundParam& p : params_)
     sync_param(p);
 }

@@ -34,8 +34,10 @@ public:
   // in order: a param replaced in a group's list (`group["params"][0] = other`) needs a new step.
   bool binds(nb::list param_groups) const;
   // Reads this step's hyperparameters from `param_groups` (torch's list now: load_state_dict replaces it), and
-  // replaced param data and grads from the params.
-  void sync(nb::list param_groups);
+  // replaced param data and grads from the params. `none_values` (a dict per group, or None) says what a None
+  // option of a group stands for in this step where the Python side knows better than the optimizer's own rule
+  // (Adafactor's eps1 in torch's foreach step: the dtype torch's grouping puts first).
+  void sync(nb::list param_groups, nb::object none_values);
   // GradScaler's `optimizer.grad_scale` and `optimizer.found_inf` (each a 1-element f32 tensor, or None) for this
   // step: optjit divides the grads by the scale inside the kernel and skips a step whose found_inf is non-zero.
   // `check_in_step`: found_inf holds 0, and the step checks the grads for infs and NaNs itself (in its grad pass),
@@ -106,7 +108,7 @@ private:
   };
   // `held`'s view of `tensor` (undefined for None), made again only when the tensor or its memory changed.
   const Tensor& hold(HeldTensor& held, nb::object tensor, const std::string& what);
-  void sync_options(std::size_t group);
+  void sync_options(std::size_t group, nb::handle none_values);
   void sync_param(BoundParam& p);
 
   TorchTensors torch_;

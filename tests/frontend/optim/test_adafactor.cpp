@@ -94,6 +94,33 @@ TEST_CASE("adafactor: bf16 params take bf16's machine epsilon as eps1 in every m
       REQUIRE(runs[static_cast<std::size_t>(mode)][i] == doctest::Approx(runs[0][i]).epsilon(2e-2));
 }
 
+TEST_CASE("adafactor: eps1's default is the machine epsilon of the group's first param with a grad, in every mode") {
+  // torch's single-tensor step sets eps1 at the first param it steps and keeps it for the group: here bf16's 2^-7
+  // for f32 params too, or f32's once the bf16 param has no grad. Tiny grads, so that eps1 bounds the moments.
+  const auto run = [](int mode, const KeywordOptions& options, bool first_has_grad) {
+    std::vector<Tensor> params = random_params({{7}, {6, 5}, {4}}, Dtype::bf16, 11);
+    params[1] = params[1].to(Dtype::f32);
+    params[2] = params[2].to(Dtype::f32);
+    for (Tensor& p : params)
+      p.set_grad(Tensor::full(p.shape(), 1e-4, p.dtype()));
+    if (!first_has_grad)
+      params[0].reset_grad();
+    auto opt = make_single_group("adafactor", params, options, mode != 0);
+    std::optional<CompiledStep> step;
+    if (mode == 2)
+      step.emplace(compile(*opt));
+    for (int s = 0; s < 3; ++s)
+      step ? (*step)() : opt->step();
+    return values_of({params[1], params[2]}, *opt);
+  };
+  for (int mode = 0; mode < 3; ++mode) {
+    CAPTURE(mode);
+    CHECK(run(mode, {{"lr", {0.5}}}, true) == run(mode, {{"lr", {0.5}}, {"eps", {0x1p-7, 1e-3}}}, true));
+    CHECK(run(mode, {{"lr", {0.5}}}, false) == run(mode, {{"lr", {0.5}}, {"eps", {0x1p-23, 1e-3}}}, false));
+    CHECK(run(mode, {{"lr", {0.5}}}, true) != run(mode, {{"lr", {0.5}}}, false));
+  }
+}
+
 TEST_CASE("adafactor: torch's messages, complex refused at the step, eps1 None by default, state dict round trip") {
   std::vector<Tensor> params = adafactor_params(Dtype::f32, 5);
   test::check_error([&] { Adafactor(params, {.lr = -1}); }, "Learning rate should be >= 0 but is: -1.0");
