@@ -4,8 +4,11 @@ namespace optjit {
 
 namespace {
 
-// The entries that are tensors like the param (not per-tensor scalars).
+// The entries that are tensors like the param, walked flat beside it.
 bool walked(const Tensor& param, const Tensor& entry) { return entry.shape() == param.shape() && entry.dim() > 0; }
+// The entries kernels index by row or column (Adafactor's row_var [..., m, 1] and col_var [..., 1, n]): tensors of
+// another shape than the param's, found at their contiguous offset.
+bool indexed(const Tensor& param, const Tensor& entry) { return entry.shape() != param.shape() && entry.dim() > 0; }
 
 // A contiguous buffer like `t`, the one in `kept` when it already fits.
 Tensor buffer_like(const Tensor& t, const Tensor& kept) {
@@ -36,7 +39,7 @@ bool LayoutStaging::walkable_flat(const Tensor& param, const Tensor& grad, const
   if (!param.is_dense())
     return false;
   for (const auto& [key, t] : state)
-    if (walked(param, t) && !t.same_dense_layout(param))
+    if ((walked(param, t) && !t.same_dense_layout(param)) || (indexed(param, t) && !t.is_contiguous()))
       return false;
   return true;
 }
@@ -47,7 +50,7 @@ void LayoutStaging::stage(int64_t flat, const Tensor& param, const ParamState& s
   b.grad = buffer_like(param, b.grad); // the grad has its param's shape, dtype and device (checked)
   ParamState copies;
   for (const auto& [key, t] : state)
-    if (walked(param, t))
+    if (walked(param, t) || indexed(param, t))
       copies.emplace_back(key, buffer_like(t, find_state(b.state, key)));
   b.state = std::move(copies);
   staged_now_.insert(flat);

@@ -3,10 +3,12 @@
 // or the same permutation of a dense block, as a transposed param and the state made like it (torch's
 // preserve_format, Tensor::empty_like) do. Such params run in place at full speed, whatever their strides.
 //
-// A param whose tensors do not share one (a slice with gaps, or a grad in another layout than its param) is staged
-// instead: it runs on contiguous copies of its param, grad and tensor state, copied in before every launch, and the
-// tensors the step writes (param and state, and the grad when the step stores unscaled grads) copied back after it.
-// That costs a pass over each of its tensors; params that share a layout cost nothing here.
+// Entries of another shape that kernels index by row or column (Adafactor's row_var and col_var) must be
+// contiguous. A param whose tensors do not share one layout (a slice with gaps, or a grad in another layout than its
+// param), or whose rows or columns are not contiguous, is staged instead: it runs on contiguous copies of its param,
+// grad and tensor state, copied in before every launch, and the tensors the step writes (param and state, and the grad
+// when the step stores unscaled grads) copied back after it. That costs a pass over each of its tensors; params that
+// share a layout cost nothing here.
 #pragma once
 
 #include "frontend/optim/param_state.h"
@@ -22,8 +24,8 @@ namespace optjit {
 
 class LayoutStaging {
 public:
-  // Whether kernels can walk `param`, `grad` and the tensor entries of `state` flat (entries of other shapes, the
-  // per-tensor scalars, are not walked).
+  // Whether kernels can walk `param`, `grad` and the tensor entries of `state` flat, and index its entries of other
+  // shapes (rows and columns) contiguously; per-tensor scalars are neither.
   static bool walkable_flat(const Tensor& param, const Tensor& grad, const ParamState& state);
 
   // Makes param `flat`'s staging copies (keeping the buffers it already has for the same shapes and dtypes).
