@@ -237,6 +237,7 @@ struct CompiledStep::Impl {
     const char* reason = !program.bound                                          ? "first step of this variant"
                          : program.bound_state_version != source.state_version() ? "optimizer state created or replaced"
                                                                                  : nullptr;
+    bool params_replaced = !program.bound;
     for (int64_t i = 0; i < source.param_count(); ++i) {
       const TensorImpl& p = *source.flat_param(i).impl();
       const TensorImpl* g = p.grad.get();
@@ -254,6 +255,7 @@ struct CompiledStep::Impl {
       source.check_grad(i);
       if (!same_param)
         source.check_state(i);
+      params_replaced |= !same_param || !was_bound_with_grad;
       if (program.bound && !was_bound_with_grad && !reason)
         reason = "a grad appeared";
       if (!same_param && !reason)
@@ -262,6 +264,8 @@ struct CompiledStep::Impl {
         reason = "a param's tensors stopped or started sharing one memory layout";
       changes.replaced_grads.push_back(i);
     }
+    if (params_replaced)
+      source.check_params_distinct();
     changes.rebind_reason = reason;
   }
 

@@ -326,7 +326,10 @@ public:
   // The param's state has the shapes the param's own give (`p.data = x` of another shape keeps the old state, which
   // the kernels would read past: torch refuses that step too) and the param's device.
   void check_state(int64_t flat) const override;
-  void check_step() const; // every hyperparameter, every present grad and its param's state
+  // Params with grads that share memory (`buf[:, ::2]` and `buf.t()[0]`) are refused: a step reads every param
+  // before it writes any, where torch's single-tensor step writes one before it reads the next.
+  void check_params_distinct() const override;
+  void check_step() const; // every hyperparameter, every present grad and its param's state, distinct params
   // Creates the missing state of every param that has a grad; returns whether any was created.
   bool ensure_state() override;
   // The storage dtypes of a param's state entries (the dtypes they would be created in, for entries not made yet).

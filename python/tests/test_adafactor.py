@@ -73,6 +73,53 @@ def test_eps1_default_follows_torch_in_a_group_of_mixed_dtypes(first, foreach):
     assert step.metrics()["recompiles"] == 0
 
 
+def test_row_and_column_state_in_views_with_gaps_steps_as_torch():
+    """row_var and col_var replaced by views of larger buffers (load_state_dict keeps such views): stepped through
+    contiguous copies, the gaps of their buffers untouched."""
+    results = []
+    for use_optjit in (False, True):
+        generator = torch.Generator().manual_seed(0)
+        p = torch.nn.Parameter(torch.randn(4, 3, generator=generator))
+        opt = torch.optim.Adafactor([p], lr=0.05)
+        step = optjit.compile(opt) if use_optjit else opt.step
+        p.grad = torch.randn(4, 3, generator=generator)
+        step()
+        state = opt.state[p]
+        rows, cols = torch.zeros(4, 2), torch.zeros(1, 6)
+        state["row_var"] = rows[:, :1].copy_(state["row_var"])
+        state["col_var"] = cols[:, ::2].copy_(state["col_var"])
+        for _ in range(2):
+            p.grad = torch.randn(4, 3, generator=generator)
+            step()
+        results.append((p.detach().clone(), rows.clone(), cols.clone()))
+    for ours, theirs in zip(results[1], results[0]):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert results[1][1][:, 1].eq(0).all() and results[1][2][:, 1::2].eq(0).all()  # the gaps
+
+
+def test_params_sharing_memory_are_refused():
+    """torch steps params one after the other; a compiled step reads them all first: params that share elements are
+    refused, interleaved ones that share none step."""
+    buffer = torch.randn(6, 8)
+    opt = torch.optim.Adafactor([torch.nn.Parameter(buffer[:, ::2]), torch.nn.Parameter(buffer.t()[0])], lr=0.05)
+    for p in opt.param_groups[0]["params"]:
+        p.grad = torch.ones_like(p)
+    before = buffer.clone()
+    with pytest.raises(optjit.Error, match="params 0 and 1 share memory"):
+        optjit.compile(opt)()
+    assert torch.equal(buffer, before)
+    interleaved = [torch.nn.Parameter(buffer[:, ::2]), torch.nn.Parameter(buffer[:, 1::2])]
+    reference = clone_params(interleaved)
+    opt, torch_opt = torch.optim.Adafactor(interleaved, lr=0.05), torch.optim.Adafactor(reference, lr=0.05)
+    for a, b in zip(interleaved, reference):
+        a.grad = torch.ones_like(a)
+        b.grad = torch.ones_like(b)
+    optjit.compile(opt)()
+    torch_opt.step()
+    for a, b in zip(interleaved, reference):
+        torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)
+
+
 def test_adafactor_state_dict_round_trips_both_ways():
     reference = make_params(torch.float32, seed=5, shapes=SHAPES)
     ours = clone_params(reference)

@@ -196,6 +196,39 @@ TEST_CASE("errors: a param whose data took another shape keeps state of the old 
       "state 'exp_avg' of param 1 is f32[5] on cpu, but the param is now f32[4000] on cpu: its data was replaced");
 }
 
+TEST_CASE("errors: two params that share memory are refused before any update, in every mode") {
+  // Param 1 becomes a view of param 0's first five elements: torch steps one after the other, a step here reads
+  // both before it writes either.
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) {
+        params[1].set_data(Tensor::from_blob(params[0].data(), {5}, Dtype::f32));
+        params[1].set_grad(Tensor::full({5}, 0.25, Dtype::f32));
+      },
+      "params 0 and 1 share memory (f32[4, 3] on cpu and f32[5] on cpu)");
+}
+
+TEST_CASE("errors: params interleaved in one buffer (every other column each) share no element: they step") {
+  static std::vector<float> buffer(6 * 8);
+  for (std::size_t k = 0; k < buffer.size(); ++k)
+    buffer[k] = 0.01f * static_cast<float>(k);
+  std::vector<Tensor> views = {Tensor::from_blob(buffer.data(), {6, 4}, Dtype::f32, {8, 2}),
+                               Tensor::from_blob(buffer.data() + 1, {6, 4}, Dtype::f32, {8, 2})};
+  std::vector<Tensor> copies = {views[0].clone(), views[1].clone()};
+  for (std::size_t i = 0; i < 2; ++i) {
+    views[i].set_grad(Tensor::full({6, 4}, 0.5 + static_cast<double>(i), Dtype::f32));
+    copies[i].set_grad(views[i].grad().clone());
+  }
+  auto on_views = make_optimizer("adam", {ParamGroupSpec{views, {}}}, {{"foreach", {1}}});
+  auto on_copies = make_optimizer("adam", {ParamGroupSpec{copies, {}}}, {{"foreach", {1}}});
+  CompiledStep a = compile(*on_views), b = compile(*on_copies);
+  for (int s = 0; s < 2; ++s) {
+    a();
+    b();
+  }
+  for (std::size_t i = 0; i < 2; ++i)
+    CHECK(views[i].to_vector() == copies[i].to_vector());
+}
+
 TEST_CASE("errors: an expanded (overlapping) param, or a grad the step would write, is refused before any update") {
   static std::vector<float> memory(24, 0.5f);
   check_failed_step_changes_nothing(
