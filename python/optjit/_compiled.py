@@ -428,19 +428,19 @@ def _all_reduce_over_shards(params, what):
     import torch.distributed as dist
     from torch.distributed.tensor import Replicate
 
-    mesh, placements = sharded[0].device_mesh, tuple(sharded[0].placements)
-    if len(sharded) != len(params) or any(
-        p.device_mesh != mesh or tuple(p.placements) != placements for p in sharded
-    ):
+    def sharded_dims(p):  # the mesh dimensions p is split along (Shard(0) or Shard(1) alike)
+        return [d for d, placement in enumerate(p.placements) if not isinstance(placement, Replicate)]
+
+    mesh, dims = sharded[0].device_mesh, sharded_dims(sharded[0])
+    if len(sharded) != len(params) or any(p.device_mesh != mesh or sharded_dims(p) != dims for p in sharded):
 
         def refuse(number, op):  # raised by the step that needs the reduction, before it changes anything
             raise Error(
-                f"{what} over params that are not all shards of one device mesh with one placement: optjit "
-                "reduces over one mesh (compile such groups' optimizers apart)"
+                f"{what} over params that are not all split along the same dimensions of one device mesh (a "
+                "replicated param among sharded ones, or two meshes): optjit reduces one number over one mesh"
             )
 
         return refuse
-    dims = [d for d, placement in enumerate(placements) if not isinstance(placement, Replicate)]
     device = sharded[0].to_local().device
 
     def reduce(number, op):

@@ -48,14 +48,21 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 
 
-def _fsdp_model(mesh):
+def _fsdp_model(mesh, shard_placement_fn=None):
     from torch.distributed.fsdp import fully_shard
 
     model = _model()
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    return fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, shard_placement_fn=shard_placement_fn)
+    return fully_shard(model, mesh=mesh, shard_placement_fn=shard_placement_fn)
+
+
+def _weights_on_dim_1(param):
+    """FSDP2's shard_placement_fn: matrices split along their columns (Shard(1)), vectors along dim 0."""
+    from torch.distributed.tensor import Shard
+
+    return Shard(1) if param.dim() == 2 else None
 
 
 def _train(model, opt, rank, steps, first=0, clip=None):
@@ -150,11 +157,12 @@ def _ddp(rank, mesh):
 
 def _fsdp_clipping(rank, mesh):
     """max_grad_norm over FSDP2 shards: the norm is the whole model's (each process's partial all-reduced over the
-    mesh), as clip_grad_norm_ computes it on DTensors, with clipping active. (The 2-norm: torch's own inf-norm
-    raises on rank 1's empty shard of the last bias.) Adafactor, whose reductions span the shards, is refused."""
-    for norm_type in (2.0,):
+    mesh), as clip_grad_norm_ computes it on DTensors, with clipping active; also with weights split along their
+    columns (Shard(1)) beside biases split along dim 0. (The 2-norm: torch's own inf-norm raises on rank 1's empty
+    shard of the last bias.) Adafactor, whose reductions span the shards, is refused."""
+    for norm_type, placement_fn in ((2.0, None), (2.0, _weights_on_dim_1)):
         max_norm = 0.05
-        reference = _fsdp_model(mesh)
+        reference = _fsdp_model(mesh, placement_fn)
         opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1)
         norms = []
 
@@ -162,11 +170,11 @@ def _fsdp_clipping(rank, mesh):
             norms.append(torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm, norm_type=norm_type))
 
         _train(reference, opt_ref, rank, STEPS, clip=clip)
-        model = _fsdp_model(mesh)
+        model = _fsdp_model(mesh, placement_fn)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
         compiled = optjit.patch(opt, max_grad_norm=max_norm, norm_type=norm_type)
         _train(model, opt, rank, STEPS)
-        what = f"rank {rank}, FSDP2 AdamW clipped ({norm_type})"
+        what = f"rank {rank}, FSDP2 AdamW clipped ({norm_type}{', weights on dim 1' if placement_fn else ''})"
         _assert_same_run(model, opt, reference, opt_ref, what)
         last = norms[-1].full_tensor() if hasattr(norms[-1], "full_tensor") else norms[-1]
         assert float(last) > max_norm, what  # clipping was active
