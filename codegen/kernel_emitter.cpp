@@ -456,12 +456,13 @@ public:
   // is written only after every element has read its old value.
   //   Column sweep (kernels with column sums): a thread per column, its rows in order. It evaluates each element
   //   for the sums and stores nothing. A barrier follows.
-  //   Row sweep (kernels with row sums, per-tensor reductions or stores): a warp per row, in rounds of one row per
-  //   warp; the lanes take every 32nd column. A round runs its rows in two stages, each ended by a barrier: first
-  //   the rows that are not the last of their matrix, then those that are. Elements store their tensor slots as
-  //   they go, and a matrix's last row its columns slots (each column's other rows were read in earlier stages).
-  //   After a stage's barrier, lane 0 adds its row's 32 lane sums in lane order (through shared memory, double
-  //   buffered by stage), and the lane that had the row's last column writes its rows slots.
+  //   Row sweep (kernels with row sums, per-tensor reductions or stores): a group of min(n, 32) lanes per row (a
+  //   warp, or a part of one for rows shorter than 32), in rounds of one row per group; the lanes take every
+  //   width-th column. A round runs its rows in two stages, each ended by a barrier: first the rows that are not
+  //   the last of their matrix, then those that are. Elements store their tensor slots as they go, and a matrix's
+  //   last row its columns slots (each column's other rows were read in earlier stages). After a stage's barrier,
+  //   the group's lane 0 adds its lanes' sums in lane order (through shared memory, double buffered by stage), and
+  //   the lane that had the row's last column writes its rows slots.
   void emit_gpu_axis_kernel(const std::string& symbol) {
     IRBuilder<> b(ctx_);
     GpuEntry e = begin_gpu_kernel(b, symbol);
@@ -527,7 +528,7 @@ public:
     clear_axis_position();
   }
 
-  // Rows of the tensor in rounds of one row per warp, each round in two stages (emit_gpu_axis_kernel).
+  // Rows of the tensor in rounds of one row per lane group, each round in two stages (emit_gpu_axis_kernel).
   void emit_gpu_row_sweep(IRBuilder<>& b, const GpuEntry& e, Value* rows) {
     IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
     RowSweep sweep;
@@ -563,16 +564,24 @@ public:
           kGpuMaxBlockThreads;
       return b.CreateGEP(b.getDoubleTy(), shared, b.CreateAdd(b.getInt64(buffer), thread));
     };
-    Value* warps = b.CreateLShr(e.threads, 5);
-    Value* warp = b.CreateLShr(e.thread, 5);
-    Value* lane = b.CreateAnd(e.thread, b.getInt64(31));
+    // Rows shorter than a warp share it: a group of `width` = min(n, 32) lanes per row, 32 / width rows per warp (the
+    // lanes past the last whole group idle), so that a [196608, 3] tensor takes 16 rounds of 160 rows, not of 16.
     Value* m = axis_->m;
     Value* n = axis_->n;
-    Value* rounds = b.CreateSDiv(b.CreateAdd(rows, b.CreateSub(warps, b.getInt64(1))), warps);
-    Value* last_lane = b.CreateAnd(b.CreateSub(n, b.getInt64(1)), b.getInt64(31)); // the lane of a row's last column
+    Value* width = b.CreateSelect(b.CreateICmpSLT(n, b.getInt64(32)), n, b.getInt64(32));
+    width = b.CreateSelect(b.CreateICmpSGT(width, b.getInt64(0)), width, b.getInt64(1)); // no rows: any width
+    Value* rows_per_warp = b.CreateSDiv(b.getInt64(32), width);
+    Value* lane_in_warp = b.CreateAnd(e.thread, b.getInt64(31));
+    Value* group = b.CreateSDiv(lane_in_warp, width);
+    Value* lane = b.CreateSub(lane_in_warp, b.CreateMul(group, width)); // in the row's group
+    Value* rows_per_round = b.CreateMul(b.CreateLShr(e.threads, 5), rows_per_warp);
+    Value* first_row = b.CreateAdd(b.CreateMul(b.CreateLShr(e.thread, 5), rows_per_warp), group);
+    Value* grouped = b.CreateICmpSLT(group, rows_per_warp);
+    Value* rounds = b.CreateSDiv(b.CreateAdd(rows, b.CreateSub(rows_per_round, b.getInt64(1))), rows_per_round);
+    Value* last_lane = b.CreateSRem(b.CreateSub(n, b.getInt64(1)), width); // the lane of a row's last column
     emit_loop(b, b.getInt64(0), rounds, b.getInt64(1), "round", [&](Value* round) {
-      Value* row = b.CreateAdd(b.CreateMul(round, warps), warp);
-      Value* valid = b.CreateICmpSLT(row, rows);
+      Value* row = b.CreateAdd(b.CreateMul(round, rows_per_round), first_row);
+      Value* valid = b.CreateAnd(grouped, b.CreateICmpSLT(row, rows));
       Value* in_matrix = b.CreateSDiv(row, m); // m > 0: the tensor has rows
       Value* row_in_matrix = b.CreateSub(row, b.CreateMul(in_matrix, m));
       Value* last_row = b.CreateICmpEQ(row_in_matrix, b.CreateSub(m, b.getInt64(1)));
@@ -582,7 +591,7 @@ public:
           for (llvm::AllocaInst* sum : sweep.lane_sums)
             if (sum)
               b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
-          emit_loop(b, lane, n, b.getInt64(32), "row.col", [&](Value* c) {
+          emit_loop(b, lane, n, width, "row.col", [&](Value* c) {
             set_axis_position(b, row, in_matrix, row_in_matrix, c);
             Value* j = b.CreateAdd(b.CreateMul(row, n), c);
             const std::vector<Value*> values = evaluate_gpu_element(b, e, j);
@@ -598,10 +607,10 @@ public:
         emit_if(b, active, "row.end", [&] {
           set_axis_position(b, row, in_matrix, row_in_matrix, nullptr);
           emit_if(b, b.CreateICmpEQ(lane, b.getInt64(0)), "row.sum", [&] {
-            Value* first_lane = b.CreateSub(e.thread, lane);
-            Value* lanes = b.CreateSelect(b.CreateICmpSLT(n, b.getInt64(32)), n, b.getInt64(32));
+            Value* first_lane = e.thread; // lane 0 of the row's group adds the group's lanes
+            Value* lanes = width;
             for (std::size_t r = 0; r < sweep.row_sums.size(); ++r) {
-              llvm::AllocaInst* sum = sweep.lane_sums[sweep.row_sums[r]]; // lane 0's own sum, then lanes 1..31
+              llvm::AllocaInst* sum = sweep.lane_sums[sweep.row_sums[r]]; // lane 0's own sum, then the group's others
               emit_loop(b, b.getInt64(1), lanes, b.getInt64(1), "row.lane", [&](Value* l) {
                 Value* other = b.CreateLoad(b.getDoubleTy(), sweep.cell(stage, r, b.CreateAdd(first_lane, l)));
                 b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), sum), other), sum);
