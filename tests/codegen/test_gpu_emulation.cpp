@@ -56,6 +56,31 @@ void run_emulated(const PipelineResult& pipeline, const ListArguments& args, uns
   }
 }
 
+// The same plan's CPU kernels on `args`: the reference the emulated GPU kernels are checked against.
+void run_on_cpu(const PipelineResult& pipeline, const ListArguments& args) {
+  bool hit = false;
+  std::unique_ptr<Executable> code =
+      cpu_backend().load(pipeline, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
+  code->bind(args);
+  code->launch();
+}
+
+// Lists of `shapes` random params and their grads in one group, with hyperparameter lr and the params' shapes.
+ListArguments param_and_grad_lists(const std::vector<Shape>& shapes, uint64_t seed, double lr) {
+  ListArguments args;
+  args.slot_names = {"param", "grad"};
+  args.hyper_names = {"lr"};
+  args.hyper = {lr};
+  const std::vector<Tensor> params = random_params(shapes, Dtype::f32, seed);
+  args.slot_tensors = {params, {}};
+  for (const Tensor& p : params) {
+    args.slot_tensors[1].push_back(p.grad());
+    args.group_of.push_back(0);
+    args.shapes.push_back(p.shape());
+  }
+  return args;
+}
+
 // The shapes most checks step: chunks and tails, an empty and a 0-d param, and matrices for rows and columns (more
 // rows than a block has warps, a batch of matrices, a single row, a single column).
 const std::vector<Shape> kShapes = {{33, 7}, {5}, {9000}, {0}, {4, 4}, {}, {70, 45}, {3, 5, 40}, {1, 70}, {50, 1}};
@@ -185,27 +210,11 @@ TEST_CASE("gpu emulation: nine reductions in one kernel take several passes of t
 }
 )"));
   REQUIRE(pipeline.kernels.size() == 2);
-  const auto lists = [] {
-    ListArguments args;
-    args.slot_names = {"param", "grad"};
-    args.hyper_names = {"lr"};
-    args.hyper = {1e-3};
-    const std::vector<Tensor> params = random_params({{20000}, {7}, {3, 3}}, Dtype::f32, 5);
-    args.slot_tensors = {params, {}};
-    for (const Tensor& p : params) {
-      args.slot_tensors[1].push_back(p.grad());
-      args.group_of.push_back(0);
-    }
-    return args;
-  };
+  const auto lists = [] { return param_and_grad_lists({{20000}, {7}, {3, 3}}, 5, 1e-3); };
   for (unsigned threads : {32u, 512u}) {
     const ListArguments emulated = lists(), reference = lists();
     run_emulated(pipeline, emulated, threads, EmulatedSchedule::InTurns);
-    bool hit = false;
-    std::unique_ptr<Executable> code =
-        cpu_backend().load(pipeline, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
-    code->bind(reference);
-    code->launch();
+    run_on_cpu(pipeline, reference);
     for (std::size_t t = 0; t < 3; ++t) {
       INFO(threads << " threads, tensor " << t);
       CHECK(test::scaled_error(emulated.slot_tensors[0][t], reference.slot_tensors[0][t], 1e-5, 1e-6) <= 1.0);
@@ -247,25 +256,10 @@ TEST_CASE("gpu emulation: four row sums in one kernel run, a fifth is refused by
   };
   const PipelineResult four = graph(4);
   REQUIRE(four.kernels.size() == 2);
-  ListArguments emulated, reference;
-  for (ListArguments* args : {&emulated, &reference}) {
-    args->slot_names = {"param", "grad"};
-    args->hyper_names = {"lr"};
-    args->hyper = {1e-3};
-    const std::vector<Tensor> params = random_params({{40, 70}, {3, 2, 5}}, Dtype::f32, 9);
-    args->slot_tensors = {params, {}};
-    for (const Tensor& p : params) {
-      args->slot_tensors[1].push_back(p.grad());
-      args->group_of.push_back(0);
-      args->shapes.push_back(p.shape());
-    }
-  }
+  const ListArguments emulated = param_and_grad_lists({{40, 70}, {3, 2, 5}}, 9, 1e-3);
+  const ListArguments reference = param_and_grad_lists({{40, 70}, {3, 2, 5}}, 9, 1e-3);
   run_emulated(four, emulated, 64, EmulatedSchedule::InTurns);
-  bool hit = false;
-  std::unique_ptr<Executable> code =
-      cpu_backend().load(four, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
-  code->bind(reference);
-  code->launch();
+  run_on_cpu(four, reference);
   for (std::size_t t = 0; t < 2; ++t)
     CHECK(test::scaled_error(emulated.slot_tensors[0][t], reference.slot_tensors[0][t], 1e-5, 1e-6) <= 1.0);
   const PipelineResult five = graph(5);
@@ -345,11 +339,7 @@ TEST_CASE("gpu emulation: column, row and tensor sums in the kernel that stores 
   for (unsigned threads : {32u, 160u}) {
     const ListArguments emulated = lists(), reference = lists();
     run_emulated(pipeline, emulated, threads, EmulatedSchedule::InTurns);
-    bool hit = false;
-    std::unique_ptr<Executable> code =
-        cpu_backend().load(pipeline, Target::for_device(Device::cpu(), Execution::Compiled), CompileOptions{}, hit);
-    code->bind(reference);
-    code->launch();
+    run_on_cpu(pipeline, reference);
     for (std::size_t s : {0, 2, 3, 4})
       for (std::size_t t = 0; t < shapes.size(); ++t) {
         INFO(threads << " threads, slot " << reference.slot_names[s] << ", tensor " << t);
@@ -384,26 +374,16 @@ TEST_CASE("gpu emulation: a list reduction (clipping by the global norm) combine
 )"));
   REQUIRE(pipeline.kernels.size() == 2);
   const auto lists = [] {
-    ListArguments args;
-    args.slot_names = {"param", "grad", "peak"};
-    args.hyper_names = {"lr"};
-    args.hyper = {0.5};
-    const std::vector<Tensor> params = random_params({{9000}, {7}, {0}, {3, 3}}, Dtype::f32, 77);
-    args.slot_tensors = {params, {}, {}};
-    for (const Tensor& p : params) {
-      args.slot_tensors[1].push_back(p.grad());
+    ListArguments args = param_and_grad_lists({{9000}, {7}, {0}, {3, 3}}, 77, 0.5);
+    args.slot_names.push_back("peak");
+    args.slot_tensors.emplace_back();
+    for (std::size_t t = 0; t < 4; ++t)
       args.slot_tensors[2].push_back(Tensor::zeros({}, Dtype::f32));
-      args.group_of.push_back(0);
-    }
     return args;
   };
   const ListArguments emulated = lists(), reference = lists();
   run_emulated(pipeline, emulated, 64);
-  bool hit = false;
-  const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
-  std::unique_ptr<Executable> code = cpu_backend().load(pipeline, cpu, CompileOptions{}, hit);
-  code->bind(reference);
-  code->launch();
+  run_on_cpu(pipeline, reference);
   for (std::size_t s = 0; s < 3; s += 2)
     for (std::size_t t = 0; t < 4; ++t) {
       INFO("slot " << emulated.slot_names[s] << ", tensor " << t);
