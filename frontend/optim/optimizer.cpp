@@ -5,6 +5,7 @@
 #include "frontend/optim/validation.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/shared_memory.h"
 #include "runtime/stochastic_rounding.h"
 
 #include <algorithm>
@@ -530,82 +531,28 @@ void Optimizer::check_step() const {
   check_params_distinct();
 }
 
-namespace {
-
-// Calls visit(byte offset from the tensor's data) for each element of `t`.
-template <class Visit> void for_each_element_offset(const Tensor& t, Visit visit) {
-  const Shape& shape = t.shape();
-  const int64_t size = static_cast<int64_t>(dtype_size(t.dtype()));
-  std::vector<int64_t> index(shape.size(), 0);
-  for (int64_t k = 0, offset = 0; k < t.numel(); ++k) {
-    visit(offset * size);
-    for (std::size_t d = shape.size(); d-- > 0;) { // the next index, last dimension fastest
-      offset += t.strides()[d];
-      if (++index[d] < shape[d])
-        break;
-      offset -= index[d] * t.strides()[d];
-      index[d] = 0;
-    }
-  }
-}
-
-// Whether two tensors whose address ranges overlap hold a byte in common: interleaved views (buf[:, ::2] and
-// buf[:, 1::2]) share a range and no element. One bit per byte of the common range.
-bool share_elements(const Tensor& a, const Tensor& b) {
-  const auto a_begin = reinterpret_cast<uintptr_t>(a.data()), b_begin = reinterpret_cast<uintptr_t>(b.data());
-  const uintptr_t begin = std::max(a_begin, b_begin);
-  const uintptr_t end = std::min(a_begin + a.span_bytes(), b_begin + b.span_bytes());
-  if (end <= begin)
-    return false;
-  std::vector<uint64_t> held((static_cast<std::size_t>(end - begin) + 63) / 64, 0); // a bit per byte
-  const int64_t a_size = static_cast<int64_t>(dtype_size(a.dtype())),
-                b_size = static_cast<int64_t>(dtype_size(b.dtype()));
-  for_each_element_offset(a, [&](int64_t offset) {
-    for (int64_t byte = 0; byte < a_size; ++byte)
-      if (const uintptr_t at = a_begin + static_cast<uintptr_t>(offset + byte); at >= begin && at < end)
-        held[(at - begin) / 64] |= uint64_t{1} << ((at - begin) % 64);
-  });
-  bool shared = false;
-  for_each_element_offset(b, [&](int64_t offset) {
-    for (int64_t byte = 0; byte < b_size; ++byte)
-      if (const uintptr_t at = b_begin + static_cast<uintptr_t>(offset + byte); at >= begin && at < end)
-        shared = shared || (held[(at - begin) / 64] >> ((at - begin) % 64) & 1) != 0;
-  });
-  return shared;
-}
-
-} // namespace
-
 void Optimizer::check_params_distinct() const {
-  struct Span {
-    Device device;
-    uintptr_t begin, end;
-    int64_t flat;
-  };
-  std::vector<Span> spans;
+  // The params with grads and their layouts: unchanged since the last check (an eager step calls it every step), it
+  // holds still.
+  std::vector<Tensor> stepping(static_cast<std::size_t>(param_count()));
+  std::vector<uint64_t> layouts(stepping.size(), 0);
   for (int64_t i = 0; i < param_count(); ++i)
-    if (const Tensor& p = flat_param(i); p.impl()->grad && p.numel() > 0) {
-      const auto begin = reinterpret_cast<uintptr_t>(p.data());
-      spans.push_back({p.device(), begin, begin + p.span_bytes(), i});
+    if (const Tensor& p = flat_param(i); p.impl()->grad) {
+      stepping[static_cast<std::size_t>(i)] = p;
+      layouts[static_cast<std::size_t>(i)] = p.impl()->layout_id;
     }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return std::tie(a.device.kind, a.device.index, a.begin) < std::tie(b.device.kind, b.device.index, b.begin);
-  });
-  // Sorted by address: span k can overlap only the spans before it while their largest end (reach) passes its
-  // begin. Overlapping spans are then compared byte by byte, by address (a GPU param's memory is never read).
-  std::vector<uintptr_t> reach(spans.size(), 0);
-  for (std::size_t k = 0; k < spans.size(); ++k)
-    reach[k] = k > 0 && spans[k - 1].device == spans[k].device ? std::max(reach[k - 1], spans[k].end) : spans[k].end;
-  for (std::size_t k = 1; k < spans.size(); ++k)
-    for (std::size_t j = k; j-- > 0 && spans[j].device == spans[k].device && spans[k].begin < reach[j];) {
-      if (spans[k].begin >= spans[j].end || !share_elements(flat_param(spans[j].flat), flat_param(spans[k].flat)))
-        continue;
-      const auto [first, second] = std::minmax(spans[j].flat, spans[k].flat);
-      throw Error(fmt::format("params {} and {} share memory ({} and {}): a compiled step reads every param before "
-                              "it writes any, where torch's steps them one after the other; give each param memory "
-                              "of its own",
-                              first, second, flat_param(first).describe(), flat_param(second).describe()));
-    }
+  if (layouts == distinct_params_checked_)
+    return;
+  if (const auto pair = first_shared_memory(stepping)) {
+    const Tensor &a = stepping[pair->first], &b = stepping[pair->second];
+    const bool twice = a.data() == b.data() && a.shape() == b.shape() && a.strides() == b.strides();
+    throw Error(fmt::format("params {} and {} share memory ({} and {}{}): a compiled step reads every param before "
+                            "it writes any, where torch's steps them one after the other; give each param memory of "
+                            "its own",
+                            pair->first, pair->second, a.describe(), b.describe(),
+                            twice ? ": the same param listed twice" : ""));
+  }
+  distinct_params_checked_ = std::move(layouts);
 }
 
 bool Optimizer::ensure_state() { return create_missing_state(/*only_params_with_grads=*/true); }

@@ -416,6 +416,8 @@ private:
   // The total norm from this process's partial (GradNormTotal::partial), over every process with a reducer.
   double total_over_processes(double partial) const;
   GradNormReducer grad_norm_reducer_;
+  // Per param: the layout id of each param with a grad (0 without) when check_params_distinct last passed.
+  mutable std::vector<uint64_t> distinct_params_checked_;
   InfCheckReducer inf_check_reducer_;
   // Whether this step's check found an inf or NaN in any process's grads.
   bool found_in_any_process(bool found) const { return inf_check_reducer_ ? inf_check_reducer_(found) : found; }

@@ -4,6 +4,7 @@
 #include "frontend/optim/step_function.h"
 #include "compiler/ir/builder.h"
 #include "runtime/error.h"
+#include "runtime/shared_memory.h"
 
 #include <spdlog/fmt/fmt.h>
 
@@ -44,21 +45,16 @@ private:
 };
 
 // A tensor in two lists, or two that share memory, would be read and written as two: the step's loads see the
-// values from before it, so one store would silently win where torch's ops see each other's writes.
+// values from before it, so one store would silently win where torch's ops see each other's writes. Tensors that
+// share an address range but no element (every other column each) are fine.
 void check_distinct_memory(const std::string& name, const StepLists& lists) {
-  struct Span {
-    Device device;
-    uintptr_t begin, end;
-    std::string list;
-    std::size_t index;
-  };
-  std::vector<Span> spans;
-  const auto add = [&](const std::string& list, const std::vector<Tensor>& tensors) {
-    for (std::size_t i = 0; i < tensors.size(); ++i)
-      if (tensors[i].defined() && tensors[i].numel() > 0) {
-        const auto begin = reinterpret_cast<uintptr_t>(tensors[i].data());
-        spans.push_back({tensors[i].device(), begin, begin + tensors[i].span_bytes(), list, i});
-      }
+  std::vector<Tensor> tensors;
+  std::vector<std::pair<std::string, std::size_t>> labels; // (list, index in it) of each tensor
+  const auto add = [&](const std::string& list, const std::vector<Tensor>& of_list) {
+    for (std::size_t i = 0; i < of_list.size(); ++i) {
+      tensors.push_back(of_list[i]);
+      labels.emplace_back(list, i);
+    }
   };
   add("param", lists.params);
   if (lists.grads.empty()) { // the params' own grads
@@ -69,18 +65,17 @@ void check_distinct_memory(const std::string& name, const StepLists& lists) {
   } else {
     add("grad", lists.grads);
   }
-  for (const auto& [key, tensors] : lists.state)
-    add(key, tensors);
-  for (const auto& [key, tensors] : lists.scalars)
-    add(key, tensors);
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return std::tie(a.device.kind, a.device.index, a.begin) < std::tie(b.device.kind, b.device.index, b.begin);
-  });
-  for (std::size_t k = 1; k < spans.size(); ++k) // sorted by address, a span that overlaps any overlaps its successor
-    if (const Span& a = spans[k - 1], &b = spans[k]; a.device == b.device && b.begin < a.end)
-      throw Error(fmt::format("compile_step {}: tensor {} of list '{}' and tensor {} of list '{}' share memory: give "
-                              "each list tensors of its own",
-                              name, a.index, a.list, b.index, b.list));
+  for (const auto& [key, of_list] : lists.state)
+    add(key, of_list);
+  for (const auto& [key, of_list] : lists.scalars)
+    add(key, of_list);
+  if (const auto pair = first_shared_memory(tensors)) {
+    const auto& [a_list, a] = labels[pair->first];
+    const auto& [b_list, b] = labels[pair->second];
+    throw Error(fmt::format("compile_step {}: tensor {} of list '{}' and tensor {} of list '{}' share memory: give "
+                            "each list tensors of its own",
+                            name, a, a_list, b, b_list));
+  }
 }
 
 void check_lists(const std::string& name, const StepLists& lists) {
