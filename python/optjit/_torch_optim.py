@@ -170,25 +170,19 @@ def scalar_state_dtype(group):
 def none_option_values(cls, param_groups):
     """What a None option of each group stands for in this step, where optjit's own rule would differ from torch's
     (None when no group needs it). Adafactor's eps1 default is finfo(dtype).eps of the first param it steps in the
-    group, which optjit takes too; torch's foreach step (foreach=True, or None with every param on a GPU) steps the
-    group's (device, dtype) groups in the order torch's grouping gives instead, which only torch can tell."""
+    group, which optjit takes too; torch's foreach step (foreach=True: Adafactor takes its single-tensor step for
+    None, on a GPU too) steps the group's (device, dtype) groups in the order torch's grouping gives instead, which
+    only torch can tell. Groups that do not ask for foreach cost nothing here."""
     if cls.__name__ != "Adafactor":
         return None
     values = [{} for _ in param_groups]
     needed = False
     for group, value in zip(param_groups, values):
-        if group["eps"][0] is not None:
+        if not group.get("foreach") or group["eps"][0] is not None:
             continue
         params = [p for p in group["params"] if p.grad is not None]
         if len({p.dtype for p in params}) < 2:
             continue  # one dtype: every rule agrees
-        foreach = group.get("foreach")
-        if foreach is None:
-            from torch.optim.optimizer import _default_to_fused_or_foreach
-
-            _, foreach = _default_to_fused_or_foreach(params, False, use_fused=False)
-        if not foreach:
-            continue
         grouped = torch.optim.Optimizer._group_tensors_by_device_and_dtype([params, [p.grad for p in params]])
         _, dtype = next(iter(grouped))
         value["eps1"] = torch.finfo(dtype if dtype is not None else params[0].dtype).eps

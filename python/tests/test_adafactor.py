@@ -71,6 +71,9 @@ def test_eps1_default_follows_torch_in_a_group_of_mixed_dtypes(first, foreach):
         tolerance = dict(rtol=1e-5, atol=1e-6) if a.dtype == torch.float32 else dict(rtol=5e-2, atol=1e-2)
         torch.testing.assert_close(a.detach(), b.detach(), **tolerance)
     assert step.metrics()["recompiles"] == 0
+    # foreach=None is torch's single-tensor step, on a GPU too: only foreach=True asks torch's grouping.
+    asks_torch = optjit._torch_optim.none_option_values(torch.optim.Adafactor, opt.param_groups) is not None
+    assert asks_torch == (foreach is True)
 
 
 def test_row_and_column_state_in_views_with_gaps_steps_as_torch():
