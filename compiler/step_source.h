@@ -156,8 +156,8 @@ public:
   virtual void check_grad(int64_t flat) const = 0;
   // Run when a param's data was replaced (or first bound): its state still fits it.
   virtual void check_state(int64_t flat) const = 0;
-  // Run when any param's data was replaced (or first bound): no two params that step share memory (a step reads
-  // every param before it writes any).
+  // Run when any param's data or the state was replaced (or first bound): no two params that step, or their state
+  // tensors, share memory (a step reads every param and state tensor before it writes any).
   virtual void check_params_distinct() const {}
   // Whether this step must change nothing (a gradient scaler found an inf or NaN): the driver then runs no check,
   // creates no state and launches nothing.

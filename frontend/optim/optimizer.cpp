@@ -532,25 +532,37 @@ void Optimizer::check_step() const {
 }
 
 void Optimizer::check_params_distinct() const {
-  // The params with grads and their layouts: unchanged since the last check (an eager step calls it every step), it
-  // holds still.
-  std::vector<Tensor> stepping(static_cast<std::size_t>(param_count()));
-  std::vector<uint64_t> layouts(stepping.size(), 0);
+  // The params with grads and their tensor state (not the per-tensor scalars), and their layouts: unchanged since the
+  // last check (an eager step calls it every step), it holds still.
+  std::vector<Tensor> stepping;
+  std::vector<std::pair<int64_t, std::string>> labels; // (param, state entry or "" for the param itself)
+  std::vector<uint64_t> layouts = {state_version_};
   for (int64_t i = 0; i < param_count(); ++i)
     if (const Tensor& p = flat_param(i); p.impl()->grad) {
-      stepping[static_cast<std::size_t>(i)] = p;
-      layouts[static_cast<std::size_t>(i)] = p.impl()->layout_id;
+      stepping.push_back(p);
+      labels.emplace_back(i, "");
+      for (const auto& [key, t] : flat_state(i))
+        if (t.defined() && t.dim() > 0) {
+          stepping.push_back(t);
+          labels.emplace_back(i, key);
+        }
     }
+  for (const Tensor& t : stepping)
+    layouts.push_back(t.impl()->layout_id);
   if (layouts == distinct_params_checked_)
     return;
   if (const auto pair = first_shared_memory(stepping)) {
     const Tensor &a = stepping[pair->first], &b = stepping[pair->second];
+    const auto name = [&](std::size_t k) {
+      const auto& [param, entry] = labels[k];
+      return entry.empty() ? fmt::format("param {}", param) : fmt::format("state '{}' of param {}", entry, param);
+    };
     const bool twice = a.data() == b.data() && a.shape() == b.shape() && a.strides() == b.strides();
-    throw Error(fmt::format("params {} and {} share memory ({} and {}{}): a compiled step reads every param before "
-                            "it writes any, where torch's steps them one after the other; give each param memory of "
-                            "its own",
-                            pair->first, pair->second, a.describe(), b.describe(),
-                            twice ? ": the same param listed twice" : ""));
+    throw Error(fmt::format("{} and {} share memory ({} and {}{}): a compiled step reads every param and state "
+                            "tensor before it writes any, where torch's steps them one after the other; give each "
+                            "its own memory",
+                            name(pair->first), name(pair->second), a.describe(), b.describe(),
+                            twice ? ": the same tensor twice" : ""));
   }
   distinct_params_checked_ = std::move(layouts);
 }

@@ -326,8 +326,9 @@ public:
   // The param's state has the shapes the param's own give (`p.data = x` of another shape keeps the old state, which
   // the kernels would read past: torch refuses that step too) and the param's device.
   void check_state(int64_t flat) const override;
-  // Params with grads that share memory (`buf[:, ::2]` and `buf.t()[0]`) are refused: a step reads every param
-  // before it writes any, where torch's single-tensor step writes one before it reads the next.
+  // Params with grads, and their tensor state, that share memory (`buf[:, ::2]` and `buf.t()[0]`, or a param that
+  // is its own exp_avg) are refused: a step reads every param and state tensor before it writes any, where torch's
+  // single-tensor step writes one before it reads the next.
   void check_params_distinct() const override;
   void check_step() const; // every hyperparameter, every present grad and its param's state, distinct params
   // Creates the missing state of every param that has a grad; returns whether any was created.
@@ -416,7 +417,8 @@ private:
   // The total norm from this process's partial (GradNormTotal::partial), over every process with a reducer.
   double total_over_processes(double partial) const;
   GradNormReducer grad_norm_reducer_;
-  // Per param: the layout id of each param with a grad (0 without) when check_params_distinct last passed.
+  // The state version, then the layout id of each param with a grad and of its tensor state, when
+  // check_params_distinct last passed.
   mutable std::vector<uint64_t> distinct_params_checked_;
   InfCheckReducer inf_check_reducer_;
   // Whether this step's check found an inf or NaN in any process's grads.

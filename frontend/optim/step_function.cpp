@@ -44,40 +44,6 @@ private:
   std::vector<StateSpec> specs_;
 };
 
-// A tensor in two lists, or two that share memory, would be read and written as two: the step's loads see the
-// values from before it, so one store would silently win where torch's ops see each other's writes. Tensors that
-// share an address range but no element (every other column each) are fine.
-void check_distinct_memory(const std::string& name, const StepLists& lists) {
-  std::vector<Tensor> tensors;
-  std::vector<std::pair<std::string, std::size_t>> labels; // (list, index in it) of each tensor
-  const auto add = [&](const std::string& list, const std::vector<Tensor>& of_list) {
-    for (std::size_t i = 0; i < of_list.size(); ++i) {
-      tensors.push_back(of_list[i]);
-      labels.emplace_back(list, i);
-    }
-  };
-  add("param", lists.params);
-  if (lists.grads.empty()) { // the params' own grads
-    std::vector<Tensor> own;
-    for (const Tensor& p : lists.params)
-      own.push_back(p.defined() ? p.grad() : Tensor());
-    add("grad", own);
-  } else {
-    add("grad", lists.grads);
-  }
-  for (const auto& [key, of_list] : lists.state)
-    add(key, of_list);
-  for (const auto& [key, of_list] : lists.scalars)
-    add(key, of_list);
-  if (const auto pair = first_shared_memory(tensors)) {
-    const auto& [a_list, a] = labels[pair->first];
-    const auto& [b_list, b] = labels[pair->second];
-    throw Error(fmt::format("compile_step {}: tensor {} of list '{}' and tensor {} of list '{}' share memory: give "
-                            "each list tensors of its own",
-                            name, a, a_list, b, b_list));
-  }
-}
-
 void check_lists(const std::string& name, const StepLists& lists) {
   check_graph_name(name);
   const std::size_t n = lists.params.size();
@@ -171,6 +137,37 @@ StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lis
     lists.params[i].set_grad(lists.grads[i]);
   state->step.emplace(compile(*state->optimizer, std::move(options)));
   return StepFunction(std::move(state));
+}
+
+void check_distinct_memory(const std::string& name, const StepLists& lists) {
+  std::vector<Tensor> tensors;
+  std::vector<std::pair<std::string, std::size_t>> labels; // (list, index in it) of each tensor
+  const auto add = [&](const std::string& list, const std::vector<Tensor>& of_list) {
+    for (std::size_t i = 0; i < of_list.size(); ++i) {
+      tensors.push_back(of_list[i]);
+      labels.emplace_back(list, i);
+    }
+  };
+  add("param", lists.params);
+  if (lists.grads.empty()) { // the params' own grads
+    std::vector<Tensor> own;
+    for (const Tensor& p : lists.params)
+      own.push_back(p.defined() ? p.grad() : Tensor());
+    add("grad", own);
+  } else {
+    add("grad", lists.grads);
+  }
+  for (const auto& [key, of_list] : lists.state)
+    add(key, of_list);
+  for (const auto& [key, of_list] : lists.scalars)
+    add(key, of_list);
+  if (const auto pair = first_shared_memory(tensors)) {
+    const auto& [a_list, a] = labels[pair->first];
+    const auto& [b_list, b] = labels[pair->second];
+    throw Error(fmt::format("step function {}: tensor {} of list '{}' and tensor {} of list '{}' share memory: give "
+                            "each list tensors of its own",
+                            name, a, a_list, b, b_list));
+  }
 }
 
 } // namespace optjit

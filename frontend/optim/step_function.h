@@ -66,4 +66,9 @@ private:
 // call. Throws optjit::Error naming the list and the rule.
 StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lists, CompileOptions options = {});
 
+// Throws optjit::Error naming two tensors of the lists that share an element (one tensor in two lists, or views that
+// overlap): a compiled step reads them all before it writes any, where torch's ops would see each other's writes.
+// compile_step checks its lists; a caller that gives the params new grads checks the lists with them again.
+void check_distinct_memory(const std::string& name, const StepLists& lists);
+
 } // namespace optjit

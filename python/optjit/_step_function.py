@@ -604,7 +604,6 @@ class StepFunction:
                 program = (instructions, names, sorted(scalar))
             instructions, names, scalar_names = program
             _check_sharded_reductions(self._name, instructions, lists)
-            _check_distinct(self._name, names, lists)
             self._cxx = None
             self._streams = _cuda_streams([t for lst in lists for t in lst])
             with self._streams.lend():
@@ -642,41 +641,6 @@ def _graph_name(name):
     """A step function's name as the identifier its graph is named by ("<lambda>" becomes "lambda")."""
     text = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)).strip("_") or "step"
     return text if not text[0].isdigit() else f"step_{text}"
-
-
-def _memory_span(t):
-    """The bytes [begin, end) that tensor `t` can reach (an empty range for an empty tensor)."""
-    if t.numel() == 0:
-        return (0, 0)
-    reach = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
-    begin = t.data_ptr()
-    return (begin, begin + (reach + 1) * t.element_size())
-
-
-def _check_distinct(name, names, lists):
-    """A tensor in two lists (the same list passed twice, or a state list that is the params), or two tensors that
-    share memory (overlapping views), would be read and written as two: the step's loads see the values from before
-    it, where torch's ops see each other's writes (torch refuses such partial overlaps)."""
-    spans = []  # (device, begin, end, position in the lists)
-    for index, lst in enumerate(lists):
-        for k, t in enumerate(lst):
-            begin, end = _memory_span(t)
-            if begin != end:
-                spans.append((str(t.device), begin, end, (index, k)))
-    spans.sort()
-    # Sorted by address, a tensor that overlaps any other overlaps its successor; name the overlap met first in the
-    # lists' order.
-    clashes = [
-        (max(a[3], b[3]), min(a[3], b[3]), (a[1], a[2]) == (b[1], b[2]))
-        for a, b in zip(spans, spans[1:])
-        if a[0] == b[0] and b[1] < a[2]
-    ]
-    if clashes:
-        (i, k), (j, m), same = min(clashes)
-        raise Error(
-            f"step function {name}: tensor {k} of list '{names[i]}' {'is' if same else 'overlaps'} tensor {m} of "
-            f"list '{names[j]}' (the same memory): give each list tensors of its own"
-        )
 
 
 def _check_sharded_reductions(name, instructions, lists):

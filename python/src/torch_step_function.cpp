@@ -88,6 +88,8 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
     else
       step_lists.state.emplace_back(slot, std::move(views));
   }
+  name_ = name;
+  lists_ = step_lists;
   step_.emplace(compile_step(
       name, [program = std::move(program)](Tracer& t) { replay(program, t); }, std::move(step_lists)));
 }
@@ -99,6 +101,10 @@ void TorchStepFunction::set_grads(nb::list grads) {
   std::vector<Tensor> views;
   for (std::size_t k = 0; k < params_.size(); ++k)
     views.push_back(torch_.view(grads[k], "tensor " + std::to_string(k) + " of list 'grad'"));
+  StepLists with_new_grads = lists_; // a grad that is a state tensor, or overlaps one, is refused before any change
+  with_new_grads.grads = views;
+  check_distinct_memory(name_, with_new_grads);
+  lists_.grads = std::move(with_new_grads.grads);
   for (std::size_t k = 0; k < params_.size(); ++k) {
     params_[k].set_grad(views[k]);
     held_grads_[k] = nb::borrow(grads[k]);

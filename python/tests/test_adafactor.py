@@ -108,7 +108,7 @@ def test_params_sharing_memory_are_refused():
     for p in opt.param_groups[0]["params"]:
         p.grad = torch.ones_like(p)
     before = buffer.clone()
-    with pytest.raises(optjit.Error, match="params 0 and 1 share memory"):
+    with pytest.raises(optjit.Error, match="param 0 and param 1 share memory"):
         optjit.compile(opt)()
     assert torch.equal(buffer, before)
     interleaved = [torch.nn.Parameter(buffer[:, ::2]), torch.nn.Parameter(buffer[:, 1::2])]

@@ -322,8 +322,13 @@ def test_new_grads_every_call_repoint_the_compiled_step_and_aliased_lists_are_re
         assert lion._cxx is compiled, "new grads built the compiled step again"
         for k, (a, b) in enumerate(zip(params, eager[0])):
             assert_close(a, b, torch.float32, f"step {step} params[{k}]")
-    with pytest.raises(optjit.Error, match="tensor 0 of list 'exp_avgs' is tensor 0 of list 'param'"):
+    with pytest.raises(optjit.Error, match="tensor 0 of list 'param' and tensor 0 of list 'exp_avgs' share memory"):
         lion(params, grads, params, **hypers)
+    # New grads that are the state (after a call with good ones) are refused before anything changes.
+    before = [t.clone() for t in params + exp_avgs]
+    with pytest.raises(optjit.Error, match="list 'grad' and tensor 0 of list 'exp_avgs' share memory"):
+        lion(params, exp_avgs, exp_avgs, **hypers)
+    assert all(torch.equal(a, b) for a, b in zip(params + exp_avgs, before))
 
 
 def test_a_step_function_that_returns_a_value_is_refused():
@@ -402,8 +407,13 @@ def test_overlapping_views_are_refused_and_a_failed_call_leaves_the_function_usa
         torch._foreach_add_(params, bufs, alpha=-lr)
 
     buffer = torch.zeros(20)
-    with pytest.raises(optjit.Error, match="tensor 0 of list 'bufs' overlaps tensor 0 of list 'param'"):
+    with pytest.raises(optjit.Error, match="tensor 0 of list 'param' and tensor 0 of list 'bufs' share memory"):
         sgd([buffer[:10]], [torch.ones(10)], [buffer[5:15]], lr=0.1)
+    # Views interleaved in one buffer (every other element each) share no element: they step, as torch's ops do.
+    interleaved = torch.zeros(20)
+    sgd([interleaved[::2]], [torch.ones(10)], [interleaved[1::2]], lr=0.1)
+    assert_close(interleaved[::2], torch.full((10,), -0.1), torch.float32, "interleaved param")
+    assert_close(interleaved[1::2], torch.ones(10), torch.float32, "interleaved buf")
     params, grads, bufs = [torch.zeros(10)], [torch.ones(10)], [torch.zeros(10)]
     sgd(params, grads, bufs, lr=0.1)  # the failed first call left nothing behind
     assert_close(params[0], torch.full((10,), -0.1), torch.float32, "param")

@@ -204,7 +204,19 @@ TEST_CASE("errors: two params that share memory are refused before any update, i
         params[1].set_data(Tensor::from_blob(params[0].data(), {5}, Dtype::f32));
         params[1].set_grad(Tensor::full({5}, 0.25, Dtype::f32));
       },
-      "params 0 and 1 share memory (f32[4, 3] on cpu and f32[5] on cpu)");
+      "param 0 and param 1 share memory (f32[4, 3] on cpu and f32[5] on cpu)");
+}
+
+TEST_CASE("errors: a param that is its own state (exp_avg loaded as the param's memory) is refused, in every mode") {
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer& opt) {
+        ParamState state = opt.visible_state(params[0]);
+        for (auto& [key, t] : state)
+          if (key == "exp_avg")
+            t = params[0];
+        opt.adopt_state(0, state, Optimizer::StateOrigin::Loaded);
+      },
+      "param 0 and state 'exp_avg' of param 0 share memory");
 }
 
 TEST_CASE("errors: params interleaved in one buffer (every other column each) share no element: they step") {

@@ -273,7 +273,7 @@ TEST_CASE("step function: tensors that share memory are refused, and a refused c
                       .state = {{"m", {params[0].grad(), Tensor::zeros({3}, Dtype::f32)}}},
                       .hypers = {{"lr", 0.1}}});
       },
-      "compile_step aliased: tensor 0 of list 'grad' and tensor 0 of list 'm' share memory");
+      "step function aliased: tensor 0 of list 'grad' and tensor 0 of list 'm' share memory");
   const Tensor buffer = Tensor::zeros({12}, Dtype::f32);
   const std::vector<Tensor> overlapping = {Tensor::from_blob(buffer.data(), {8}, Dtype::f32),
                                            Tensor::from_blob(buffer.data_as<float>() + 4, {8}, Dtype::f32)};
