@@ -425,10 +425,48 @@ void Tensor::copy_from(const Tensor& source) const {
     std::memcpy(data(), source.data(), nbytes());
     return;
   }
-  if (is_complex(dtype()))
-    return real_view().copy_from(source.real_view());
-  for (int64_t i = 0; i < numel(); ++i)
-    set_item(i, source.item(i));
+  copy_strided(source);
+}
+
+// Element by element in both layouts (the same dtype and shape): an odometer over the outer dimensions and a tight
+// loop over the last, each element moved as its bytes (a fixed-size memcpy: one load and one store). A staged param
+// with gaps is copied in and out at memory speed, not through item() and set_item().
+void Tensor::copy_strided(const Tensor& source) const {
+  const Shape& sizes = shape();
+  const std::size_t last = sizes.size() - 1; // numel() > 0 and the layouts differ: rank >= 1
+  const auto element = static_cast<int64_t>(dtype_size(dtype()));
+  auto* to = static_cast<unsigned char*>(data());
+  const auto* from = static_cast<const unsigned char*>(source.data());
+  const int64_t n = sizes[last], to_step = strides()[last] * element, from_step = source.strides()[last] * element;
+  const auto rows = [&]<std::size_t Size>() {
+    std::vector<int64_t> index(sizes.size(), 0);
+    int64_t to_at = 0, from_at = 0;
+    for (int64_t row = 0, count = numel() / n; row < count; ++row) {
+      for (int64_t j = 0; j < n; ++j)
+        std::memcpy(to + to_at + j * to_step, from + from_at + j * from_step, Size);
+      for (std::size_t d = last; d-- > 0;) { // the next row, the dimension before the last fastest
+        to_at += strides()[d] * element;
+        from_at += source.strides()[d] * element;
+        if (++index[d] < sizes[d])
+          break;
+        to_at -= index[d] * strides()[d] * element;
+        from_at -= index[d] * source.strides()[d] * element;
+        index[d] = 0;
+      }
+    }
+  };
+  switch (element) {
+  case 2:
+    return rows.operator()<2>();
+  case 4:
+    return rows.operator()<4>();
+  case 8:
+    return rows.operator()<8>();
+  case 16:
+    return rows.operator()<16>();
+  default:
+    OPTJIT_ASSERT(false, "an element of " + std::to_string(element) + " bytes");
+  }
 }
 
 void Tensor::fill(double value) const {

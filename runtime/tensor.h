@@ -129,6 +129,7 @@ public:
   std::string describe() const; // "f32[10, 10] on cpu", strides added when not contiguous
 
 private:
+  void copy_strided(const Tensor& source) const; // copy_from between host tensors of different layouts
   void check_index(int64_t index) const;
   int64_t offset_of(int64_t index) const; // row-major index -> element offset from data()
   std::shared_ptr<TensorImpl> impl_;
