@@ -256,10 +256,7 @@ public:
     for (llvm::AllocaInst* counter : {row_in_matrix, matrix_col_base})
       b.CreateStore(b.getInt64(0), counter);
     Value* n = axis_->n;
-    Value* has_columns = b.CreateICmpSGT(n, b.getInt64(0));
-    Value* rows = b.CreateSelect(has_columns,
-                                 b.CreateSDiv(b.CreateSub(last, first), b.CreateSelect(has_columns, n, b.getInt64(1))),
-                                 b.getInt64(0));
+    Value* rows = row_count(b, b.CreateSub(last, first), n);
     Value* vector_columns = b.CreateMul(b.CreateSDiv(n, b.getInt64(lanes_)), b.getInt64(lanes_));
     emit_loop(b, b.getInt64(0), rows, b.getInt64(1), "row", [&](Value* row) {
       axis_->row = row;
@@ -347,15 +344,15 @@ public:
 
   bool has_reductions() const { return !tensor_reductions_.empty(); }
 
-  // What every GPU kernel starts with (runtime/kernel_abi.h): the entry point, its thread and block registers, the
-  // block's work item, its tensor's per-tensor values, the tensor's slot addresses and each thread's reduction
-  // accumulators.
   struct WorkItemValues {
     Value* tensor;
     Value* begin;
     Value* end;
   };
 
+  // What every GPU kernel starts with (runtime/kernel_abi.h): the entry point, its thread and block registers, the
+  // block's work item, its tensor's per-tensor values, the tensor's slot addresses and each thread's reduction
+  // accumulators.
   struct GpuEntry {
     llvm::Function* fn;
     llvm::PointerType* global; // the address space of the kernel's global memory
@@ -476,10 +473,7 @@ public:
     };
     Value* col_base = base_of(GpuParam::col_base, t);
     axis_ = AxisIndex{extent_of(0), extent_of(1), base_of(GpuParam::row_base, t), col_base, e.param(GpuParam::axis)};
-    Value* n = axis_->n;
-    Value* has_columns = b.CreateICmpSGT(n, b.getInt64(0));
-    Value* rows = b.CreateSelect(has_columns, b.CreateSDiv(extent_of(2), b.CreateSelect(has_columns, n, b.getInt64(1))),
-                                 b.getInt64(0));
+    Value* rows = row_count(b, extent_of(2), axis_->n);
     Value* columns = b.CreateSub(base_of(GpuParam::col_base, b.CreateAdd(t, b.getInt64(1))), col_base);
     bool col_sums = false, row_sums = false;
     for (ValueId id : axis_reductions_)
@@ -550,13 +544,8 @@ public:
                   " values along rows in one pass: its GPU kernel holds at most " + std::to_string(kGpuMaxRowSums) +
                   " (shared memory); run these params on the CPU, or split the row sums across passes");
     llvm::GlobalVariable* shared = nullptr;
-    if (!sweep.row_sums.empty()) {
-      auto* array = llvm::ArrayType::get(b.getDoubleTy(), 2 * kGpuMaxBlockThreads * sweep.row_sums.size());
-      shared = new llvm::GlobalVariable(module_, array, false, llvm::GlobalValue::InternalLinkage,
-                                        llvm::UndefValue::get(array), plan_.name + "_row_sums", nullptr,
-                                        llvm::GlobalValue::NotThreadLocal, emulation_ ? 0 : 3);
-      shared->setAlignment(llvm::Align(8));
-    }
+    if (!sweep.row_sums.empty())
+      shared = shared_doubles(2 * kGpuMaxBlockThreads * sweep.row_sums.size(), plan_.name + "_row_sums");
     // Lane `lane`'s sum of row sum number `r` (of sweep.row_sums) in stage `stage`'s buffer.
     sweep.cell = [&](int stage, std::size_t r, Value* thread) {
       const int64_t buffer =
@@ -607,12 +596,10 @@ public:
         emit_if(b, active, "row.end", [&] {
           set_axis_position(b, row, in_matrix, row_in_matrix, nullptr);
           emit_if(b, b.CreateICmpEQ(lane, b.getInt64(0)), "row.sum", [&] {
-            Value* first_lane = e.thread; // lane 0 of the row's group adds the group's lanes
-            Value* lanes = width;
             for (std::size_t r = 0; r < sweep.row_sums.size(); ++r) {
               llvm::AllocaInst* sum = sweep.lane_sums[sweep.row_sums[r]]; // lane 0's own sum, then the group's others
-              emit_loop(b, b.getInt64(1), lanes, b.getInt64(1), "row.lane", [&](Value* l) {
-                Value* other = b.CreateLoad(b.getDoubleTy(), sweep.cell(stage, r, b.CreateAdd(first_lane, l)));
+              emit_loop(b, b.getInt64(1), width, b.getInt64(1), "row.lane", [&](Value* l) {
+                Value* other = b.CreateLoad(b.getDoubleTy(), sweep.cell(stage, r, b.CreateAdd(e.thread, l)));
                 b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), sum), other), sum);
               });
               b.CreateStore(
@@ -657,13 +644,7 @@ public:
   // The element nodes at element j of the block's tensor, one element at a time (rows and columns slots at the
   // element's row and column).
   std::vector<Value*> evaluate_gpu_element(IRBuilder<>& b, const GpuEntry& e, Value* j) {
-    auto load = [&](int slot) {
-      const Dtype storage = tensor_slot_dtype(slot);
-      Value* address = b.CreateGEP(scalar_type(storage), e.bases[static_cast<std::size_t>(slot)], element_at(slot, j));
-      Value* v = b.CreateAlignedLoad(scalar_type(storage), address, llvm::Align(dtype_size(storage)),
-                                     plan_.abi.tensor_slots[slot]);
-      return from_storage(b, v, storage, element_type());
-    };
+    auto load = [&](int slot) { return load_slot(b, e.bases, slot, j, 1, element_type()); };
     return evaluate_elements(b, e.values, load, element_type(), j);
   }
 
@@ -691,11 +672,16 @@ public:
       if (kind == SlotKind::Rows) {
         b.CreateStore(stored, pending[k]);
       } else if (kind == SlotKind::Tensor || columns) {
-        b.CreateAlignedStore(
-            stored, b.CreateGEP(scalar_type(storage), e.bases[static_cast<std::size_t>(slot)], element_at(slot, j)),
-            llvm::Align(dtype_size(storage)));
+        b.CreateAlignedStore(stored, slot_address(b, e.bases, slot, j), llvm::Align(dtype_size(storage)));
       }
     }
+  }
+
+  // The rows of a tensor of `elements` elements and rows of `n` (none when n is 0: no element names a row).
+  Value* row_count(IRBuilder<>& b, Value* elements, Value* n) {
+    Value* has_columns = b.CreateICmpSGT(n, b.getInt64(0));
+    return b.CreateSelect(has_columns, b.CreateSDiv(elements, b.CreateSelect(has_columns, n, b.getInt64(1))),
+                          b.getInt64(0));
   }
 
   // `if (condition) body();`
@@ -815,14 +801,7 @@ private:
 
   // `if (condition) *address = value;`
   void store_if(IRBuilder<>& b, Value* condition, Value* value, Value* address, llvm::Align align) {
-    llvm::Function* fn = b.GetInsertBlock()->getParent();
-    auto* write = llvm::BasicBlock::Create(ctx_, "store", fn);
-    auto* after = llvm::BasicBlock::Create(ctx_, "stored", fn);
-    b.CreateCondBr(condition, write, after);
-    b.SetInsertPoint(write);
-    b.CreateAlignedStore(value, address, align);
-    b.CreateBr(after);
-    b.SetInsertPoint(after);
+    emit_if(b, condition, "store", [&] { b.CreateAlignedStore(value, address, align); });
   }
   // The array of carried axis sum `name` (axis[carry index]).
   Value* axis_array(IRBuilder<>& b, Value* arrays, const std::string& name) {
@@ -844,6 +823,17 @@ private:
     OPTJIT_ASSERT(false, "kernel " + plan_.name + ": reduction %" + std::to_string(id) + " is handed on to no kernel");
   }
 
+  // A block's shared memory of `count` doubles (address space 3; host memory in emulation, where blocks run one
+  // after another).
+  llvm::GlobalVariable* shared_doubles(std::size_t count, const std::string& name) {
+    auto* array = llvm::ArrayType::get(llvm::Type::getDoubleTy(ctx_), count);
+    auto* shared = new llvm::GlobalVariable(module_, array, false, llvm::GlobalValue::InternalLinkage,
+                                            llvm::UndefValue::get(array), name, nullptr,
+                                            llvm::GlobalValue::NotThreadLocal, emulation_ ? 0 : 3);
+    shared->setAlignment(llvm::Align(8));
+    return shared;
+  }
+
   // The block's value of each reduction, valid in thread 0: every thread's accumulator in shared memory, then a tree
   // that halves the stride from kGpuMaxBlockThreads / 2 (threads past the block's size take no part), so the order
   // depends only on the block's size. Up to kBlockReductionsAtOnce reductions share one pass of the tree (their
@@ -855,11 +845,7 @@ private:
     if (thread_acc.empty())
       return results;
     const std::size_t at_once = std::min(thread_acc.size(), kBlockReductionsAtOnce);
-    auto* array = llvm::ArrayType::get(b.getDoubleTy(), static_cast<uint64_t>(kGpuMaxBlockThreads) * at_once);
-    auto* shared = new llvm::GlobalVariable(module_, array, false, llvm::GlobalValue::InternalLinkage,
-                                            llvm::UndefValue::get(array), plan_.name + "_reduce", nullptr,
-                                            llvm::GlobalValue::NotThreadLocal, emulation_ ? 0 : 3);
-    shared->setAlignment(llvm::Align(8));
+    llvm::GlobalVariable* shared = shared_doubles(kGpuMaxBlockThreads * at_once, plan_.name + "_reduce");
     const auto cell = [&](std::size_t r, Value* index) {
       Value* at = b.CreateAdd(b.getInt64(static_cast<int64_t>(r % at_once) * kGpuMaxBlockThreads), index);
       return b.CreateGEP(b.getDoubleTy(), shared, at);
@@ -1126,6 +1112,19 @@ private:
     const SlotKind kind = tensor_slot_kind(slot);
     return kind == SlotKind::Tensor ? j : axis_index(kind);
   }
+  // The address of element j of tensor slot `slot` (`bases`: each slot's data for the current tensor).
+  Value* slot_address(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* j) {
+    return b.CreateGEP(scalar_type(tensor_slot_dtype(slot)), bases[static_cast<std::size_t>(slot)],
+                       element_at(slot, j));
+  }
+  // `lanes` elements of slot `slot` from element j (a rows slot's one value splat over them), widened to `type`.
+  Value* load_slot(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* j, int lanes, llvm::Type* type) {
+    const Dtype storage = tensor_slot_dtype(slot);
+    Value* v = load_lanes(b, scalar_type(storage), slot_address(b, bases, slot, j), lanes,
+                          tensor_slot_kind(slot) == SlotKind::Rows, llvm::Align(dtype_size(storage)),
+                          plan_.abi.tensor_slots[slot]);
+    return from_storage(b, v, storage, type);
+  }
   // `lanes` values from `address` of `element` type: a vector load, or one value splat over the lanes when they
   // share it (a row's value: the lanes of an axis loop's vector share their row).
   Value* load_lanes(IRBuilder<>& b, llvm::Type* element, Value* address, int lanes, bool shared, llvm::Align align,
@@ -1141,13 +1140,7 @@ private:
   void emit_body(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& per_tensor, Value* j,
                  int lanes, const std::vector<llvm::AllocaInst*>& accumulators = {}) {
     llvm::Type* type = lane_type(lanes);
-    auto load = [&](int slot) {
-      const Dtype storage = tensor_slot_dtype(slot);
-      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(slot, j));
-      Value* v = load_lanes(b, scalar_type(storage), address, lanes, tensor_slot_kind(slot) == SlotKind::Rows,
-                            llvm::Align(dtype_size(storage)), plan_.abi.tensor_slots[slot]);
-      return from_storage(b, v, storage, type);
-    };
+    auto load = [&](int slot) { return load_slot(b, bases, slot, j, lanes, type); };
     Value* index = j; // of each lane's element: stochastic rounding draws its bits by element index
     if (lanes > 1) {
       std::vector<llvm::Constant*> offsets;
@@ -1177,7 +1170,7 @@ private:
         continue;
       const int slot = index_in(plan_.abi.tensor_slots, s.name);
       const Dtype storage = tensor_slot_dtype(slot);
-      Value* address = b.CreateGEP(scalar_type(storage), bases[static_cast<std::size_t>(slot)], element_at(slot, j));
+      Value* address = slot_address(b, bases, slot, j);
       Value* stored = to_storage(b, values[static_cast<std::size_t>(s.value)], storage);
       const SlotKind kind = graph_.slot(s.name)->kind;
       if (kind == SlotKind::Tensor) {
