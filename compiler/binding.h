@@ -31,9 +31,8 @@ public:
   const std::vector<int64_t>& group_of() const { return group_of_; }
   const std::vector<WorkItem>& items() const { return items_; }
   const std::vector<int64_t>& first_item() const { return first_item_; }
-  // Rows (columns) of every tensor together: the length of a rows (columns) array of the plan.
-  int64_t total_rows() const { return row_base_.back(); }
-  int64_t total_cols() const { return col_base_.back(); }
+  // Rows (columns) of every tensor together: the length of the plan's array of a carried row (column) sum.
+  int64_t axis_length(CarryKind kind) const { return kind == CarryKind::Rows ? row_base_.back() : col_base_.back(); }
   // Per tensor: m, n and numel ([..., m, n]); where its rows and columns start (one more entry: the totals).
   const std::vector<int64_t>& matrix() const { return matrix_; }
   const std::vector<int64_t>& row_base() const { return row_base_; }

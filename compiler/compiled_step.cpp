@@ -237,7 +237,7 @@ struct CompiledStep::Impl {
     const char* reason = !program.bound                                          ? "first step of this variant"
                          : program.bound_state_version != source.state_version() ? "optimizer state created or replaced"
                                                                                  : nullptr;
-    bool params_replaced = !program.bound || program.bound_state_version != source.state_version();
+    bool params_replaced = reason != nullptr; // first bound, or the state was replaced
     for (int64_t i = 0; i < source.param_count(); ++i) {
       const TensorImpl& p = *source.flat_param(i).impl();
       const TensorImpl* g = p.grad.get();

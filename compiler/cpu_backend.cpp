@@ -54,8 +54,7 @@ public:
     for (std::size_t c = 0; c < first.carries.size(); ++c) {
       if (!is_axis_carry(first.carry_kinds[c]))
         continue;
-      const Binding& b = kernels_.front().binding;
-      const int64_t length = first.carry_kinds[c] == CarryKind::Rows ? b.total_rows() : b.total_cols();
+      const int64_t length = kernels_.front().binding.axis_length(first.carry_kinds[c]);
       axis_[c].assign(static_cast<std::size_t>(length) + 1, 0.0);
       axis_pointers_[c] = axis_[c].data();
     }

@@ -51,8 +51,7 @@ public:
     for (std::size_t c = 0; c < first.carries.size(); ++c) {
       if (!is_axis_carry(first.carry_kinds[c]))
         continue;
-      const GpuBinding& b = kernels_.front().binding;
-      const int64_t length = first.carry_kinds[c] == CarryKind::Rows ? b.total_rows() : b.total_cols();
+      const int64_t length = kernels_.front().binding.axis_length(first.carry_kinds[c]);
       const std::size_t bytes = (static_cast<std::size_t>(length) + 1) * sizeof(double);
       if (axis_[c].bytes() < bytes)
         axis_[c] = DeviceBuffer(device_, bytes);

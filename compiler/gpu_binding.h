@@ -24,9 +24,8 @@ public:
   // `carry`: the plan's device carry buffer (8 bytes per tensor and carried value), shared by its kernels; `axis`:
   // its device table of axis arrays (u64 per carry, runtime/kernel_abi.def), 0 when the plan has no axis sums.
   void bind(const KernelPlan& plan, const ListArguments& args, int device, uint64_t carry, uint64_t axis);
-  // Rows (columns) of every tensor together: the length of a rows (columns) array of the plan.
-  int64_t total_rows() const { return host_.total_rows(); }
-  int64_t total_cols() const { return host_.total_cols(); }
+  // Rows (columns) of every tensor together: the length of the plan's array of a carried row (column) sum.
+  int64_t axis_length(CarryKind kind) const { return host_.axis_length(kind); }
   // Points slot `slot` of list entry `tensor` at new device data of the same shape: in the host table at once, on
   // the device with the next launch (one asynchronous upload of the slot table, however many were repointed).
   void repoint(int slot, int64_t tensor, void* data);

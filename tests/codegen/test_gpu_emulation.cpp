@@ -33,7 +33,7 @@ void run_emulated(const PipelineResult& pipeline, const ListArguments& args, uns
     host.bind(plan, args, gpu_launch_shape(plan));
     for (std::size_t c = 0; c < n_carry; ++c) // NaN until a kernel writes them: a sum left out shows
       if (is_axis_carry(first.carry_kinds[c]) && axis[c].empty()) {
-        const int64_t length = first.carry_kinds[c] == CarryKind::Rows ? host.total_rows() : host.total_cols();
+        const int64_t length = host.axis_length(first.carry_kinds[c]);
         axis[c].assign(static_cast<std::size_t>(length) + 1, std::numeric_limits<double>::quiet_NaN());
         axis_table[c] = axis[c].data();
       }
