@@ -11,10 +11,11 @@
 
 namespace optjit {
 
-// A pair (i, j), i < j, of tensors on one device that hold a byte in common; nullopt when none do. Undefined and empty
-// tensors hold none. Address ranges are sorted, and only tensors whose ranges overlap are compared, in one pass over
-// their elements and a bitmap of their common range, so params interleaved in one buffer (every other column each)
-// share nothing and cost little. Memory is never read (device tensors are compared by address).
+// A pair (i, j), i < j, of tensors on one device that hold a byte in common (of the pairs each cluster below finds
+// first, the one whose j comes first, so that messages name tensors near the lists' start); nullopt when none do.
+// Undefined and empty tensors hold none. Address ranges are sorted, and only tensors whose ranges overlap are compared,
+// in one pass over their elements and a bitmap of their common range, so params interleaved in one buffer (every other
+// column each) share nothing and cost little. Memory is never read (device tensors are compared by address).
 std::optional<std::pair<std::size_t, std::size_t>> first_shared_memory(const std::vector<Tensor>& tensors);
 
 } // namespace optjit

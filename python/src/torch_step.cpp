@@ -105,9 +105,9 @@ void TorchStep::sync_options(std::size_t g, nb::handle none_values) {
       source.tensor = nb::none();
     }
     if (value.is_none() && source.element >= 0) { // torch's None in a pair (Adafactor's eps1): its default
-      if (!none_values.is_none() && nb::cast<nb::dict>(none_values).contains(source.name.c_str()))
-        value = nb::cast<nb::dict>(none_values)[source.name.c_str()];
-      else {
+      if (!none_values.is_none() && nb::cast<nb::dict>(none_values).contains(source.name.c_str())) {
+        value = none_values[source.name.c_str()];
+      } else {
         group.set(source.name, kOptionNone);
         continue;
       }

@@ -3,6 +3,8 @@
 
 #include <nanobind/stl/string.h>
 
+#include <utility>
+
 namespace optjit::python {
 namespace {
 
@@ -80,7 +82,7 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
       (slot == "grad" ? held_grads_ : held_).push_back(nb::borrow(tensor));
     }
     if (slot == "param")
-      step_lists.params = params_ = std::move(views);
+      step_lists.params = std::move(views);
     else if (slot == "grad")
       step_lists.grads = std::move(views);
     else if (std::find(scalar_lists.begin(), scalar_lists.end(), slot) != scalar_lists.end())
@@ -95,18 +97,23 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
 }
 
 void TorchStepFunction::set_grads(nb::list grads) {
-  if (static_cast<std::size_t>(nb::len(grads)) != params_.size())
-    throw Error("step function: " + std::to_string(nb::len(grads)) + " grads for " + std::to_string(params_.size()) +
+  const std::vector<Tensor>& params = lists_.params;
+  if (static_cast<std::size_t>(nb::len(grads)) != params.size())
+    throw Error("step function: " + std::to_string(nb::len(grads)) + " grads for " + std::to_string(params.size()) +
                 " params");
   std::vector<Tensor> views;
-  for (std::size_t k = 0; k < params_.size(); ++k)
+  for (std::size_t k = 0; k < params.size(); ++k)
     views.push_back(torch_.view(grads[k], "tensor " + std::to_string(k) + " of list 'grad'"));
-  StepLists with_new_grads = lists_; // a grad that is a state tensor, or overlaps one, is refused before any change
-  with_new_grads.grads = views;
-  check_distinct_memory(name_, with_new_grads);
-  lists_.grads = std::move(with_new_grads.grads);
-  for (std::size_t k = 0; k < params_.size(); ++k) {
-    params_[k].set_grad(views[k]);
+  // A grad that is a state tensor, or overlaps one, is refused before any change (the lists keep the old grads).
+  std::vector<Tensor> old_grads = std::exchange(lists_.grads, views);
+  try {
+    check_distinct_memory(name_, lists_);
+  } catch (...) {
+    lists_.grads = std::move(old_grads);
+    throw;
+  }
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    params[k].set_grad(views[k]);
     held_grads_[k] = nb::borrow(grads[k]);
   }
 }

@@ -48,9 +48,10 @@ private:
   TorchTensors torch_;
   std::vector<nb::object> held_;       // the torch tensors the views point into (but the grads)
   std::vector<nb::object> held_grads_; // the grads
-  std::vector<Tensor> params_;         // the param views (the step's own: their grads are what it reads)
   std::string name_;
-  StepLists lists_; // the views of every list, checked again with new grads (check_distinct_memory)
+  // The views of every list (its params the step's own: their grads are what it reads), checked again with new grads
+  // (check_distinct_memory).
+  StepLists lists_;
   std::optional<StepFunction> step_;
 };
 

@@ -310,14 +310,10 @@ TEST_CASE("gpu emulation: column, row and tensor sums in the kernel that stores 
   REQUIRE(pipeline.kernels.size() == 2);
   const std::vector<Shape> shapes = {{40, 70}, {3, 5, 33}, {1, 9}, {9, 1}, {4, 40}};
   const auto lists = [&] {
-    ListArguments args;
-    args.slot_names = {"param", "grad", "r", "c", "out"};
-    args.hyper_names = {"lr"};
-    args.hyper = {0.1};
-    const std::vector<Tensor> params = random_params(shapes, Dtype::f32, 21);
-    args.slot_tensors.assign(5, {});
-    args.slot_tensors[0] = params;
-    for (const Tensor& p : params) {
+    ListArguments args = param_and_grad_lists(shapes, 21, 0.1);
+    args.slot_names.insert(args.slot_names.end(), {"r", "c", "out"});
+    args.slot_tensors.resize(5);
+    for (const Tensor& p : args.slot_tensors[0]) {
       Shape rows = p.shape(), cols = p.shape();
       rows.back() = 1;
       cols[cols.size() - 2] = 1;
@@ -327,12 +323,9 @@ TEST_CASE("gpu emulation: column, row and tensor sums in the kernel that stores 
           v[i] = scale * std::sin(0.3 * static_cast<double>(i) + 1);
         return Tensor::from_values(shape, v, Dtype::f32);
       };
-      args.slot_tensors[1].push_back(p.grad());
       args.slot_tensors[2].push_back(ramp(rows, 0.5));
       args.slot_tensors[3].push_back(ramp(cols, 0.25));
       args.slot_tensors[4].push_back(Tensor::zeros(p.shape(), Dtype::f32));
-      args.group_of.push_back(0);
-      args.shapes.push_back(p.shape());
     }
     return args;
   };
