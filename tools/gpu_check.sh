@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, in one run, on a machine with an NVIDIA GPU, python3 with torch, and the archive that
+# tools/gpu_pack.sh made (.gpu/optjit-gpu.tar.xz), from the repository root. Each check runs under its own time
+# limit and writes its log to $OUT (or /tmp/optjit-gpu-out); a failing check does not stop the next one. Prints one
+# summary line per check and exits non-zero if any failed.
+#   tools/gpu_check.sh [CHECK...]   checks: info cpp python bench replay pybench (all by default)
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+out="${OUT:-/tmp/optjit-gpu-out}"
+mkdir -p "$out"
+unpacked=/tmp/optjit-gpu
+if [ ! -x "$unpacked/bin/optjit" ]; then
+  mkdir -p "$unpacked"
+  xz -dc .gpu/optjit-gpu.tar.xz | tar -C "$unpacked" -xf - || exit 1
+fi
+export LD_LIBRARY_PATH="$unpacked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+
+checks=("$@")
+[ ${#checks[@]} -eq 0 ] && checks=(info cpp python bench replay pybench)
+summary=()
+failed=0
+run_check() { # NAME SECONDS COMMAND...
+  local name="$1" seconds="$2" start rc
+  shift 2
+  start=$(date +%s)
+  timeout "$seconds" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  summary+=("$name: rc=$rc in $(($(date +%s) - start)) s")
+  [ $rc -ne 0 ] && failed=1
+  echo "== $name (rc=$rc)"
+  tail -n 25 "$out/$name.log"
+}
+
+for check in "${checks[@]}"; do
+  case "$check" in
+  info)
+    run_check info 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv;
+      ldd --version | head -1; nproc; python3 -c "import torch; print(torch.__version__, torch.cuda.is_available())"' ;;
+  cpp) # the C++ tests of the CUDA backend, but for the ptxas checks, which need no GPU and run in the suite
+    run_check cpp 150 "$unpacked/bin/optjit_tests" -sf='*test_cuda.cpp' -tce='*assembles*' --duration=true ;;
+  replay) # every golden case, compiled on the GPU
+    run_check replay 90 "$unpacked/bin/optjit" replay --device cuda tests/golden ;;
+  python) # the package on CUDA tensors against torch in the same process
+    run_check python 180 env PYTHONPATH="$unpacked/python" python3 -m pytest -q -p no:cacheprovider -rs \
+      --durations=8 python/tests/test_cuda.py ;;
+  bench)
+    run_check bench 90 env OPTJIT_TORCH_BENCH="$root/tools/bench_torch.py" "$unpacked/bin/optjit" bench --device cuda ;;
+  pybench) # the package against torch's foreach and fused steps, then with a new grad per param before each step
+    run_check pybench 120 env PYTHONPATH="$unpacked/python" bash -c 'python3 -m optjit.bench --device cuda \
+      --optimizers adam --modes optjit,foreach,fused && python3 -m optjit.bench --device cuda --optimizers adam \
+      --shapes 10000x100 --modes optjit,fused --new-grads' ;;
+  *) echo "unknown check $check"; exit 2 ;;
+  esac
+done
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+exit $failed
