@@ -483,18 +483,27 @@ TEST_CASE("cuda: scalar state on the CPU (torch's steps that are not capturable)
   // (as its load_state_dict leaves a checkpoint's: it moves the other scalars, mu_product or eta, to the device).
   for (const bool only_step : {false, true})
     for (const auto& [name, options] : every_optimizer()) {
-      INFO(name << (only_step ? ", only step on the CPU" : ""));
+      INFO(name << std::string(only_step ? ", only step on the CPU" : ""));
       std::vector<Tensor> ref = random_params({{33, 7}, {70001}, {5}}, Dtype::f32, 8);
       std::vector<Tensor> gpu = on_device(ref, Device::cuda(0));
       auto forloop = make_single_group(name, ref, options, false);
       auto opt = make_single_group(name, gpu, options, true);
+      for (Tensor& p : gpu) // ensure_state() makes the state of params with grads
+        p.set_grad(Tensor::zeros(p.shape(), Dtype::f32, Device::cuda(0)));
       opt->ensure_state();
+      const auto placed_as_asked = [&](const ParamState& state) {
+        for (const auto& [key, t] : state)
+          if (t.device() != (t.dim() == 0 && (key == "step" || !only_step) ? Device::cpu() : Device::cuda(0)))
+            return false;
+        return !state.empty();
+      };
       for (std::size_t i = 0; i < gpu.size(); ++i) {
         ParamState state = opt->visible_state(gpu[i]);
         for (auto& [key, t] : state)
           if (t.dim() == 0 && (key == "step" || !only_step))
             t = t.to(Device::cpu());
         opt->adopt_state(static_cast<int64_t>(i), state, Optimizer::StateOrigin::Loaded);
+        REQUIRE(placed_as_asked(opt->visible_state(gpu[i])));
       }
       CompiledStep step = compile(*opt);
       for (int s = 0; s < 5; ++s) {
@@ -506,8 +515,7 @@ TEST_CASE("cuda: scalar state on the CPU (torch's steps that are not capturable)
         step();
       }
       check_same_trajectory(gpu, *opt, ref, *forloop, 1e-5, 1e-6, "scalar state on the host");
-      for (const auto& [key, t] : opt->visible_state(gpu[0]))
-        CHECK(t.device() == (t.dim() == 0 && (key == "step" || !only_step) ? Device::cpu() : Device::cuda(0)));
+      CHECK(placed_as_asked(opt->visible_state(gpu[0])));
       CHECK(step.metrics().compiles == 1);
     }
 }

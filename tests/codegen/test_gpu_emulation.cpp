@@ -165,7 +165,8 @@ TEST_CASE("gpu emulation: Adafactor's rows and columns, one block per matrix, in
                                                                 {96, Dtype::f16, EmulatedSchedule::Concurrent},
                                                                 {512, Dtype::f32, EmulatedSchedule::Concurrent}};
   for (const auto& [threads, dtype, schedule] : runs) {
-    INFO(threads << " threads, " << dtype_name(dtype) << (schedule == EmulatedSchedule::InTurns ? ", in turns" : ""));
+    INFO(threads << " threads, " << dtype_name(dtype)
+                 << std::string(schedule == EmulatedSchedule::InTurns ? ", in turns" : ""));
     check_emulated_against_cpu({"adafactor", {}}, dtype, threads, 2, shapes, schedule);
     check_emulated_against_cpu({"adafactor", {{"beta2_decay", {-0.5}}, {"eps", {0.0, 1e-2}}, {"maximize", {1}}}}, dtype,
                                threads, 2, shapes, schedule);

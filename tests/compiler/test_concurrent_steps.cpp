@@ -82,7 +82,7 @@ TEST_CASE("threads: one optimizer stepped from two threads at once: every step r
     for (const bool foreach : {true, false}) {
       if (compiled && !foreach)
         continue;
-      INFO((compiled ? "compiled" : foreach ? "eager" : "forloop"));
+      INFO(std::string(compiled ? "compiled" : foreach ? "eager" : "forloop"));
       std::vector<Tensor> params = random_params({{200, 50}, {7}}, Dtype::f32, 3);
       auto opt = make_single_group("adam", params, {}, foreach);
       std::optional<CompiledStep> step;

@@ -77,7 +77,7 @@ TEST_CASE("api: Adagrad gives params of an added group their state at once, as a
 
 TEST_CASE("api: step hooks run global pre, own pre, closure, update, own post, global post, and hooks are removable") {
   for (bool use_compiled : {false, true}) {
-    INFO((use_compiled ? "compiled" : "eager"));
+    INFO(std::string(use_compiled ? "compiled" : "eager"));
     auto p = random_params({{3}}, Dtype::f32, 15);
     SGD opt(p, {.lr = 0.1, .foreach = true});
     CompiledStep compiled = compile(opt);
@@ -222,7 +222,7 @@ TEST_CASE("api: a deep copy has its own params, groups, defaults and state, and 
           "(test_deepcopy_copies_all_public_attrs)") {
   for (const auto& [name, options] : test::every_optimizer())
     for (bool foreach : {false, true}) {
-      INFO(name << (foreach ? " foreach" : " forloop"));
+      INFO(name << std::string(foreach ? " foreach" : " forloop"));
       auto params = random_params({{4, 3}, {5}}, Dtype::f32, 3);
       // A transposed param (a view of `buffer`) keeps its layout in the copy.
       const Tensor buffer = Tensor::zeros({12}, Dtype::f32);

@@ -156,7 +156,7 @@ template <class Break>
 void check_failed_step_changes_nothing(const std::string& optimizer, KeywordOptions options, Break break_it,
                                        const std::string& message) {
   for (int path = 0; path < 3; ++path) {
-    INFO(optimizer << " path " << (path == 0 ? "forloop" : path == 1 ? "eager foreach" : "compiled"));
+    INFO(optimizer << " path " << std::string(path == 0 ? "forloop" : path == 1 ? "eager foreach" : "compiled"));
     auto params = random_params({{4, 3}, {5}, {}}, Dtype::f32, 11);
     options["foreach"] = {path != 0 ? 1.0 : 0.0};
     auto opt = make_optimizer(optimizer, {ParamGroupSpec{params, {}}}, options);

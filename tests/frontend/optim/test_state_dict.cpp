@@ -405,7 +405,7 @@ TEST_CASE("state_dict: after a structural option is switched off, the optimizer 
   };
   for (const Switch& s : switches)
     for (bool foreach : {false, true}) {
-      INFO(s.optimizer << " " << s.option << (foreach ? " foreach" : " forloop"));
+      INFO(s.optimizer << " " << s.option << std::string(foreach ? " foreach" : " forloop"));
       // Two twins take the same steps; one also saves and loads its state dict after the switch.
       auto initial = random_params({{4, 3}, {5}}, Dtype::f32, 9);
       std::vector<Tensor> pa = copy_params(initial), pb = copy_params(initial);
