@@ -260,7 +260,10 @@ struct CompiledStep::Impl {
         reason = "a grad appeared";
       if (!same_param && !reason)
         reason = "a param's data was replaced";
-      if (source.needs_staging(i) != source.is_staged(i) && !reason)
+      // A new contiguous grad of an unstaged contiguous param (the usual zero_grad(set_to_none=True) step) leaves the
+      // staging decision as the bind made it: it depends on the grad only through the grad's layout.
+      const bool still_flat = same_param && !source.is_staged(i) && p.contiguous && g->contiguous;
+      if (!still_flat && source.needs_staging(i) != source.is_staged(i) && !reason)
         reason = "a param's tensors stopped or started sharing one memory layout";
       changes.replaced_grads.push_back(i);
     }

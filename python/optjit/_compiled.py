@@ -185,7 +185,7 @@ class CompiledStep:
             return
         # Like torch's in-place ops, the step counts as a change of each param it wrote, so that autograd refuses a
         # backward through a graph that saved the param before it (GAN-style loops would otherwise get wrong grads).
-        _increment_versions([p for p in self._params if p.grad is not None])
+        _increment_versions(cxx.params_with_grads())
         _remember_master_versions(opt, self._lock)
 
     def _drop_state(self, opt, cxx, created):

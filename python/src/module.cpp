@@ -50,6 +50,7 @@ NB_MODULE(_optjit, m) {
       .def("new_state", &TorchStep::new_state, nb::arg("flat"))
       .def("adopt", &TorchStep::adopt, nb::arg("flat"), nb::arg("state"), nb::arg("loaded"))
       .def("sync_state", &TorchStep::sync_state, nb::arg("state"))
+      .def("params_with_grads", &TorchStep::params_with_grads)
       .def("update", &TorchStep::update)
       .def("kernel_count", &TorchStep::kernel_count)
       .def("metrics", &TorchStep::metrics)

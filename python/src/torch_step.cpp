@@ -51,8 +51,9 @@ TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywo
       bound.name = "param " + std::to_string(params_.size());
       nb::object local = torch_.local(param);
       bound.view = torch_.view(local, bound.name);
-      bound.data = TorchTensors::data_ptr(local);
+      bound.data = torch_.data_ptr(local);
       spec.params.push_back(bound.view);
+      flat_of_param_.emplace(param.ptr(), params_.size());
       params_.push_back(std::move(bound));
     }
     groups.push_back(std::move(spec));
@@ -91,7 +92,7 @@ void TorchStep::sync_options(std::size_t g, nb::handle none_values) {
     if (source.element >= 0)
       value = value[source.element];
     if (torch_.is_tensor(value)) {
-      const uintptr_t data = TorchTensors::data_ptr(value);
+      const uintptr_t data = torch_.data_ptr(value);
       if (!value.is(source.tensor) || data != source.tensor_data) {
         group.set(source.name,
                   torch_.view(value, "option " + source.torch_key + " of param group " + std::to_string(g)));
@@ -124,20 +125,23 @@ void TorchStep::sync_options(std::size_t g, nb::handle none_values) {
 
 void TorchStep::sync_param(BoundParam& p) {
   nb::object local = torch_.local(p.param);
-  if (const uintptr_t data = TorchTensors::data_ptr(local); data != p.data) { // `p.data = ...` since the last step
+  if (const uintptr_t data = torch_.data_ptr(local); data != p.data) { // `p.data = ...` since the last step
     p.view.set_data(torch_.view(local, p.name));
     p.data = data;
   }
-  nb::object grad = p.param.attr("grad");
+  nb::object grad = torch_.grad(p.param);
   if (grad.is_none()) {
     if (!p.grad.is_none()) {
       p.view.reset_grad();
       p.grad = nb::none();
+      params_with_grads_.reset();
     }
     return;
   }
+  if (p.grad.is_none())
+    params_with_grads_.reset();
   // The same grad tensor over the same memory (zero_grad(set_to_none=False) keeps both): its view still holds.
-  if (grad.is(p.grad) && TorchTensors::data_ptr(torch_.local(grad)) == p.grad_data)
+  if (grad.is(p.grad) && torch_.data_ptr(torch_.local(grad)) == p.grad_data)
     return;
   Tensor view = torch_.view(grad, "the grad of " + p.name);
   // `p.data = p.data.reshape(...)` (or .t()) keeps the memory, so the data pointer did not tell: a grad of another
@@ -175,7 +179,7 @@ const Tensor& TorchStep::hold(HeldTensor& held, nb::object tensor, const std::st
   }
   if (!torch_.is_tensor(tensor))
     throw Error(what + " is " + text(nb::type_name(tensor.type())) + ", not a tensor");
-  const uintptr_t data = TorchTensors::data_ptr(tensor);
+  const uintptr_t data = torch_.data_ptr(tensor);
   if (!tensor.is(held.tensor) || data != held.data)
     held = HeldTensor{tensor, data, torch_.view(tensor, what)};
   return held.view;
@@ -256,26 +260,42 @@ void TorchStep::sync_state(nb::handle state) {
   if (!PyDict_Check(state.ptr()))
     throw Error("the optimizer's state is a " + text(nb::type_name(state.type())) +
                 ", not a dict: torch.optim keeps a dict (a defaultdict) of each param's state");
+  // One walk over the dict finds each param's entries: looking each param up would call torch's Python
+  // Tensor.__hash__ once per param and step. Keys are the params themselves (a tensor hashes and compares by identity).
+  entries_seen_.assign(params_.size(), nb::object());
+  Py_ssize_t position = 0;
+  PyObject *key = nullptr, *value = nullptr;
+  while (PyDict_Next(state.ptr(), &position, &key, &value))
+    if (const auto it = flat_of_param_.find(key); it != flat_of_param_.end())
+      entries_seen_[it->second] = nb::borrow(value); // held: adopt() below runs Python code
   for (std::size_t flat = 0; flat < params_.size(); ++flat) {
     BoundParam& p = params_[flat];
-    // Borrowed, and no default: a defaultdict's lookup through the C API does not create the entry.
-    PyObject* entries = PyDict_GetItemWithError(state.ptr(), p.param.ptr());
-    if (!entries && PyErr_Occurred())
-      throw nb::python_error();
+    PyObject* entries = entries_seen_[flat].ptr();
     if (entries && !PyDict_Check(entries))
       throw Error("the state of " + p.name + " is a " + text(nb::type_name(nb::handle(entries).type())) +
                   ", not a dict");
     const Py_ssize_t count = entries ? PyDict_Size(entries) : 0;
     bool same = count == static_cast<Py_ssize_t>(p.state.size());
     for (std::size_t k = 0; same && k < p.state.size(); ++k) {
-      PyObject* value = PyDict_GetItemWithError(entries, p.state[k].first.ptr());
-      if (!value && PyErr_Occurred())
+      PyObject* entry = PyDict_GetItemWithError(entries, p.state[k].first.ptr()); // str keys: no Python hash
+      if (!entry && PyErr_Occurred())
         throw nb::python_error();
-      same = value == p.state[k].second.ptr();
+      same = entry == p.state[k].second.ptr();
     }
     if (!same)
       adopt(static_cast<int64_t>(flat), entries ? nb::borrow<nb::dict>(entries) : nb::dict(), /*loaded=*/true);
   }
+}
+
+nb::list TorchStep::params_with_grads() {
+  if (!params_with_grads_) {
+    nb::list list;
+    for (const BoundParam& p : params_)
+      if (!p.grad.is_none())
+        list.append(p.param);
+    params_with_grads_ = std::move(list);
+  }
+  return *params_with_grads_;
 }
 
 bool TorchStep::update() {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace optjit::python {
@@ -72,6 +73,9 @@ public:
   // load_state_dict may edit between steps: an entry replaced, the param's dict replaced, emptied or deleted) are not
   // the tensors adopted. O(params) dict lookups, no Python call.
   void sync_state(nb::handle state);
+  // The params that had a grad at the last sync(), as torch objects (the step writes them; the Python side counts up
+  // their autograd versions). The same list object until a grad appears or goes.
+  nb::list params_with_grads();
   // One compiled step (the update alone: the Python side runs torch's hooks around it), without the GIL. Returns
   // whether it ran: false when its own inf check skipped it (it then dropped the state it made; the Python side
   // drops torch's entries too).
@@ -114,6 +118,9 @@ private:
   TorchTensors torch_;
   nb::list param_groups_; // torch's list of group dicts at the last sync
   std::vector<BoundParam> params_;
+  std::unordered_map<PyObject*, std::size_t> flat_of_param_; // params_ by their torch object (held by params_)
+  std::vector<nb::object> entries_seen_;                     // sync_state's walk: each param's state dict
+  std::optional<nb::list> params_with_grads_;                // params_with_grads(), until a grad appears or goes
   std::vector<std::vector<OptionSource>> options_;
   HeldTensor grad_scale_, found_inf_;
   nb::object grad_norm_reducer_, inf_check_reducer_; // held here: the optimizer's reducers call them

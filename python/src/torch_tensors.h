@@ -1,5 +1,9 @@
 // torch tensors seen as optjit tensors: zero-copy views of their memory, read through torch's Python API (the C++
 // build never links libtorch). The caller keeps the torch tensor alive as long as the view is used.
+//
+// A step reads every param's grad, and a new grad's layout, through this API each time it runs: for 10,000 params
+// that is tens of thousands of Python calls per step. So each read is one attribute lookup by an interned name or one
+// method call without arguments, answered from the C API (tuples, ints, identities), with no string made on the way.
 #pragma once
 
 #include "runtime/tensor.h"
@@ -26,17 +30,29 @@ public:
   nb::object local(nb::handle tensor) const;
   // optjit's dtype for torch's; an optjit::Error naming `what` for a dtype optjit does not run yet.
   Dtype dtype_of(nb::handle torch_dtype, const std::string& what) const;
-  // optjit's device for a torch.device: the CPU or cuda:N; an optjit::Error naming `what` for another.
-  static Device device_of(nb::handle torch_device, const std::string& what);
   // A view of a strided tensor's memory, on the CPU or a CUDA device (its device address); optjit::Error naming
   // `what` for another layout or device.
   Tensor view(nb::handle tensor, const std::string& what) const;
   // The address of a tensor's first element (Tensor.data_ptr()).
-  static uintptr_t data_ptr(nb::handle tensor);
+  uintptr_t data_ptr(nb::handle tensor) const;
+  // `tensor.grad` (None or a tensor).
+  nb::object grad(nb::handle tensor) const { return attr(tensor, names_.grad); }
 
 private:
+  struct Names { // interned attribute names
+    nb::object grad, data_ptr, shape, stride, layout, dtype, device, is_cpu, is_cuda, get_device, local_tensor,
+        torch_dispatch;
+  };
+  static nb::object attr(nb::handle object, const nb::object& name);
+  static nb::object call(nb::handle object, const nb::object& name);
+  Device device_of(nb::handle tensor, const std::string& what) const;
+  // Whether tensors of `type` have no dispatch of their own (torch.Tensor's and nn.Parameter's): remembered per type.
+  bool plain_dispatch(nb::handle type) const;
+
+  Names names_;
   nb::object tensor_type_, strided_, dtensor_type_, plain_dispatch_;
   std::vector<std::pair<nb::object, Dtype>> dtypes_; // torch's dtype objects optjit runs, by the dtype table
+  mutable std::vector<nb::object> plain_types_;      // types plain_dispatch() said yes to
 };
 
 } // namespace optjit::python
