@@ -47,10 +47,11 @@ for check in "${checks[@]}"; do
       --durations=8 python/tests/test_cuda.py ;;
   bench)
     run_check bench 90 env OPTJIT_TORCH_BENCH="$root/tools/bench_torch.py" "$unpacked/bin/optjit" bench --device cuda ;;
-  pybench) # the package against torch's foreach and fused steps, then with a new grad per param before each step
+  pybench) # the package against torch's foreach and fused steps, with a new grad per param before each step, and Adafactor
     run_check pybench 120 env PYTHONPATH="$unpacked/python" bash -c 'python3 -m optjit.bench --device cuda \
       --optimizers adam --modes optjit,foreach,fused && python3 -m optjit.bench --device cuda --optimizers adam \
-      --shapes 10000x100 --modes optjit,fused --new-grads' ;;
+      --shapes 10000x100 --modes optjit,fused --new-grads && python3 -m optjit.bench --device cuda \
+      --optimizers adafactor --shapes 1000x10k,model --modes optjit,foreach' ;;
   *) echo "unknown check $check"; exit 2 ;;
   esac
 done

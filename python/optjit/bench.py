@@ -29,6 +29,7 @@ SHAPES = {"1x50M": (1, 50_000_000), "1000x10k": (1000, 10_000), "10000x100": (10
 OPTIMIZERS = {
     "adam": (torch.optim.Adam, dict(lr=1e-3)),
     "sgd": (torch.optim.SGD, dict(lr=1e-3, momentum=0.9)),
+    "adafactor": (torch.optim.Adafactor, dict(lr=1e-2)),  # rows and columns: several kernels per step
 }
 MODES = ("optjit", "optjit-unfused", "foreach", "fused", "torch.compile")
 

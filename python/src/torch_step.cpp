@@ -131,17 +131,18 @@ void TorchStep::sync_param(BoundParam& p) {
   }
   nb::object grad = torch_.grad(p.param);
   if (grad.is_none()) {
-    if (!p.grad.is_none()) {
+    if (p.has_grad) {
       p.view.reset_grad();
       p.grad = nb::none();
+      p.has_grad = false;
       params_with_grads_.reset();
     }
     return;
   }
-  if (p.grad.is_none())
+  if (!p.has_grad)
     params_with_grads_.reset();
   // The same grad tensor over the same memory (zero_grad(set_to_none=False) keeps both): its view still holds.
-  if (grad.is(p.grad) && torch_.data_ptr(torch_.local(grad)) == p.grad_data)
+  if (p.has_grad && p.grad().is(grad) && torch_.data_ptr(torch_.local(grad)) == p.grad_data)
     return;
   Tensor view = torch_.view(grad, "the grad of " + p.name);
   // `p.data = p.data.reshape(...)` (or .t()) keeps the memory, so the data pointer did not tell: a grad of another
@@ -149,7 +150,8 @@ void TorchStep::sync_param(BoundParam& p) {
   if (view.shape() != p.view.shape())
     p.view.set_data(torch_.view(local, p.name));
   p.view.set_grad(view);
-  p.grad = std::move(grad);
+  p.grad = nb::weakref(grad);
+  p.has_grad = true;
   p.grad_data = reinterpret_cast<uintptr_t>(view.data());
 }
 
@@ -291,7 +293,7 @@ nb::list TorchStep::params_with_grads() {
   if (!params_with_grads_) {
     nb::list list;
     for (const BoundParam& p : params_)
-      if (!p.grad.is_none())
+      if (p.has_grad)
         list.append(p.param);
     params_with_grads_ = std::move(list);
   }

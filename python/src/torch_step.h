@@ -88,10 +88,14 @@ public:
 
 private:
   struct BoundParam {
-    nb::object param;        // the torch param (a DTensor under FSDP2)
-    std::string name;        // "param 3" in messages
-    uintptr_t data = 0;      // the local tensor's data_ptr the view was made at
-    nb::object grad;         // the grad the view's grad slot was made from
+    nb::object param;   // the torch param (a DTensor under FSDP2)
+    std::string name;   // "param 3" in messages
+    uintptr_t data = 0; // the local tensor's data_ptr the view was made at
+    // The grad the view's grad slot was made from, by a weak reference: holding the grad would keep its memory
+    // after zero_grad(set_to_none=True) until the next step, a whole set of grads more at the peak of a forward
+    // pass, and would free it inside the next step (on a GPU, a call into torch's allocator per param).
+    nb::object grad;         // a weakref.ref (None without a grad)
+    bool has_grad = false;   // the view has a grad slot (its tensor may be gone since: the weak reference says)
     uintptr_t grad_data = 0; // its data_ptr then (`grad.data = ...` keeps the object, not the memory)
     Tensor view;             // optjit's param: a view of the local tensor
     std::vector<std::pair<nb::object, nb::object>> state; // torch's state (key, tensor) its state views point into

@@ -2,6 +2,7 @@
 closures included), and a small MLP whose loss curve under optjit equals plain torch's."""
 
 import copy
+import weakref
 
 import pytest
 import torch
@@ -28,6 +29,25 @@ def test_schedulers_change_lr_without_recompiling():
     metrics = step.metrics()
     assert metrics["compiles"] == 1 and metrics["recompiles"] == 0, metrics["recompile_reasons"]
     assert metrics["steps"] == 30 and metrics["kernels"] == 1
+
+
+def test_zero_grad_frees_the_grads_a_step_read():
+    """A step reads the grads and keeps none of them: zero_grad() (set_to_none, torch's default) frees their memory at
+    once, as without optjit, and the next step reads the new grads (at the same addresses, often) as new ones."""
+    params = make_params(torch.float32, shapes=[(64,), (3, 5)])
+    reference = clone_params(params)
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    opt_ref = torch.optim.SGD(reference, lr=0.1, momentum=0.9)
+    step = optjit.compile(opt)
+    for t in range(4):
+        set_grads(t, params, reference, none_every=0)
+        read = [weakref.ref(p.grad) for p in params]
+        step()
+        opt_ref.step()
+        opt.zero_grad()
+        opt_ref.zero_grad()
+        assert all(grad() is None for grad in read), "a grad outlived zero_grad()"
+    assert_same_state(opt, params, opt_ref, reference, torch.float32)
 
 
 def test_a_structural_change_recompiles_and_says_why():
