@@ -166,7 +166,7 @@ def test_cuda_low_precision_matches_torch_fused(cls, dtype):
 
     options = dict(next(o for c, o in CONFIGS if c is cls))
     # Not Adam's weight decay here: torch's CUDA kernels are built by nvcc, which contracts grad + wd * param into one
-    # FMA; optjit's kernels round every operation (the same bits on the CPU and the GPU). Where grad cancels wd * param
+    # FMA; optjit's kernels round every operation, as its CPU kernels do. Where grad cancels wd * param
     # to within a few eps, Adam's update lr * g / (|g| + eps) then differs by up to lr itself, far past any ulp budget
     # (seen on an H200: 1 element of 70,001 in f16, 8 ulp). The other configurations have no such cancellation.
     if cls is torch.optim.Adam:
