@@ -42,8 +42,7 @@ void ParamGroup::set(const std::string& name, const Tensor& value) {
     throw Error("param group has no option '" + name + "'");
   if (!value.defined() || value.numel() != 1)
     throw Error("Tensor " + name + " must be 1-element");
-  if (value.device() != Device::cpu())
-    throw Error("Tensor " + name + " is " + value.describe() + ": optjit reads tensor hyperparameters on the host");
+  // Read again at every step (get()); on a GPU that read is a synchronous copy to the host.
   it->second = value.item();
   tensor_options[name] = value;
 }

@@ -231,3 +231,27 @@ def test_cuda_grad_scaler_drives_a_patched_step_as_it_drives_torch_fused():
         for key, value in opt.state[a].items():
             torch.testing.assert_close(value.cpu(), fused_opt.state[b][key].cpu(), rtol=1e-5, atol=1e-6)
     assert compiled.metrics()["skipped_steps"] == 1 and compiled.metrics()["compiles"] == 1
+
+
+@gpu
+def test_cuda_tensor_lr_on_the_device_follows_a_scheduler():
+    """A capturable Adam whose lr is a CUDA tensor, which StepLR fills in place: read at every step, never recompiled."""
+    ours = _cuda_params()
+    theirs = clone_params(ours)
+    opt = torch.optim.Adam(ours, lr=torch.tensor(0.01, device="cuda"), capturable=True)
+    ref = torch.optim.Adam(theirs, lr=torch.tensor(0.01, device="cuda"), capturable=True)
+    scheds = [torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5) for o in (opt, ref)]
+    step = optjit.compile(opt)
+    for s in range(5):
+        generator = torch.Generator().manual_seed(s)
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn(a.shape, generator=generator).cuda()
+            b.grad = a.grad.clone()
+        step()
+        ref.step()
+        for sched in scheds:
+            sched.step()
+    assert opt.param_groups[0]["lr"].device.type == "cuda"
+    assert_same_state(opt, ours, ref, theirs, torch.float32)
+    assert step.metrics()["compiles"] == 1
+

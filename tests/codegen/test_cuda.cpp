@@ -409,6 +409,31 @@ TEST_CASE("cuda: the in-step inf check fills a found_inf on the device and skips
   CHECK(compiled.metrics().skipped_steps == 1);
 }
 
+TEST_CASE("cuda: a tensor lr on the GPU is read at every step, as a schedule fills it in place") {
+  if (skip_without_gpu())
+    return;
+  std::vector<Tensor> ref = random_params({{33, 7}, {5}, {70001}}, Dtype::f32, 4);
+  std::vector<Tensor> gpu = on_device(ref, Device::cuda(0));
+  auto forloop = make_single_group("adam", ref, {}, false);
+  auto opt = make_single_group("adam", gpu, {}, true);
+  const Tensor lr = Tensor::full({}, 1.0, Dtype::f32).to(Device::cuda(0));
+  opt->param_groups()[0].set("lr", lr);
+  CompiledStep step = compile(*opt);
+  for (int s = 0; s < 4; ++s) {
+    const double value = std::ldexp(1.0, -5 - s); // exact in f32
+    lr.fill(value);
+    forloop->param_groups()[0].set("lr", value);
+    for (Tensor& p : ref)
+      p.set_grad(Tensor::zeros(p.shape(), Dtype::f32));
+    randomize_grads(ref, 400 + static_cast<uint64_t>(s));
+    copy_grads(ref, gpu);
+    forloop->step();
+    step();
+  }
+  check_same_trajectory(gpu, *opt, ref, *forloop, 1e-5, 1e-6, "tensor lr on the GPU");
+  CHECK(step.metrics().compiles == 1);
+}
+
 TEST_CASE("cuda: 10,000 small tensors in one launch") {
   if (skip_without_gpu())
     return;
