@@ -40,8 +40,8 @@ for check in "${checks[@]}"; do
       ldd --version | head -1; nproc; python3 -c "import torch; print(torch.__version__, torch.cuda.is_available())"' ;;
   cpp) # the C++ tests of the CUDA backend, but for the ptxas checks, which need no GPU and run in the suite
     run_check cpp 150 "$unpacked/bin/optjit_tests" -sf='*test_cuda.cpp' -tce='*assembles*' --duration=true ;;
-  replay) # every golden case, compiled on the GPU
-    run_check replay 90 "$unpacked/bin/optjit" replay --device cuda tests/golden ;;
+  replay) # every golden case (the next/ ones too), compiled on the GPU
+    run_check replay 120 "$unpacked/bin/optjit" replay --device cuda tests/golden tests/golden/next ;;
   python) # the package on CUDA tensors against torch in the same process
     run_check python 180 env PYTHONPATH="$unpacked/python" python3 -m pytest -q -p no:cacheprovider -rs \
       --durations=8 python/tests/test_cuda.py ;;

@@ -76,9 +76,10 @@ def snapshot(opt, ps):
     [
         (lambda p: torch.ones(5), "grad"),
         (lambda p: torch.ones_like(p, dtype=torch.float64), "grad"),
+        (lambda p: torch.ones_like(p, dtype=torch.bfloat16), "is bf16.* but the param is f32"),
         (lambda p: torch.ones_like(p).to_sparse(), "not sparse ones"),
     ],
-    ids=["shape", "dtype", "sparse"],
+    ids=["shape", "dtype", "bf16 grad of an f32 param", "sparse"],
 )
 def test_a_bad_grad_raises_before_any_tensor_changes(bad_grad, message):
     ps = params()

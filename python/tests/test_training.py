@@ -31,6 +31,56 @@ def test_schedulers_change_lr_without_recompiling():
     assert metrics["steps"] == 30 and metrics["kernels"] == 1
 
 
+def _every_scheduler():
+    lrs = torch.optim.lr_scheduler
+    return {
+        "LambdaLR": lambda o: lrs.LambdaLR(o, lambda e: 0.9**e),
+        "MultiplicativeLR": lambda o: lrs.MultiplicativeLR(o, lambda e: 0.95),
+        "StepLR": lambda o: lrs.StepLR(o, step_size=2, gamma=0.5),
+        "MultiStepLR": lambda o: lrs.MultiStepLR(o, milestones=[2, 5], gamma=0.5),
+        "ConstantLR": lambda o: lrs.ConstantLR(o, factor=0.5, total_iters=3),
+        "LinearLR": lambda o: lrs.LinearLR(o, start_factor=0.25, total_iters=4),
+        "ExponentialLR": lambda o: lrs.ExponentialLR(o, gamma=0.8),
+        "PolynomialLR": lambda o: lrs.PolynomialLR(o, total_iters=6, power=2.0),
+        "CosineAnnealingLR": lambda o: lrs.CosineAnnealingLR(o, T_max=5),
+        "CosineAnnealingWarmRestarts": lambda o: lrs.CosineAnnealingWarmRestarts(o, T_0=3),
+        "CyclicLR": lambda o: lrs.CyclicLR(o, base_lr=1e-3, max_lr=1e-2, step_size_up=2),  # cycles Adam's beta1 too
+        "OneCycleLR": lambda o: lrs.OneCycleLR(o, max_lr=1e-2, total_steps=10),
+        "ReduceLROnPlateau": lambda o: lrs.ReduceLROnPlateau(o, patience=0, factor=0.5),
+        "SequentialLR": lambda o: lrs.SequentialLR(
+            o, [lrs.ConstantLR(o, factor=0.5, total_iters=2), lrs.ExponentialLR(o, gamma=0.8)], milestones=[2]
+        ),
+        "ChainedScheduler": lambda o: lrs.ChainedScheduler(
+            [lrs.ConstantLR(o, factor=0.5, total_iters=2), lrs.ExponentialLR(o, gamma=0.8)]
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", list(_every_scheduler()))
+def test_every_lr_scheduler_steps_as_torch_without_recompiling(name):
+    make = _every_scheduler()[name]
+    params = make_params(torch.float32)
+    reference = clone_params(params)
+    opt = torch.optim.Adam(params, lr=1e-3)
+    opt_ref = torch.optim.Adam(reference, lr=1e-3)
+    sched, sched_ref = make(opt), make(opt_ref)
+    step = optjit.compile(opt)
+    for t in range(8):
+        set_grads(t, params, reference, none_every=0)
+        step()
+        opt_ref.step()
+        if name == "ReduceLROnPlateau":
+            sched.step(1.0)  # never improves: the lr halves every step
+            sched_ref.step(1.0)
+        else:
+            sched.step()
+            sched_ref.step()
+    assert opt.param_groups[0]["lr"] == opt_ref.param_groups[0]["lr"]
+    assert_same_state(opt, params, opt_ref, reference, torch.float32)
+    metrics = step.metrics()
+    assert metrics["compiles"] == 1 and metrics["recompiles"] == 0, metrics["recompile_reasons"]
+
+
 def test_zero_grad_frees_the_grads_a_step_read():
     """A step reads the grads and keeps none of them: zero_grad() (set_to_none, torch's default) frees their memory at
     once, as without optjit, and the next step reads the new grads (at the same addresses, often) as new ones."""

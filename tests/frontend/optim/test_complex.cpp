@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 using namespace optjit;
 using optjit::test::check_same_trajectory;
@@ -74,6 +76,25 @@ TEST_CASE("complex params: every optimizer in every mode steps them as real para
         if (complex.compiled)
           CHECK(complex.compiled->kernel_count() == 1);
       }
+}
+
+TEST_CASE("complex params: state files keep C128") {
+  std::vector<Tensor> params = random_params({{4, 3}, {5}}, Dtype::c128, 4);
+  auto opt = make_optimizer("adam", {ParamGroupSpec{params, {}}}, {{"amsgrad", {1}}});
+  CompiledStep step = compile(*opt);
+  step();
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_c128_state.safetensors";
+  save_state_dict(opt->state_dict(), file);
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(bytes.find("\"dtype\":\"C128\"") != std::string::npos);
+  std::vector<Tensor> copies = copy_params(params);
+  auto loaded = make_optimizer("adam", {ParamGroupSpec{copies, {}}}, {{"amsgrad", {1}}});
+  loaded->load_state_dict(load_state_dict_file(file));
+  std::filesystem::remove(file);
+  check_same_trajectory(params, *opt, copies, *loaded, 0, 0, "loaded from the file");
+  for (const auto& [key, t] : loaded->visible_state(copies[0]))
+    CHECK(t.dtype() == (key == "step" ? Dtype::f64 : Dtype::c128));
 }
 
 TEST_CASE("complex params: state starts at complex(v, v), mixed dtypes compile one kernel each, state files keep C64") {

@@ -184,6 +184,9 @@ TEST_CASE("errors: a grad whose shape, dtype or device does not match its param 
   check_failed_step_changes_nothing(
       [](auto& params, Optimizer&) { params[1].set_grad(Tensor::zeros({5}, Dtype::f64)); },
       "a grad must have its param's shape, dtype and device");
+  check_failed_step_changes_nothing(
+      [](auto& params, Optimizer&) { params[1].set_grad(Tensor::zeros({5}, Dtype::bf16)); },
+      "grad of param 1 is bf16[5] on cpu but the param is f32[5] on cpu");
 }
 
 TEST_CASE("errors: a param whose data took another shape keeps state of the old one: refused before any update") {
