@@ -14,6 +14,8 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
+
 using namespace optjit;
 using optjit::test::check_same_trajectory;
 
@@ -52,6 +54,45 @@ TEST_CASE("compiled: the issue's example: Adam with amsgrad and weight decay is 
   CHECK(fused.find("store \"max_exp_avg_sq\"") != std::string::npos);
   CHECK(step.dump(Stage::Traced).find("graph @adam f32") != std::string::npos);
   CHECK(step.dump(Stage::LLVM).find("define void @adam_k0_element_phase") != std::string::npos);
+}
+
+TEST_CASE("compiled: steps with reductions plan into their kernel counts, and print the plan when they do not") {
+  // Over two Linear(10, 10) (10x10 and 10 params), per (dtype, structure) bucket: each reduction's pass, then the
+  // kernels that read its result.
+  const std::map<std::string, int> expected = {
+      {"lamb default", 2},
+      {"lamb weight_decay", 2},
+      {"lars default", 2},
+      {"lars exclude_1d,weight_decay", 3}, // the 1-D params step by momentum alone: one kernel; the others two
+      {"adam default clip 2", 2},
+      {"adam amsgrad clip inf", 2},
+      {"adamw default clip 2", 2},
+      {"sgd momentum clip 2", 2},
+      {"lion default clip 2", 2},
+      {"lamb default clip 2", 3}, // the grad norm, then LAMB's norms of the clipped update, then the update
+      {"adafactor default", 6},   // the factored 10x10s: 4 kernels; the 10s (a full variance): 2
+      {"adafactor maximize,weight_decay", 6},
+      {"adafactor default clip 2", 8}}; // each bucket's grad norm pass first
+  for (const CountConfig& c : reducing_configs())
+    for (bool foreach : {false, true}) {
+      const std::string key = c.optimizer + " " + config_name(c.options) +
+                              (c.clip_norm_type == 0     ? ""
+                               : c.clip_norm_type == 2.0 ? " clip 2"
+                                                         : " clip inf");
+      INFO(key << std::string(foreach ? ", foreach" : ""));
+      REQUIRE(expected.count(key) == 1);
+      KeywordOptions options = c.options;
+      options["foreach"] = {foreach ? 1.0 : 0.0};
+      auto opt =
+          make_optimizer(c.optimizer, {ParamGroupSpec{random_params(two_linear_shapes(), Dtype::f32, 4), {}}}, options);
+      if (c.clip_norm_type != 0)
+        opt->set_grad_clipping(Optimizer::GradClipping{1.0, c.clip_norm_type, false});
+      CompiledStep step = compile(*opt);
+      step();
+      if (step.kernel_count() != expected.at(key))
+        MESSAGE(step.dump(Stage::Fused));
+      CHECK(step.kernel_count() == expected.at(key));
+    }
 }
 
 TEST_CASE("compiled: every optimizer configuration is one kernel per (device, dtype) group") {
