@@ -1,8 +1,9 @@
 // compile_step: a plain step function over tensor lists, traced and compiled like an optimizer's step, the form of
 // PyTorch's foreach_map and of functional optimizers. The function writes the update with the foreach vocabulary
 // (frontend/trace/foreach.h) on the lists by name; optjit traces it once, compiles it to as few kernels as the data
-// allows and returns a guarded callable: a changed shape, dtype or device recompiles, a replaced buffer rebinds,
-// and hyperparameters are arguments (set_hyper never recompiles).
+// allows and returns a guarded callable: a changed dtype or device recompiles, a changed shape or a replaced buffer
+// rebinds (kernels read shapes from their argument tables), and hyperparameters are arguments (set_hyper never
+// recompiles).
 //
 //   auto step = optjit::compile_step("signum", [](optjit::Tracer& t) {
 //         optjit::Sym m = t.tensors("momentum_buffer") * t.hyper("beta") + t.tensors("grad") * (1.0 - t.hyper("beta"));

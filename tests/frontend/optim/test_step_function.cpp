@@ -296,3 +296,39 @@ TEST_CASE("step function: tensors that share memory are refused, and a refused c
       "state 'm' of param 0");
   CHECK(params[0].grad().same(own_grad));
 }
+
+TEST_CASE("step function: a new grad buffer or a list tensor of another shape rebinds, another dtype recompiles") {
+  std::vector<Tensor> params = {Tensor::zeros({8}, Dtype::f32), Tensor::zeros({3, 2}, Dtype::f32)};
+  for (const Tensor& p : params)
+    p.set_grad(Tensor::full(p.shape(), 1.0, Dtype::f32));
+  std::vector<Tensor> buffers = zeros_like_each(params);
+  StepFunction step =
+      compile_step("signum", signum_function,
+                   {.params = params, .state = {{"momentum_buffer", buffers}}, .hypers = {{"lr", 0.5}, {"beta", 0.5}}});
+  step();
+  params[0].set_grad(Tensor::full({8}, -1.0, Dtype::f32)); // a new buffer: m = 0.5 * 0.5 - 0.5 < 0
+  step();
+  CHECK(step.metrics().compiles == 1);
+  CHECK(step.metrics().rebinds >= 1);
+  CHECK(params[0].to_vector() == std::vector<double>(8, 0.0)); // -0.5, then +0.5
+
+  // The second param, its grad and its buffer take another shape in place (torch's `p.data = ...`).
+  params[1].set_data(Tensor::zeros({4, 5}, Dtype::f32));
+  params[1].set_grad(Tensor::full({4, 5}, 1.0, Dtype::f32));
+  buffers[1].set_data(Tensor::zeros({4, 5}, Dtype::f32));
+  const int64_t rebinds = step.metrics().rebinds;
+  step(); // kernels read shapes from their argument tables: the same kernel, bound again
+  CHECK(step.metrics().compiles == 1);
+  CHECK(step.metrics().rebinds == rebinds + 1);
+  CHECK(params[1].to_vector() == std::vector<double>(20, -0.5));
+
+  // And the first another dtype: its own bucket, compiled for f64.
+  params[0].set_data(Tensor::zeros({8}, Dtype::f64));
+  params[0].set_grad(Tensor::full({8}, 1.0, Dtype::f64));
+  buffers[0].set_data(Tensor::zeros({8}, Dtype::f64));
+  step();
+  CHECK(step.metrics().compiles == 2);
+  CHECK(step.metrics().recompiles == 1);
+  CHECK(params[0].to_vector() == std::vector<double>(8, -0.5));
+  CHECK(step.kernel_count() == 2);
+}
