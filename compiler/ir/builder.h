@@ -6,6 +6,7 @@
 
 #include "compiler/ir/ir.h"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -42,6 +43,9 @@ public:
 
   const Node& node(ValueId id) const { return graph_.node(id); }
   const std::vector<Slot>& graph_slots() const { return graph_.slots; }
+  bool stores_to(const std::string& slot) const {
+    return std::any_of(graph_.stores.begin(), graph_.stores.end(), [&](const Store& s) { return s.name == slot; });
+  }
   Dtype dtype() const { return graph_.dtype; }
   int size() const { return graph_.size(); }
   Graph finish();

@@ -451,9 +451,9 @@ void Optimizer::check_grad(int64_t flat) const {
     throw Error(fmt::format("param {} is {}: its elements overlap in memory, and an optimizer step writes each "
                             "element at an address of its own (pass a copy)",
                             flat, p.describe()));
-  if (!g.is_non_overlapping() && stores_unscaled_grads())
+  if (!g.is_non_overlapping() && writes_grads())
     throw Error(fmt::format("grad of param {} is {}: its elements overlap in memory, and this step writes the "
-                            "unscaled grads back (gradient scaling with unscaled grads kept): pass a copy",
+                            "grads (the unscaled grads of gradient scaling, or a step function's): pass a copy",
                             flat, g.describe()));
 }
 
@@ -1001,7 +1001,7 @@ void Optimizer::stage_in() const {
 
 void Optimizer::stage_out() const {
   if (!staging_.empty())
-    staging_.copy_out(flat_params_, states_, stores_unscaled_grads());
+    staging_.copy_out(flat_params_, states_, writes_grads());
 }
 
 Tensor Optimizer::kernel_grad(int64_t flat) const {

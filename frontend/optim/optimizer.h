@@ -374,6 +374,9 @@ public:
   virtual void check_step_options(const ParamGroup& /*group*/, std::size_t /*index*/) const {}
 
 protected:
+  // Whether a step writes its grads: the unscaled grads of gradient scaling, or a step function that stores to its
+  // grad list. A staged param's grad copy is then written back after the launch, and an overlapping grad refused.
+  virtual bool writes_grads() const { return stores_unscaled_grads(); }
   // `flags`: the options that are flags (0 or 1 in every group, loaded ones included).
   Optimizer(std::string name, OptionMap defaults, bool foreach, std::set<std::string> flags);
   // Throws unless every flag option of `options` is 0 or 1; `where` names the group in the message.

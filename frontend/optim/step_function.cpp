@@ -35,11 +35,18 @@ public:
   Structure structure(const ParamGroup&) const override { return {}; }
   std::vector<StateSpec> state_specs(const Structure&) const override { return specs_; }
   std::vector<std::string> hyper_names() const override { return hypers_; }
-  void trace(Tracer& tracer, const Structure&) const override { body_(tracer); }
+  void trace(Tracer& tracer, const Structure&) const override {
+    body_(tracer);
+    stores_grads_ = stores_grads_ || tracer.builder().stores_to("grad");
+  }
   void validate_options(const OptionMap&) const override {} // finiteness is checked at every step
+
+protected:
+  bool writes_grads() const override { return Optimizer::writes_grads() || stores_grads_; }
 
 private:
   StepFunctionBody body_;
+  mutable bool stores_grads_ = false; // a trace stored to the grad list (known once the step is compiled)
   std::vector<std::string> hypers_;
   std::vector<StateSpec> specs_;
 };

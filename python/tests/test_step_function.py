@@ -481,3 +481,51 @@ def test_alpha_from_one_tensor_is_refused_and_a_new_list_length_is_recorded_agai
         params = [torch.zeros(4) for _ in range(count)]
         averaged(params, [torch.ones(4) for _ in range(count)], lr=1.0)
         assert_close(params[0], torch.full((4,), -1.0 / count), torch.float32, f"{count} tensors")
+
+
+def _shampoo_basic(params, grads, preconditioners, *, lr, weight_decay, beta1, beta2, epsilon):
+    """The seed's shampoo_functional_basic at its step 1 (no root inverse, no grafting), with its lists passed in:
+    weight decay into the grads, the preconditioners' accumulation, momentum on the grads in place, bias
+    corrections, the preconditioned direction, decay again, and the update."""
+    torch._foreach_add_(grads, params, alpha=weight_decay)
+    torch._foreach_addcmul_(preconditioners, grads, grads, value=1.0)
+    torch._foreach_mul_(grads, beta1)
+    torch._foreach_add_(grads, grads, alpha=1 - beta1)
+    grad_list = torch._foreach_div(grads, 1.0 - beta1)
+    corrected = torch._foreach_div(preconditioners, 1.0 - beta2)
+    torch._foreach_sqrt_(corrected)
+    torch._foreach_add_(corrected, epsilon)
+    directions = torch._foreach_div(grad_list, corrected)
+    torch._foreach_add_(directions, params, alpha=weight_decay)
+    torch._foreach_mul_(directions, -lr)
+    torch._foreach_add_(params, directions)
+
+
+@pytest.mark.parametrize("beta2", [1.0, 0.99], ids=["the seed's beta2 (its bias correction is 0)", "beta2 0.99"])
+def test_the_seeds_shampoo_functional_basic_on_its_transposed_params(beta2):
+    """The seed's function on the seed's params, .t() of the two [512, 128] halves of one [1024, 128] buffer, compiled
+    and eager: params, preconditioners and the grads it writes in place agree."""
+    compiled = optjit.step_function(_shampoo_basic)
+
+    def lists(seed):
+        generator = torch.Generator().manual_seed(seed)
+        buffer = torch.rand((1024, 128), generator=generator)
+        params = [buffer[0:512, :].t(), buffer[512:, :].t()]
+        grads = [torch.rand(p.shape, generator=generator) for p in params]
+        return buffer, params, grads, [torch.zeros_like(p) for p in params]
+
+    buffer, params, grads, preconditioners = lists(3)
+    _, ref_params, ref_grads, ref_preconditioners = lists(3)
+    hypers = dict(lr=0.01, weight_decay=0.1, beta1=0.9, beta2=beta2, epsilon=1e-10)
+    compiled(params, grads, preconditioners, **hypers)
+    _shampoo_basic(ref_params, ref_grads, ref_preconditioners, **hypers)
+    compared = (
+        ("param", params, ref_params),
+        ("grad", grads, ref_grads),
+        ("preconditioner", preconditioners, ref_preconditioners),
+    )
+    for name, ours, theirs in compared:
+        for a, b in zip(ours, theirs):
+            assert_close(a, b, torch.float32, name)
+    assert params[0].data_ptr() == buffer.data_ptr()  # in place, in the buffer
+    assert compiled.kernel_count == 1

@@ -332,3 +332,27 @@ TEST_CASE("step function: a new grad buffer or a list tensor of another shape re
   CHECK(params[0].to_vector() == std::vector<double>(8, -0.5));
   CHECK(step.kernel_count() == 2);
 }
+
+TEST_CASE("step function: a function that writes its grads writes them, whatever the params' layout") {
+  // The Shampoo seed's layout: .t() views of one buffer, with contiguous grads, so the step runs on staged copies.
+  const Tensor buffer = Tensor::zeros({2 * 4 * 6}, Dtype::f32);
+  std::vector<Tensor> params;
+  for (int k = 0; k < 2; ++k) {
+    Tensor p = Tensor::from_blob(static_cast<float*>(buffer.data()) + k * 24, {4, 6}, Dtype::f32, {1, 4});
+    p.set_grad(Tensor::full({4, 6}, 1.0 + k, Dtype::f32));
+    params.push_back(p);
+  }
+  StepFunction step = compile_step("decayed",
+                                   [](Tracer& t) {
+                                     Sym g = t.tensors("grad") *
+                                             0.5; // the grads scaled in place, as torch._foreach_mul_(grads, 0.5) does
+                                     t.store("grad", g);
+                                     t.store("param", foreach_add(t.tensors("param"), g, -t.hyper("lr")));
+                                   },
+                                   {.params = params, .hypers = {{"lr", 1.0}}});
+  step();
+  for (int k = 0; k < 2; ++k) {
+    CHECK(params[k].grad().to_vector() == std::vector<double>(24, 0.5 * (1.0 + k)));
+    CHECK(params[k].to_vector() == std::vector<double>(24, -0.5 * (1.0 + k)));
+  }
+}
