@@ -260,7 +260,7 @@ TEST_CASE("errors: an expanded (overlapping) param, or a grad the step would wri
                              Optimizer::GradsAfterStep::Unscaled);
       },
       "grad of param 0 is f32[4, 3] (strides [0, 1]) on cpu: its elements overlap in memory, and this step writes "
-      "the unscaled grads back");
+      "the grads (the unscaled grads of gradient scaling, or a step function's)");
 }
 
 TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any update") {
