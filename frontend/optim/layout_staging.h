@@ -7,8 +7,8 @@
 // contiguous. A param whose tensors do not share one layout (a slice with gaps, or a grad in another layout than its
 // param), or whose rows or columns are not contiguous, is staged instead: it runs on contiguous copies of its param,
 // grad and tensor state, copied in before every launch, and the tensors the step writes (param and state, and the grad
-// when the step stores unscaled grads) copied back after it. That costs a pass over each of its tensors; params that
-// share a layout cost nothing here.
+// when the step writes its grads: Optimizer::writes_grads) copied back after it. That costs a pass over each of its
+// tensors; params that share a layout cost nothing here.
 #pragma once
 
 #include "frontend/optim/param_state.h"
