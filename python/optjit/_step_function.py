@@ -584,7 +584,11 @@ class StepFunction:
             elif isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise Error(f"step function {self._name}: hyperparameter {k} is {v!r}, not a number")
         def tensors(group):
-            return tuple((id(t), t.data_ptr(), tuple(t.shape), t.dtype, t.device) for lst in group for t in lst)
+            # Everything a view of the tensor depends on: a grad is not held between calls, so a new one at a freed
+            # one's address is the same view only if its layout is the same too.
+            return tuple(
+                (id(t), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device) for lst in group for t in lst
+            )
 
         held = tensors(lists[:1] + lists[2:])
         if self._key is not None and held == self._key[1] and len(lists) == len(self._key[0][0]):

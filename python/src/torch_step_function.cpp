@@ -79,7 +79,8 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
     std::size_t k = 0;
     for (nb::handle tensor : tensors) {
       views.push_back(torch_.view(tensor, "tensor " + std::to_string(k++) + " of list '" + slot + "'"));
-      (slot == "grad" ? held_grads_ : held_).push_back(nb::borrow(tensor));
+      if (slot != "grad")
+        held_.push_back(nb::borrow(tensor));
     }
     if (slot == "param")
       step_lists.params = std::move(views);
@@ -112,10 +113,8 @@ void TorchStepFunction::set_grads(nb::list grads) {
     lists_.grads = std::move(old_grads);
     throw;
   }
-  for (std::size_t k = 0; k < params.size(); ++k) {
+  for (std::size_t k = 0; k < params.size(); ++k)
     params[k].set_grad(views[k]);
-    held_grads_[k] = nb::borrow(grads[k]);
-  }
 }
 
 void TorchStepFunction::call(const std::map<std::string, double>& hypers) {

@@ -46,8 +46,10 @@ public:
 
 private:
   TorchTensors torch_;
-  std::vector<nb::object> held_;       // the torch tensors the views point into (but the grads)
-  std::vector<nb::object> held_grads_; // the grads
+  // The torch tensors the views point into, but the grads: those are the caller's to free (zero_grad() does, before
+  // the next backward). Between calls nothing reads the grads' views, and a call with grads of another address or
+  // layout sets them again first (set_grads; the Python side compares address, shape, strides, dtype and device).
+  std::vector<nb::object> held_;
   std::string name_;
   // The views of every list (its params the step's own: their grads are what it reads), checked again with new grads
   // (check_distinct_memory).
