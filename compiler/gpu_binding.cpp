@@ -86,8 +86,9 @@ void GpuBinding::launch(const GpuModule& kernel, bool use_graph) {
 #include "runtime/kernel_abi.def"
 #undef OPTJIT_GPU_PARAM
     };
-    cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), static_cast<unsigned>(block_threads_),
-                 params, stream);
+    const int threads = std::min(block_threads_, kernel.max_block_threads()); // what its registers allow
+    cuda::launch(device_, kernel.function(), static_cast<unsigned>(n_items()), static_cast<unsigned>(threads), params,
+                 stream);
   };
   // The legacy default stream (handle 0, torch's default) cannot be captured: the step is launched as it is there.
   if (use_graph && stream != nullptr) {

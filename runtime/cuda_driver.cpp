@@ -33,6 +33,7 @@ using CUgraph = ::CUgraph;
 using CUgraphExec = ::CUgraphExec;
 using CUjit_option = ::CUjit_option;
 using CUdevice_attribute = ::CUdevice_attribute;
+using CUfunction_attribute = ::CUfunction_attribute;
 using CUstreamCaptureMode = ::CUstreamCaptureMode;
 #else
 // The driver's C types, as cuda.h declares them (enums are int-sized, handles are pointers).
@@ -48,11 +49,13 @@ using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
 using CUjit_option = int;
 using CUdevice_attribute = int;
+using CUfunction_attribute = int;
 using CUstreamCaptureMode = int;
 #endif
 
 // Values of the driver's enums that optjit passes (fixed by the driver ABI).
 constexpr int kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76;
+constexpr int kFuncAttrMaxThreadsPerBlock = 0; // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
 constexpr int kJitErrorLogBuffer = 5, kJitErrorLogBufferBytes = 6;
 constexpr int kCaptureThreadLocal = 1;
 constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING: a cheaper event, for ordering only
@@ -83,6 +86,7 @@ constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING: a cheape
   X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))                                                   \
   X(cuModuleLoadDataEx, (CUmodule*, const void*, unsigned, CUjit_option*, void**))                                     \
   X(cuModuleGetFunction, (CUfunction*, CUmodule, const char*))                                                         \
+  X(cuFuncGetAttribute, (int*, CUfunction_attribute, CUfunction))                                                      \
   X(cuModuleUnload, (CUmodule))                                                                                        \
   X(cuLaunchKernel,                                                                                                    \
     (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**))      \
@@ -401,6 +405,16 @@ Function get_function(int device, Module module, const std::string& name) {
   CUfunction function = nullptr;
   check(t, t.cuModuleGetFunction(&function, static_cast<CUmodule>(module), name.c_str()), "cuModuleGetFunction");
   return function;
+}
+
+int max_block_threads(int device, Function function) {
+  const DriverTable& t = on(device);
+  int threads = 0;
+  check(t,
+        t.cuFuncGetAttribute(&threads, static_cast<CUfunction_attribute>(kFuncAttrMaxThreadsPerBlock),
+                             static_cast<CUfunction>(function)),
+        "cuFuncGetAttribute");
+  return threads;
 }
 
 void launch(int device, Function function, unsigned grid, unsigned block, void** params, Stream stream) {

@@ -86,6 +86,8 @@ void host_free_pinned(int device, void* ptr);
 Module load_module(int device, const std::string& ptx);
 void unload_module(int device, Module module);
 Function get_function(int device, Module module, const std::string& name);
+// The most threads a block of `function` can have on its device: fewer than 1024 where its registers allow fewer.
+int max_block_threads(int device, Function function);
 void launch(int device, Function function, unsigned grid, unsigned block, void** params, Stream stream);
 
 // `timing`: the event can time (event_elapsed_ms); without, it only orders and waits (cheaper).

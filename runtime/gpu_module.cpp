@@ -3,6 +3,7 @@
 #include "runtime/error.h"
 #include "runtime/kernel_abi.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <utility>
@@ -30,6 +31,10 @@ GpuModule::GpuModule(int device, const std::string& ptx, const std::string& entr
   module_ = cuda::load_module(device, ptx);
   try {
     function_ = cuda::get_function(device, module_, entry);
+    const int limit = std::min(cuda::max_block_threads(device, function_), kGpuMaxBlockThreads);
+    max_block_threads_ = 32;
+    while (max_block_threads_ * 2 <= limit)
+      max_block_threads_ *= 2;
   } catch (...) {
     cuda::unload_module(device, module_);
     throw;

@@ -19,12 +19,16 @@ public:
   int device() const { return device_; }
   cuda::Function function() const { return function_; }
   double load_ms() const { return load_ms_; }
+  // The most threads a block of this kernel launches with: the driver's limit for its registers (ptxas is given no
+  // cap, so it never spills to fit 512 threads), as a power of two, at most kGpuMaxBlockThreads.
+  int max_block_threads() const { return max_block_threads_; }
 
 private:
   int device_;
   cuda::Module module_ = nullptr;
   cuda::Function function_ = nullptr;
   double load_ms_ = 0;
+  int max_block_threads_ = 0;
 };
 
 // Device memory owned by one object (from the caching allocator), released on destruction.

@@ -434,6 +434,52 @@ TEST_CASE("cuda: a tensor lr on the GPU is read at every step, as a schedule fil
   CHECK(step.metrics().compiles == 1);
 }
 
+TEST_CASE("cuda: a kernel whose registers allow fewer than 512 threads per block launches with fewer") {
+  if (skip_without_gpu())
+    return;
+  // 24 f64 state lists, each s = s * h + g, summed into the update: 255 registers a thread (ptxas has no cap, so it
+  // does not spill to fit 512 threads), where a block of 512, what a tensor of full chunks asks for, would not fit
+  // one multiprocessor's registers: the launch takes 256.
+  constexpr int kLists = 24;
+  const auto name_of = [](const char* prefix, int k) { // (not prefix + std::to_string(k): GCC 12's -Wrestrict)
+    std::string name = prefix;
+    name += std::to_string(k);
+    return name;
+  };
+  const auto body = [&](Tracer& t) {
+    Sym total = t.constant(0.0);
+    for (int k = 0; k < kLists; ++k) {
+      const std::string name = name_of("s", k);
+      const Sym s = t.tensors(name) * t.hyper(name_of("h", k)) + t.tensors("grad");
+      t.store(name, s);
+      total = total + s;
+    }
+    t.store("param", t.tensors("param") - total);
+  };
+  const auto lists_on = [&](Device device) {
+    StepLists lists;
+    lists.params = on_device(random_params({{1 << 20}, {3, 5000}}, Dtype::f64, 7), device);
+    for (int k = 0; k < kLists; ++k) {
+      lists.state.emplace_back(name_of("s", k),
+                               on_device(random_params({{1 << 20}, {3, 5000}}, Dtype::f64, 100 + k), device));
+      lists.hypers[name_of("h", k)] = 0.5 + 0.01 * k;
+    }
+    const std::vector<Tensor> grads = on_device(random_params({{1 << 20}, {3, 5000}}, Dtype::f64, 99), device);
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      lists.params[i].set_grad(grads[i]);
+    return lists;
+  };
+  StepLists cpu = lists_on(Device::cpu()), gpu = lists_on(Device::cuda(0));
+  StepFunction on_cpu = compile_step("wide", body, cpu), on_gpu = compile_step("wide", body, gpu);
+  on_cpu();
+  on_gpu();
+  for (std::size_t i = 0; i < cpu.params.size(); ++i) {
+    CHECK(scaled_error(gpu.params[i].to(Device::cpu()), cpu.params[i], 1e-12, 1e-12) <= 1.0);
+    CHECK(scaled_error(gpu.state[kLists - 1].second[i].to(Device::cpu()), cpu.state[kLists - 1].second[i], 1e-12,
+                       1e-12) <= 1.0);
+  }
+}
+
 TEST_CASE("cuda: 10,000 small tensors in one launch") {
   if (skip_without_gpu())
     return;
