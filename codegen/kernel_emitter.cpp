@@ -18,12 +18,6 @@ constexpr std::size_t kMaxChains = 4;
 constexpr std::size_t kBlockReductionsAtOnce = 4;
 // Row sums of one GPU axis kernel (emit_gpu_row_sweep): 8 KB of shared memory each.
 constexpr std::size_t kGpuMaxRowSums = 4;
-// Iterations of an axis kernel's sweep loops unrolled together: one block walks a whole tensor, so its bandwidth is
-// the loads it has in flight, and a thread's loads of several iterations issue before the first one's sum waits for
-// them. The column sweep's body is a few loads and sums (4 at once); the row sweep's evaluates and stores the whole
-// update (2 at once: 4 spill registers at 512 threads, 128 each).
-constexpr unsigned kGpuColumnSweepUnroll = 4;
-constexpr unsigned kGpuRowSweepUnroll = 2;
 
 using llvm::IRBuilder;
 using llvm::Value;
@@ -36,7 +30,7 @@ int index_in(const std::vector<std::string>& names, const std::string& name) {
 
 // Emits `for (i = begin; i < end; i += step) body(i)`; returns with the builder after the loop.
 void emit_loop(IRBuilder<>& b, Value* begin, Value* end, Value* step, const std::string& name,
-               const std::function<void(Value*)>& body, unsigned unroll = 0) {
+               const std::function<void(Value*)>& body) {
   llvm::Function* fn = b.GetInsertBlock()->getParent();
   llvm::LLVMContext& ctx = b.getContext();
   llvm::BasicBlock* pre = b.GetInsertBlock();
@@ -52,15 +46,7 @@ void emit_loop(IRBuilder<>& b, Value* begin, Value* end, Value* step, const std:
   body(i);
   Value* next = b.CreateAdd(i, step, name + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
   i->addIncoming(next, b.GetInsertBlock());
-  llvm::BranchInst* latch = b.CreateBr(head);
-  if (unroll > 1) { // llvm.loop.unroll.count: the unroller keeps the iterations' order, so every sum stays the same
-    llvm::Metadata* count[] = {llvm::MDString::get(ctx, "llvm.loop.unroll.count"),
-                               llvm::ConstantAsMetadata::get(b.getInt32(unroll))};
-    llvm::Metadata* self_and_count[] = {nullptr, llvm::MDNode::get(ctx, count)};
-    llvm::MDNode* loop_id = llvm::MDNode::getDistinct(ctx, self_and_count);
-    loop_id->replaceOperandWith(0, loop_id);
-    latch->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
-  }
+  b.CreateBr(head);
   b.SetInsertPoint(exit);
 }
 
@@ -522,14 +508,11 @@ public:
       for (llvm::AllocaInst* sum : sums)
         if (sum)
           b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
-      emit_loop(
-          b, b.getInt64(0), m, b.getInt64(1), "column.row",
-          [&](Value* r) {
-            set_axis_position(b, b.CreateAdd(b.CreateMul(in_matrix, m), r), in_matrix, r, c);
-            const std::vector<Value*> values = evaluate_gpu_element(b, e, b.CreateAdd(start, b.CreateMul(r, n)));
-            add_axis_sums(b, values, sums);
-          },
-          kGpuColumnSweepUnroll);
+      emit_loop(b, b.getInt64(0), m, b.getInt64(1), "column.row", [&](Value* r) {
+        set_axis_position(b, b.CreateAdd(b.CreateMul(in_matrix, m), r), in_matrix, r, c);
+        const std::vector<Value*> values = evaluate_gpu_element(b, e, b.CreateAdd(start, b.CreateMul(r, n)));
+        add_axis_sums(b, values, sums);
+      });
       set_axis_position(b, nullptr, in_matrix, nullptr, c);
       for (std::size_t k = 0; k < sums.size(); ++k)
         if (sums[k])
@@ -597,17 +580,14 @@ public:
           for (llvm::AllocaInst* sum : sweep.lane_sums)
             if (sum)
               b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
-          emit_loop(
-              b, lane, n, width, "row.col",
-              [&](Value* c) {
-                set_axis_position(b, row, in_matrix, row_in_matrix, c);
-                Value* j = b.CreateAdd(b.CreateMul(row, n), c);
-                const std::vector<Value*> values = evaluate_gpu_element(b, e, j);
-                accumulate(b, values, e.thread_acc);
-                add_axis_sums(b, values, sweep.lane_sums);
-                store_gpu_element(b, e, values, j, /*columns=*/stage == 1, sweep.pending);
-              },
-              kGpuRowSweepUnroll);
+          emit_loop(b, lane, n, width, "row.col", [&](Value* c) {
+            set_axis_position(b, row, in_matrix, row_in_matrix, c);
+            Value* j = b.CreateAdd(b.CreateMul(row, n), c);
+            const std::vector<Value*> values = evaluate_gpu_element(b, e, j);
+            accumulate(b, values, e.thread_acc);
+            add_axis_sums(b, values, sweep.lane_sums);
+            store_gpu_element(b, e, values, j, /*columns=*/stage == 1, sweep.pending);
+          });
           for (std::size_t r = 0; r < sweep.row_sums.size(); ++r)
             b.CreateStore(b.CreateLoad(b.getDoubleTy(), sweep.lane_sums[sweep.row_sums[r]]),
                           sweep.cell(stage, r, e.thread));
