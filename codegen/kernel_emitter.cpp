@@ -1352,6 +1352,8 @@ private:
     case Op::reduce_max:
     case Op::list_sum: // no kernel computes one: the host combines its operand between kernels (apply_fusion)
     case Op::list_max:
+    case Op::group_sum:
+    case Op::group_max:
     case Op::row_sum: // accumulated into the tensor's rows or columns by the element phase
     case Op::col_sum:
     case Op::carried_rows:

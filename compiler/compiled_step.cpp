@@ -71,7 +71,10 @@ std::string describe_pauses(const std::vector<std::vector<CarryKind>>& pauses) {
   std::string text;
   for (const std::vector<CarryKind>& pause : pauses)
     for (CarryKind kind : pause)
-      text += std::string(text.empty() ? "" : ", ") + (kind == CarryKind::ListSum ? "list_sum" : "list_max");
+      text += std::string(text.empty() ? "" : ", ") + (kind == CarryKind::ListSum    ? "list_sum"
+                                                       : kind == CarryKind::ListMax  ? "list_max"
+                                                       : kind == CarryKind::GroupSum ? "group_sum"
+                                                                                     : "group_max");
   return text.empty() ? "none" : text;
 }
 
@@ -383,6 +386,7 @@ struct CompiledStep::Impl {
       }
     std::vector<std::vector<ListPartials>> pending(running.size());
     std::vector<double> all;
+    std::vector<int64_t> groups;
     for (;;) {
       bool paused = false;
       for (std::size_t b = 0; b < running.size(); ++b) {
@@ -395,11 +399,16 @@ struct CompiledStep::Impl {
         break;
       for (std::size_t r = 0; r < pending[0].size(); ++r) {
         all.clear();
-        for (const std::vector<ListPartials>& bucket : pending)
+        groups.clear();
+        for (const std::vector<ListPartials>& bucket : pending) {
           all.insert(all.end(), bucket[r].values.begin(), bucket[r].values.end());
-        combine_over_list(pending[0][r].kind, all.data(), all.size());
+          groups.insert(groups.end(), bucket[r].groups.begin(), bucket[r].groups.end());
+        }
+        combine_over_list(pending[0][r].kind, all.data(), all.size(), groups.data());
+        std::size_t at = 0; // each bucket's entries back, each with its list's or group's value
         for (std::vector<ListPartials>& bucket : pending)
-          std::fill(bucket[r].values.begin(), bucket[r].values.end(), all.front());
+          for (double& value : bucket[r].values)
+            value = all[at++];
       }
     }
     for (Executable* code : running)

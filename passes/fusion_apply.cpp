@@ -38,6 +38,8 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
       return CarryKind::Cols;
     case Op::list_sum:
     case Op::list_max:
+    case Op::group_sum:
+    case Op::group_max:
       return list_carry_kind(op);
     default:
       return CarryKind::PerTensor;

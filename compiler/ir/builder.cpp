@@ -91,7 +91,9 @@ void check_and_type(const Graph& graph, Node& node) {
     return;
   }
   case Op::list_sum:
-  case Op::list_max: {
+  case Op::list_max:
+  case Op::group_sum:
+  case Op::group_max: {
     const Node& value = graph.node(node.inputs[0]);
     if (value.level != Level::PerTensor || value.dtype != Dtype::f64)
       throw Error(what + " of " + describe(graph, node.inputs[0]) +

@@ -410,8 +410,9 @@ bool Interpretation::advance(std::vector<ListPartials>& pending) {
     const int id = st.next++;
     const Node& n = st.graph.node(id);
     if (op_has_trait(n.op, kListReduction)) {
-      pending.push_back(
-          {list_carry_kind(n.op), std::get<PerTensorValues>(st.values[static_cast<std::size_t>(n.inputs[0])])});
+      pending.push_back({list_carry_kind(n.op),
+                         std::get<PerTensorValues>(st.values[static_cast<std::size_t>(n.inputs[0])]),
+                         st.args.group_of});
       st.paused = id;
       return true;
     }
@@ -434,7 +435,7 @@ void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArgumen
     interpret(kernel.graph, args, &carried);
     for (std::size_t c : list_carry_columns(kernel)) { // list reductions, combined between kernels
       std::vector<double>& values = carried.per_tensor.at(kernel.carries[c]);
-      combine_over_list(kernel.carry_kinds[c], values.data(), values.size());
+      combine_over_list(kernel.carry_kinds[c], values.data(), values.size(), args.group_of.data());
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 namespace optjit {
 namespace {
@@ -25,10 +26,9 @@ std::string scratch_text(const std::vector<ValueId>& scratch) {
   return text.empty() ? "-" : text;
 }
 
-constexpr std::pair<const char*, CarryKind> kCarrySuffixes[] = {{" (rows)", CarryKind::Rows},
-                                                                {" (cols)", CarryKind::Cols},
-                                                                {" (list sum)", CarryKind::ListSum},
-                                                                {" (list max)", CarryKind::ListMax}};
+constexpr std::pair<const char*, CarryKind> kCarrySuffixes[] = {
+    {" (rows)", CarryKind::Rows},        {" (cols)", CarryKind::Cols},          {" (list sum)", CarryKind::ListSum},
+    {" (list max)", CarryKind::ListMax}, {" (group sum)", CarryKind::GroupSum}, {" (group max)", CarryKind::GroupMax}};
 
 // "c0, c1 (rows), c2 (cols), c3 (list sum)": an axis sum's array or a list reduction says which.
 std::string carries_text(const KernelPlan& plan) {
@@ -147,12 +147,42 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
   return kp;
 }
 
-void combine_over_list(CarryKind kind, double* values, std::size_t count) {
+CarryKind list_carry_kind(Op op) {
+  switch (op) {
+  case Op::list_sum:
+    return CarryKind::ListSum;
+  case Op::list_max:
+    return CarryKind::ListMax;
+  case Op::group_sum:
+    return CarryKind::GroupSum;
+  default:
+    OPTJIT_ASSERT(op == Op::group_max, "list_carry_kind of an op that is no list reduction");
+    return CarryKind::GroupMax;
+  }
+}
+
+void combine_over_list(CarryKind kind, double* values, std::size_t count, const int64_t* groups) {
   OPTJIT_ASSERT(is_list_carry(kind), "combine_over_list of a carry that no list reduction made");
-  double total = kind == CarryKind::ListSum ? 0.0 : -std::numeric_limits<double>::infinity();
+  const bool sum = kind == CarryKind::ListSum || kind == CarryKind::GroupSum;
+  const double empty = sum ? 0.0 : -std::numeric_limits<double>::infinity();
+  const auto combine = [&](double total, double value) {
+    return sum ? total + value : max_propagating_nan(total, value);
+  };
+  if (!is_group_carry(kind)) {
+    double total = empty;
+    for (std::size_t t = 0; t < count; ++t)
+      total = combine(total, values[t]);
+    std::fill(values, values + count, total);
+    return;
+  }
+  OPTJIT_ASSERT(groups != nullptr || count == 0, "a group reduction combined without its entries' groups");
+  std::map<int64_t, double> totals; // each group's, its entries in list order
+  for (std::size_t t = 0; t < count; ++t) {
+    const auto at = totals.try_emplace(groups[t], empty).first;
+    at->second = combine(at->second, values[t]);
+  }
   for (std::size_t t = 0; t < count; ++t)
-    total = kind == CarryKind::ListSum ? total + values[t] : max_propagating_nan(total, values[t]);
-  std::fill(values, values + count, total);
+    values[t] = totals.at(groups[t]);
 }
 
 std::vector<std::size_t> list_carry_columns(const KernelPlan& plan) {
@@ -165,7 +195,7 @@ std::vector<std::size_t> list_carry_columns(const KernelPlan& plan) {
 
 void combine_each_over_list(std::vector<ListPartials>& pending) {
   for (ListPartials& p : pending)
-    combine_over_list(p.kind, p.values.data(), p.values.size());
+    combine_over_list(p.kind, p.values.data(), p.values.size(), p.groups.data());
 }
 
 std::size_t carry_index(const KernelPlan& plan, const std::string& name) {

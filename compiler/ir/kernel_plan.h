@@ -26,21 +26,27 @@ struct FusionPlan {
 };
 
 // A carried value: one per tensor, an axis sum's array (one value per row or per column of each tensor), or a list
-// reduction's value: one per tensor as its kernel stores it (the operand), combined over the list by the host when
-// that kernel has ended (a sum, or the largest, NaN-propagating; in list order), so every tensor then holds it.
-enum class CarryKind : uint8_t { PerTensor, Rows, Cols, ListSum, ListMax };
+// reduction's value: one per tensor as its kernel stores it (the operand), combined over the list (or over each
+// param group of it) by the host when that kernel has ended (a sum, or the largest, NaN-propagating; in list order),
+// so every tensor then holds its list's or group's value.
+enum class CarryKind : uint8_t { PerTensor, Rows, Cols, ListSum, ListMax, GroupSum, GroupMax };
 inline bool is_axis_carry(CarryKind kind) { return kind == CarryKind::Rows || kind == CarryKind::Cols; }
-inline bool is_list_carry(CarryKind kind) { return kind == CarryKind::ListSum || kind == CarryKind::ListMax; }
-// The carry kind of list reduction op `op` (list_sum, list_max).
-inline CarryKind list_carry_kind(Op op) { return op == Op::list_sum ? CarryKind::ListSum : CarryKind::ListMax; }
-// Combines `values` (one per tensor of the list, in list order) into every entry, as list carry `kind` says.
-void combine_over_list(CarryKind kind, double* values, std::size_t count);
+inline bool is_group_carry(CarryKind kind) { return kind == CarryKind::GroupSum || kind == CarryKind::GroupMax; }
+inline bool is_list_carry(CarryKind kind) {
+  return kind == CarryKind::ListSum || kind == CarryKind::ListMax || is_group_carry(kind);
+}
+// The carry kind of list reduction op `op` (list_sum, list_max, group_sum, group_max).
+CarryKind list_carry_kind(Op op);
+// Combines `values` (one per tensor of the list, in list order) into every entry, as list carry `kind` says: over
+// the whole list, or over the entries of each param group (`groups`: each entry's group) for a group carry.
+void combine_over_list(CarryKind kind, double* values, std::size_t count, const int64_t* groups);
 
 // A list reduction a run has reached: each list entry's operand, which the caller combines in place (over this list
-// alone, or over the lists of every bucket of a step, which then hands each its part back).
+// alone, or over the lists of every bucket of a step, which then hands each its part back), and its param group.
 struct ListPartials {
   CarryKind kind;
   std::vector<double> values;
+  std::vector<int64_t> groups;
 };
 // Combines each of `pending` over its own list alone.
 void combine_each_over_list(std::vector<ListPartials>& pending);

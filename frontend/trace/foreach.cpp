@@ -17,6 +17,8 @@ Sym max_of(Sym a) { return reduce(Op::reduce_max, a); }
 Sym foreach_norm(Sym a) { return sqrt(sum(a * a)); }
 Sym list_sum(Sym a) { return reduce(Op::list_sum, a); }
 Sym list_max(Sym a) { return reduce(Op::list_max, a); }
+Sym group_sum(Sym a) { return reduce(Op::group_sum, a); }
+Sym group_max(Sym a) { return reduce(Op::group_max, a); }
 
 bool Tracer::is_param_through_master(const std::string& slot) const {
   return !master_slot_.empty() && builder_.slot(slot).role == SlotRole::Param;

@@ -138,6 +138,10 @@ Sym foreach_norm(Sym a); // torch._foreach_norm(a): the L2 norm of each tensor, 
 // (groups whose options change them are refused when the step compiles).
 Sym list_sum(Sym a); // the sum over the list
 Sym list_max(Sym a); // the largest over the list, NaN-propagating
+// The same over each param group alone (its tensors in every bucket): per-group norms, such as clipping each group
+// by its own grad norm, sqrt(group_sum(sum(g * g))).
+Sym group_sum(Sym a); // the sum over the tensor's param group
+Sym group_max(Sym a); // the largest over the tensor's param group, NaN-propagating
 
 // torch._foreach_* with torch's evaluation order.
 Sym foreach_add(Sym self, Sym other, Sym alpha);          // self + alpha * other
