@@ -4,7 +4,9 @@
 // and its state dict round trip.
 #include "frontend/optim/adafactor.h"
 #include "helpers.h"
+#include "runtime/thread_pool.h"
 
+#include <algorithm>
 #include <limits>
 
 using namespace optjit;
@@ -71,6 +73,30 @@ TEST_CASE("adafactor: factored params take four kernels, the others two, and the
         CAPTURE(i);
         REQUIRE(runs[static_cast<std::size_t>(mode)][i] == doctest::Approx(runs[0][i]).epsilon(rtol));
       }
+  }
+}
+
+TEST_CASE("adafactor: row, column and RMS sums are bitwise the same for every thread count, compiled and eager") {
+  ThreadPool& pool = ThreadPool::global();
+  const int threads = pool.size();
+  for (const bool compiled : {true, false}) {
+    CAPTURE(compiled);
+    std::vector<std::vector<double>> runs;
+    for (int active : {1, 2, threads}) {
+      pool.set_active_threads(std::min(active, threads));
+      std::vector<Tensor> params = adafactor_params(Dtype::f32, 11);
+      params.push_back(random_params({{300, 257}}, Dtype::f32, 12)[0]); // many work items' worth of rows
+      auto opt = make_single_group("adafactor", params, {{"lr", {0.5}}, {"weight_decay", {0.1}}}, true);
+      std::optional<CompiledStep> step;
+      if (compiled)
+        step.emplace(compile(*opt));
+      for (int s = 0; s < 3; ++s)
+        step ? (*step)() : opt->step();
+      runs.push_back(values_of(params, *opt));
+    }
+    pool.set_active_threads(threads);
+    CHECK(runs[0] == runs[1]);
+    CHECK(runs[0] == runs[2]);
   }
 }
 
