@@ -102,6 +102,29 @@ TEST_CASE("registry: a user's optimizer registers by name and compiles, steps ea
               "register_optimizer: optjit already has an optimizer named Adam");
 }
 
+TEST_CASE("registry: a user's optimizer is guarded and dumped like a built-in") {
+  register_signum_once();
+  std::vector<Tensor> params = random_params({{40, 3}, {7}}, Dtype::f32, 6);
+  auto opt = make_optimizer("Signum", {ParamGroupSpec{params, {}}}, {{"lr", {0.1}}, {"foreach", {1}}});
+  CompiledStep step = compile(*opt);
+  step();
+  CHECK(step.dump(Stage::Traced).find("graph @signum f32") != std::string::npos);
+  CHECK(step.dump(Stage::Fused).find("1 kernel(s) per step") != std::string::npos);
+  CHECK(step.dump(Stage::LLVM).find("define void @signum_k0") != std::string::npos);
+  opt->param_groups()[0].set("lr", 0.05); // a value: no recompile
+  step();
+  CHECK(step.metrics().recompiles == 0);
+  // A group of f64 params: a structure the step has not compiled, which it compiles and says why.
+  std::vector<Tensor> more = random_params({{5}}, Dtype::f64, 7);
+  opt->add_param_group(ParamGroupSpec{more, {}});
+  step();
+  CHECK(step.metrics().recompiles == 1);
+  REQUIRE(step.metrics().recompile_reasons.size() == 1);
+  CHECK(!step.metrics().recompile_reasons[0].empty());
+  CHECK(step.kernel_count() == 2);
+  CHECK(more[0].to_vector() != random_params({{5}}, Dtype::f64, 7)[0].to_vector()); // stepped
+}
+
 TEST_CASE("registry: an optimizer without a forloop reference says so in forloop mode and changes nothing") {
   register_signum_once();
   auto params = random_params({{5}}, Dtype::f32, 1);
