@@ -71,10 +71,7 @@ std::string describe_pauses(const std::vector<std::vector<CarryKind>>& pauses) {
   std::string text;
   for (const std::vector<CarryKind>& pause : pauses)
     for (CarryKind kind : pause)
-      text += std::string(text.empty() ? "" : ", ") + (kind == CarryKind::ListSum    ? "list_sum"
-                                                       : kind == CarryKind::ListMax  ? "list_max"
-                                                       : kind == CarryKind::GroupSum ? "group_sum"
-                                                                                     : "group_max");
+      text += std::string(text.empty() ? "" : ", ") + std::string(op_name(list_reduction_op(kind)));
   return text.empty() ? "none" : text;
 }
 
@@ -402,7 +399,8 @@ struct CompiledStep::Impl {
         groups.clear();
         for (const std::vector<ListPartials>& bucket : pending) {
           all.insert(all.end(), bucket[r].values.begin(), bucket[r].values.end());
-          groups.insert(groups.end(), bucket[r].groups.begin(), bucket[r].groups.end());
+          if (bucket[r].groups)
+            groups.insert(groups.end(), bucket[r].groups->begin(), bucket[r].groups->end());
         }
         combine_over_list(pending[0][r].kind, all.data(), all.size(), groups.data());
         std::size_t at = 0; // each bucket's entries back, each with its list's or group's value

@@ -42,7 +42,6 @@ public:
   void bind(const ListArguments& args) override {
     const std::size_t n_carry = kernels_.front().plan.carries.size();
     n_tensors_ = static_cast<std::size_t>(args.n_tensors());
-    group_of_ = args.group_of;
     carry_.assign(std::max<std::size_t>(1, n_carry * n_tensors_), 0);
     for (BoundCpuKernel& k : kernels_) {
       k.binding.bind(k.plan, args, shape_);
@@ -90,8 +89,8 @@ private:
   void read_columns(const KernelPlan& plan, const std::vector<std::size_t>& columns,
                     std::vector<ListPartials>& into) const {
     for (std::size_t c : columns) {
-      ListPartials& p =
-          into.emplace_back(ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_), group_of_});
+      ListPartials& p = into.emplace_back(
+          ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_), &kernels_.front().binding.group_of()});
       for (std::size_t t = 0; t < n_tensors_; ++t)
         p.values[t] = std::bit_cast<double>(carry_[t * plan.carries.size() + c]);
     }
@@ -104,7 +103,6 @@ private:
   }
 
   std::size_t n_tensors_ = 0;
-  std::vector<int64_t> group_of_; // each list entry's param group (group reductions combine by it)
   LaunchShape shape_;
   std::vector<uint64_t> carry_;
   std::vector<std::vector<double>> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)

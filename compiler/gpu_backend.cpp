@@ -39,7 +39,6 @@ public:
     if (carry_.bytes() < carry_bytes)
       carry_ = DeviceBuffer(device_, carry_bytes);
     n_tensors_ = static_cast<std::size_t>(args.n_tensors());
-    group_of_ = args.group_of;
     const KernelPlan& first = kernels_.front().plan;
     if (axis_table_.bytes() < std::max<std::size_t>(8, first.carries.size() * 8))
       axis_table_ = DeviceBuffer(device_, std::max<std::size_t>(8, first.carries.size() * 8));
@@ -100,8 +99,8 @@ private:
     if (n_tensors_ > 0)
       cuda::copy_to_host(device_, host_carry_.data(), carry_.address(), host_carry_.size() * 8);
     for (std::size_t c : columns) {
-      ListPartials& p =
-          into.emplace_back(ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_), group_of_});
+      ListPartials& p = into.emplace_back(
+          ListPartials{plan.carry_kinds[c], std::vector<double>(n_tensors_), &kernels_.front().binding.group_of()});
       for (std::size_t t = 0; t < n_tensors_; ++t)
         p.values[t] = host_carry_[t * n_carry + c];
     }
@@ -122,7 +121,6 @@ private:
   DeviceBuffer axis_table_;        // u64 per carry: the address of its axis array, 0 for a per-tensor carry
   std::vector<DeviceBuffer> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)
   std::size_t n_tensors_ = 0;
-  std::vector<int64_t> group_of_;  // each list entry's param group (group reductions combine by it)
   std::vector<double> host_carry_; // advance(): the carry buffer's host copy while paused
 };
 

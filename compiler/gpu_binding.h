@@ -26,6 +26,8 @@ public:
   void bind(const KernelPlan& plan, const ListArguments& args, int device, uint64_t carry, uint64_t axis);
   // Rows (columns) of every tensor together: the length of the plan's array of a carried row (column) sum.
   int64_t axis_length(CarryKind kind) const { return host_.axis_length(kind); }
+  // Each list entry's param group, as bound.
+  const std::vector<int64_t>& group_of() const { return host_.group_of(); }
   // Points slot `slot` of list entry `tensor` at new device data of the same shape: in the host table at once, on
   // the device with the next launch (one asynchronous upload of the slot table, however many were repointed).
   void repoint(int slot, int64_t tensor, void* data);

@@ -31,19 +31,9 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
   std::vector<CarryKind> carry_kinds; // per carry: one value per tensor, or an array of a tensor's row or column sums
   const auto kind_of = [&](ValueId value) {
     const Op op = graph.node(value).op;
-    switch (op) {
-    case Op::row_sum:
-      return CarryKind::Rows;
-    case Op::col_sum:
-      return CarryKind::Cols;
-    case Op::list_sum:
-    case Op::list_max:
-    case Op::group_sum:
-    case Op::group_max:
+    if (op_has_trait(op, kListReduction))
       return list_carry_kind(op);
-    default:
-      return CarryKind::PerTensor;
-    }
+    return op == Op::row_sum ? CarryKind::Rows : op == Op::col_sum ? CarryKind::Cols : CarryKind::PerTensor;
   };
   for (const Store& s : graph.stores)
     if (s.kind == StoreKind::Carry) {

@@ -412,7 +412,7 @@ bool Interpretation::advance(std::vector<ListPartials>& pending) {
     if (op_has_trait(n.op, kListReduction)) {
       pending.push_back({list_carry_kind(n.op),
                          std::get<PerTensorValues>(st.values[static_cast<std::size_t>(n.inputs[0])]),
-                         st.args.group_of});
+                         &st.args.group_of});
       st.paused = id;
       return true;
     }

@@ -147,18 +147,24 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
   return kp;
 }
 
+// Each list reduction op and the carry kind it makes.
+constexpr std::pair<Op, CarryKind> kListReductions[] = {{Op::list_sum, CarryKind::ListSum},
+                                                        {Op::list_max, CarryKind::ListMax},
+                                                        {Op::group_sum, CarryKind::GroupSum},
+                                                        {Op::group_max, CarryKind::GroupMax}};
+
 CarryKind list_carry_kind(Op op) {
-  switch (op) {
-  case Op::list_sum:
-    return CarryKind::ListSum;
-  case Op::list_max:
-    return CarryKind::ListMax;
-  case Op::group_sum:
-    return CarryKind::GroupSum;
-  default:
-    OPTJIT_ASSERT(op == Op::group_max, "list_carry_kind of an op that is no list reduction");
-    return CarryKind::GroupMax;
-  }
+  for (const auto& [reduction, kind] : kListReductions)
+    if (reduction == op)
+      return kind;
+  OPTJIT_ASSERT(false, "list_carry_kind of " + std::string(op_name(op)) + ", which is no list reduction");
+}
+
+Op list_reduction_op(CarryKind kind) {
+  for (const auto& [reduction, made] : kListReductions)
+    if (made == kind)
+      return reduction;
+  OPTJIT_ASSERT(false, "list_reduction_op of a carry that no list reduction makes");
 }
 
 void combine_over_list(CarryKind kind, double* values, std::size_t count, const int64_t* groups) {
@@ -195,7 +201,7 @@ std::vector<std::size_t> list_carry_columns(const KernelPlan& plan) {
 
 void combine_each_over_list(std::vector<ListPartials>& pending) {
   for (ListPartials& p : pending)
-    combine_over_list(p.kind, p.values.data(), p.values.size(), p.groups.data());
+    combine_over_list(p.kind, p.values.data(), p.values.size(), p.groups ? p.groups->data() : nullptr);
 }
 
 std::size_t carry_index(const KernelPlan& plan, const std::string& name) {

@@ -35,18 +35,20 @@ inline bool is_group_carry(CarryKind kind) { return kind == CarryKind::GroupSum 
 inline bool is_list_carry(CarryKind kind) {
   return kind == CarryKind::ListSum || kind == CarryKind::ListMax || is_group_carry(kind);
 }
-// The carry kind of list reduction op `op` (list_sum, list_max, group_sum, group_max).
+// The carry kind of list reduction op `op` (list_sum, list_max, group_sum, group_max), and the op of such a kind.
 CarryKind list_carry_kind(Op op);
+Op list_reduction_op(CarryKind kind);
 // Combines `values` (one per tensor of the list, in list order) into every entry, as list carry `kind` says: over
 // the whole list, or over the entries of each param group (`groups`: each entry's group) for a group carry.
 void combine_over_list(CarryKind kind, double* values, std::size_t count, const int64_t* groups);
 
 // A list reduction a run has reached: each list entry's operand, which the caller combines in place (over this list
-// alone, or over the lists of every bucket of a step, which then hands each its part back), and its param group.
+// alone, or over the lists of every bucket of a step, which then hands each its part back), and each entry's param
+// group (the run's bound arguments', alive while it is paused; a list carry alone may go without).
 struct ListPartials {
   CarryKind kind;
   std::vector<double> values;
-  std::vector<int64_t> groups;
+  const std::vector<int64_t>* groups = nullptr;
 };
 // Combines each of `pending` over its own list alone.
 void combine_each_over_list(std::vector<ListPartials>& pending);
