@@ -531,25 +531,28 @@ void Optimizer::check_step() const {
 }
 
 void Optimizer::check_params_distinct() const {
-  // The params with grads and their tensor state (not the per-tensor scalars), and their layouts: unchanged since the
-  // last check (an eager step calls it every step), it holds still.
-  std::vector<Tensor> stepping;
-  std::vector<std::pair<int64_t, std::string>> labels; // (param, state entry or "" for the param itself)
+  // visit(tensor, param, state entry or "" for the param itself) for each param with a grad and its tensor state
+  // (not the per-tensor scalars).
+  const auto for_each_stepping = [&](const auto& visit) {
+    for (int64_t i = 0; i < param_count(); ++i)
+      if (const Tensor& p = flat_param(i); p.impl()->grad) {
+        visit(p, i, std::string());
+        for (const auto& [key, t] : flat_state(i))
+          if (t.defined() && t.dim() > 0)
+            visit(t, i, key);
+      }
+  };
+  // Their layouts unchanged since the last check (an eager step calls it every step), it holds still.
   std::vector<uint64_t> layouts = {state_version_};
-  for (int64_t i = 0; i < param_count(); ++i)
-    if (const Tensor& p = flat_param(i); p.impl()->grad) {
-      stepping.push_back(p);
-      labels.emplace_back(i, "");
-      for (const auto& [key, t] : flat_state(i))
-        if (t.defined() && t.dim() > 0) {
-          stepping.push_back(t);
-          labels.emplace_back(i, key);
-        }
-    }
-  for (const Tensor& t : stepping)
-    layouts.push_back(t.impl()->layout_id);
+  for_each_stepping([&](const Tensor& t, int64_t, const std::string&) { layouts.push_back(t.impl()->layout_id); });
   if (layouts == distinct_params_checked_)
     return;
+  std::vector<Tensor> stepping;
+  std::vector<std::pair<int64_t, std::string>> labels; // (param, state entry or "" for the param itself)
+  for_each_stepping([&](const Tensor& t, int64_t param, const std::string& key) {
+    stepping.push_back(t);
+    labels.emplace_back(param, key);
+  });
   if (const auto pair = first_shared_memory(stepping)) {
     const Tensor &a = stepping[pair->first], &b = stepping[pair->second];
     const auto name = [&](std::size_t k) {
