@@ -18,17 +18,11 @@ struct Span {
 template <class Visit> void for_each_element_offset(const Tensor& t, Visit visit) {
   const Shape& shape = t.shape();
   const int64_t size = static_cast<int64_t>(dtype_size(t.dtype()));
-  std::vector<int64_t> index(shape.size(), 0);
-  for (int64_t k = 0, offset = 0; k < t.numel(); ++k) {
-    visit(offset * size);
-    for (std::size_t d = shape.size(); d-- > 0;) { // the next index, last dimension fastest
-      offset += t.strides()[d];
-      if (++index[d] < shape[d])
-        break;
-      offset -= index[d] * t.strides()[d];
-      index[d] = 0;
-    }
-  }
+  const int64_t n = shape.empty() ? 1 : shape.back(), step = shape.empty() ? 0 : t.strides().back();
+  for_each_row<1>(shape, {&t.strides()}, [&](const std::array<int64_t, 1>& at) {
+    for (int64_t j = 0; j < n; ++j)
+      visit((at[0] + j * step) * size);
+  });
 }
 
 // Whether tensor `t` holds the byte at `address`.

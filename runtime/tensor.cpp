@@ -428,8 +428,8 @@ void Tensor::copy_from(const Tensor& source) const {
   copy_strided(source);
 }
 
-// Element by element in both layouts (the same dtype and shape): an odometer over the outer dimensions and a tight
-// loop over the last, each element moved as its bytes (a fixed-size memcpy: one load and one store). A staged param
+// Element by element in both layouts (the same dtype and shape): row by row (for_each_row) and a tight loop over
+// each row, each element moved as its bytes (a fixed-size memcpy: one load and one store). A staged param
 // with gaps is copied in and out at memory speed, not through item() and set_item().
 void Tensor::copy_strided(const Tensor& source) const {
   const Shape& sizes = shape();
@@ -439,21 +439,12 @@ void Tensor::copy_strided(const Tensor& source) const {
   const auto* from = static_cast<const unsigned char*>(source.data());
   const int64_t n = sizes[last], to_step = strides()[last] * element, from_step = source.strides()[last] * element;
   const auto rows = [&]<std::size_t Size>() {
-    std::vector<int64_t> index(sizes.size(), 0);
-    int64_t to_at = 0, from_at = 0;
-    for (int64_t row = 0, count = numel() / n; row < count; ++row) {
+    for_each_row<2>(sizes, {&strides(), &source.strides()}, [&](const std::array<int64_t, 2>& at) {
+      unsigned char* to_row = to + at[0] * element;
+      const unsigned char* from_row = from + at[1] * element;
       for (int64_t j = 0; j < n; ++j)
-        std::memcpy(to + to_at + j * to_step, from + from_at + j * from_step, Size);
-      for (std::size_t d = last; d-- > 0;) { // the next row, the dimension before the last fastest
-        to_at += strides()[d] * element;
-        from_at += source.strides()[d] * element;
-        if (++index[d] < sizes[d])
-          break;
-        to_at -= index[d] * strides()[d] * element;
-        from_at -= index[d] * source.strides()[d] * element;
-        index[d] = 0;
-      }
-    }
+        std::memcpy(to_row + j * to_step, from_row + j * from_step, Size);
+    });
   };
   switch (element) {
   case 2:

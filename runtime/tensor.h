@@ -6,6 +6,7 @@
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -134,5 +135,31 @@ private:
   int64_t offset_of(int64_t index) const; // row-major index -> element offset from data()
   std::shared_ptr<TensorImpl> impl_;
 };
+
+// Calls visit(offsets) once per row of `shape` (each index of every dimension but the last, in row-major order),
+// with the element offset of the row's first element under each of `strides` (one layout per tensor walked
+// together); the caller walks the row by the last dimension's stride. A 0-d shape is one row; a shape with an empty
+// dimension but the last has none.
+template <std::size_t N, class Visit>
+void for_each_row(const Shape& shape, const std::array<const Shape*, N>& strides, const Visit& visit) {
+  const std::size_t outer = shape.empty() ? 0 : shape.size() - 1;
+  int64_t rows = 1;
+  for (std::size_t d = 0; d < outer; ++d)
+    rows *= shape[d];
+  std::vector<int64_t> index(outer, 0);
+  std::array<int64_t, N> at{};
+  for (int64_t row = 0; row < rows; ++row) {
+    visit(at);
+    for (std::size_t d = outer; d-- > 0;) { // the next row, the dimension before the last fastest
+      for (std::size_t k = 0; k < N; ++k)
+        at[k] += (*strides[k])[d];
+      if (++index[d] < shape[d])
+        break;
+      for (std::size_t k = 0; k < N; ++k)
+        at[k] -= index[d] * (*strides[k])[d];
+      index[d] = 0;
+    }
+  }
+}
 
 } // namespace optjit
