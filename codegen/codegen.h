@@ -52,7 +52,9 @@ HostDeviceMath device_math_on_host();
 
 // How an emulated block's threads run (codegen/gpu_emulation.cpp): concurrently, meeting at a real barrier; or in
 // turns, one thread at a time between barriers, in thread order and in reverse order alternately, so that a missing
-// barrier shows as a wrong value every time (slower: a thread switch per thread and barrier).
+// barrier shows as a wrong value every time (slower: a thread switch per thread and barrier). Blocks run one after
+// another: in block order concurrently, in reverse block order in turns, so that a block that writes what a later
+// block of the same tensor still reads shows in one of the two.
 enum class EmulatedSchedule { Concurrent, InTurns };
 
 // A GPU kernel compiled for the host CPU (the same emitted kernel, its thread registers and barrier answered by the

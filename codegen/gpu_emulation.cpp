@@ -1,11 +1,11 @@
 // GPU kernels on host threads: each block's threads are host threads, and blocks run one after another, so the
 // kernel's shared memory (one host array) is never used by two blocks at once, and the done counters and partials
-// that the GPU's blocks hand each other through global memory are seen in block order, one of the orders a GPU
-// allows. A block's threads run either concurrently, meeting at a real barrier (the kernel's bar.sync), or in turns:
-// one thread at a time from one barrier to the next, in thread order between two barriers and in reverse order
-// between the next two, alternately. In turns, a write that a missing barrier would let race with another thread's
-// read happens before that read in one of the two orders, every time, instead of by the chance of a schedule; it
-// costs a thread switch per thread and barrier.
+// that the GPU's blocks hand each other through global memory are seen in block order (or in reverse, in turns),
+// orders a GPU allows. A block's threads run either concurrently, meeting at a real barrier (the kernel's bar.sync), or
+// in turns: one thread at a time from one barrier to the next, in thread order between two barriers and in reverse
+// order between the next two, alternately. In turns, a write that a missing barrier would let race with another
+// thread's read happens before that read in one of the two orders, every time, instead of by the chance of a schedule;
+// it costs a thread switch per thread and barrier.
 #include "codegen/gpu_emulation.h"
 #include "codegen/codegen.h"
 #include "runtime/error.h"
@@ -100,10 +100,10 @@ void EmulatedGpuKernel::launch(unsigned grid, unsigned threads, const GpuKernelP
       block_barrier = in_turns ? nullptr : &concurrent;
       if (in_turns)
         turns.wait(k);
-      for (unsigned block = 0; block < grid; ++block) {
-        block_index = block;
+      for (unsigned k = 0; k < grid; ++k) {
+        block_index = in_turns ? grid - 1 - k : k;
         entry_(&params);
-        if (block + 1 < grid)
+        if (k + 1 < grid)
           barrier(); // the block has ended before the next begins
       }
       if (in_turns)

@@ -410,12 +410,12 @@ public:
   }
 
   // What every GPU kernel ends with: the block's reductions, then the last block of the tensor writes its scalar
-  // state and carried values.
-  void end_gpu_kernel(IRBuilder<>& b, const GpuEntry& e) {
+  // state and carried values (after `last_block`, which every thread of that block runs, when given).
+  void end_gpu_kernel(IRBuilder<>& b, const GpuEntry& e, const std::function<void()>& last_block = {}) {
     std::vector<Value*> block_partials = emit_block_reduction(b, e.fn, e.thread_acc, e.thread, e.threads);
-    emit_gpu_per_tensor_stores(b, e.fn, e.values, e.in,
-                               {e.param(GpuParam::items_of_tensor), e.param(GpuParam::done), e.thread},
-                               {e.block, block_partials, e.param(GpuParam::partials), e.param(GpuParam::first_item)});
+    emit_gpu_per_tensor_stores(
+        b, e.fn, e.values, e.in, {e.param(GpuParam::items_of_tensor), e.param(GpuParam::done), e.thread},
+        {e.block, block_partials, e.param(GpuParam::partials), e.param(GpuParam::first_item)}, last_block);
     b.CreateRetVoid();
   }
 
@@ -448,18 +448,23 @@ public:
     end_gpu_kernel(b, e);
   }
 
-  // The GPU kernel of a plan that reads or writes rows and columns: one block per tensor (its one work item), in
-  // two sweeps, so that every sum has an order fixed by the tensor's shape and the block's size, and a row or column
-  // is written only after every element has read its old value.
-  //   Column sweep (kernels with column sums): a thread per column, its rows in order. It evaluates each element
-  //   for the sums and stores nothing. A barrier follows.
+  // The GPU kernel of a plan that reads or writes rows and columns: a block per item of whole rows
+  // (runtime/work_items.h's make_axis_work_items), in two sweeps over the item's rows, so that every sum has an order
+  // fixed by the tensor's shape and the block's size, and a row or column is written only after every element has
+  // read its old value.
+  //   Column sweep (kernels with column sums): a thread per column of the item, its rows in order. It evaluates each
+  //   element for the sums and stores nothing. A barrier follows. An item of whole matrices writes its column sums;
+  //   a piece of a matrix writes them as partials to the column scratch.
   //   Row sweep (kernels with row sums, per-tensor reductions or stores): a group of min(n, 32) lanes per row (a
   //   warp, or a part of one for rows shorter than 32), in rounds of one row per group; the lanes take every
   //   width-th column. A round runs its rows in two stages, each ended by a barrier: first the rows that are not
   //   the last of their matrix, then those that are. Elements store their tensor slots as they go, and a matrix's
-  //   last row its columns slots (each column's other rows were read in earlier stages). After a stage's barrier,
+  //   last row its columns slots (each column's other rows were read in earlier stages; a piece of a matrix keeps
+  //   them in the column scratch instead, as other pieces may not have read them yet). After a stage's barrier,
   //   the group's lane 0 adds its lanes' sums in lane order (through shared memory, double buffered by stage), and
   //   the lane that had the row's last column writes its rows slots.
+  //   Last item of a cut tensor (the whole block): each column's partials added in piece order, and the pending
+  //   columns stores written.
   void emit_gpu_axis_kernel(const std::string& symbol) {
     IRBuilder<> b(ctx_);
     GpuEntry e = begin_gpu_kernel(b, symbol);
@@ -468,32 +473,105 @@ public:
     const auto extent_of = [&](int64_t k) {
       return b.CreateLoad(i64_, b.CreateGEP(i64_, matrix, b.CreateAdd(b.CreateMul(t, b.getInt64(3)), b.getInt64(k))));
     };
-    const auto base_of = [&](GpuParam p, Value* index) {
+    const auto load_at = [&](GpuParam p, Value* index) {
       return b.CreateLoad(i64_, b.CreateGEP(i64_, e.param(p), index));
     };
-    Value* col_base = base_of(GpuParam::col_base, t);
-    axis_ = AxisIndex{extent_of(0), extent_of(1), base_of(GpuParam::row_base, t), col_base, e.param(GpuParam::axis)};
-    Value* rows = row_count(b, extent_of(2), axis_->n);
-    Value* columns = b.CreateSub(base_of(GpuParam::col_base, b.CreateAdd(t, b.getInt64(1))), col_base);
-    bool col_sums = false, row_sums = false;
+    Value* col_base = load_at(GpuParam::col_base, t);
+    axis_ = AxisIndex{extent_of(0), extent_of(1), load_at(GpuParam::row_base, t), col_base, e.param(GpuParam::axis)};
+    AxisItem item;
+    Value* n = b.CreateSelect(b.CreateICmpSGT(axis_->n, b.getInt64(0)), axis_->n, b.getInt64(1)); // no rows: any n
+    item.first_row = b.CreateSDiv(e.item.begin, n);
+    item.end_row = b.CreateSDiv(e.item.end, n);
+    item.columns = b.CreateSub(load_at(GpuParam::col_base, b.CreateAdd(t, b.getInt64(1))), col_base);
+    item.pieces = load_at(GpuParam::col_split, b.CreateMul(t, b.getInt64(2)));
+    item.split = b.CreateICmpSGT(item.pieces, b.getInt64(1));
+    Value* m = b.CreateSelect(b.CreateICmpSGT(axis_->m, b.getInt64(0)), axis_->m, b.getInt64(1));
+    Value* item_in_tensor = b.CreateSub(e.block, load_at(GpuParam::first_item, t));
+    item.piece = b.CreateSub(item_in_tensor, b.CreateMul(b.CreateSDiv(item.first_row, m), item.pieces));
+    item.scratch = b.CreateGEP(b.getDoubleTy(), b.CreateAddrSpaceCast(e.param(GpuParam::col_scratch), e.global),
+                               load_at(GpuParam::col_split, b.CreateAdd(b.CreateMul(t, b.getInt64(2)), b.getInt64(1))));
+    const ColumnSplit split = column_split(plan_);
+    bool row_sums = false;
     for (ValueId id : axis_reductions_)
-      (graph_.node(id).op == Op::col_sum ? col_sums : row_sums) = true;
+      row_sums |= graph_.node(id).op == Op::row_sum;
     bool stores = false;
     for (const Store& s : graph_.stores)
       stores |= s.kind == StoreKind::Tensor;
-    if (col_sums) {
-      emit_gpu_column_sweep(b, e, columns);
+    if (split.sums > 0) {
+      emit_gpu_column_sweep(b, e, item);
       gpu_barrier(b);
     }
     if (row_sums || stores || reduction_count() > 0)
-      emit_gpu_row_sweep(b, e, rows);
+      emit_gpu_row_sweep(b, e, item);
+    if (split.sums + split.stores == 0) {
+      axis_.reset();
+      end_gpu_kernel(b, e);
+      return;
+    }
+    end_gpu_kernel(b, e, [&] {
+      emit_if(b, item.split, "columns", [&] {
+        emit_loop(b, e.thread, item.columns, e.threads, "columns.combine",
+                  [&](Value* column) { emit_column_finish(b, e, item, column); });
+      });
+    });
     axis_.reset();
-    end_gpu_kernel(b, e);
   }
 
-  // A thread per column of the tensor (counted over its matrices, as col_base counts them), its rows in order: each
-  // column sum in element order, stored once.
-  void emit_gpu_column_sweep(IRBuilder<>& b, const GpuEntry& e, Value* columns) {
+  // The rows a GPU axis kernel's block walks (its item) and how its tensor is cut (emit_gpu_axis_kernel).
+  struct AxisItem {
+    Value* first_row; // the item's rows in the tensor: [first_row, end_row)
+    Value* end_row;
+    Value* columns; // the tensor's columns, over its matrices
+    Value* pieces;  // the items each matrix is cut into
+    Value* split;   // pieces > 1: the item is a piece of one matrix
+    Value* piece;   // which piece (when split)
+    Value* scratch; // the tensor's region of the column scratch (f64)
+  };
+  // Column sum number `k` (of the kernel's col_sum nodes): piece `piece`'s partial at tensor column `column`.
+  Value* column_partial(IRBuilder<>& b, const AxisItem& item, int64_t k, Value* piece, Value* column) {
+    Value* row = b.CreateAdd(b.CreateMul(b.getInt64(k), item.pieces), piece);
+    return b.CreateGEP(b.getDoubleTy(), item.scratch, b.CreateAdd(b.CreateMul(row, item.columns), column));
+  }
+  // Columns store number `k` (of the kernel's tensor stores to columns slots): its pending value at `column`.
+  Value* column_pending(IRBuilder<>& b, const AxisItem& item, int64_t k, Value* column) {
+    Value* row = b.CreateAdd(b.CreateMul(b.getInt64(column_split(plan_).sums), item.pieces), b.getInt64(k));
+    return b.CreateGEP(b.getDoubleTy(), item.scratch, b.CreateAdd(b.CreateMul(row, item.columns), column));
+  }
+  // The last item of a cut tensor, at tensor column `column`: each column sum over the pieces in piece order, and
+  // each pending columns store written to its slot.
+  void emit_column_finish(IRBuilder<>& b, const GpuEntry& e, const AxisItem& item, Value* column) {
+    axis_->col = column;
+    IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
+    int64_t k = 0;
+    for (ValueId id : axis_reductions_) {
+      if (graph_.node(id).op != Op::col_sum)
+        continue;
+      llvm::AllocaInst* sum = entry.CreateAlloca(b.getDoubleTy());
+      b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
+      emit_loop(b, b.getInt64(0), item.pieces, b.getInt64(1), "columns.piece", [&](Value* piece) {
+        Value* partial = b.CreateLoad(b.getDoubleTy(), column_partial(b, item, k, piece, column));
+        b.CreateStore(b.CreateFAdd(b.CreateLoad(b.getDoubleTy(), sum), partial), sum);
+      });
+      b.CreateStore(b.CreateLoad(b.getDoubleTy(), sum), axis_array_address(b, carry_of_reduction(id), SlotKind::Cols));
+      ++k;
+    }
+    k = 0;
+    for (const Store& s : graph_.stores) {
+      if (s.kind != StoreKind::Tensor || graph_.slot(s.name)->kind != SlotKind::Cols)
+        continue;
+      const int slot = index_in(plan_.abi.tensor_slots, s.name);
+      const Dtype storage = tensor_slot_dtype(slot);
+      Value* value = b.CreateFPCast(b.CreateLoad(b.getDoubleTy(), column_pending(b, item, k, column)), element_type());
+      b.CreateAlignedStore(to_storage(b, value, storage), slot_address(b, e.bases, slot, nullptr),
+                           llvm::Align(dtype_size(storage)));
+      ++k;
+    }
+    axis_->col = nullptr;
+  }
+
+  // A thread per column of the item's matrices (counted over the tensor's matrices, as col_base counts them), the
+  // item's rows of it in order: each column sum in element order, stored once (a partial, when the item is a piece).
+  void emit_gpu_column_sweep(IRBuilder<>& b, const GpuEntry& e, const AxisItem& item) {
     IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
     std::vector<llvm::AllocaInst*> sums(axis_reductions_.size(), nullptr);
     for (std::size_t k = 0; k < axis_reductions_.size(); ++k)
@@ -501,29 +579,42 @@ public:
         sums[k] = entry.CreateAlloca(b.getDoubleTy());
     Value* m = axis_->m;
     Value* n = axis_->n;
-    emit_loop(b, e.thread, columns, e.threads, "column", [&](Value* column) {
-      Value* in_matrix = b.CreateSDiv(column, n); // n > 0: the tensor has columns
+    // The item's matrices: [first_row / m, ceil(end_row / m)), none for an empty item (m, n > 0 otherwise).
+    Value* empty = b.CreateICmpEQ(item.first_row, item.end_row);
+    Value* safe_m = b.CreateSelect(empty, b.getInt64(1), m);
+    Value* first = b.CreateMul(b.CreateSDiv(item.first_row, safe_m), n);
+    Value* last = b.CreateMul(b.CreateSDiv(b.CreateAdd(item.end_row, b.CreateSub(safe_m, b.getInt64(1))), safe_m), n);
+    last = b.CreateSelect(empty, first, last);
+    emit_loop(b, b.CreateAdd(first, e.thread), last, e.threads, "column", [&](Value* column) {
+      Value* in_matrix = b.CreateSDiv(column, n);
       Value* c = b.CreateSub(column, b.CreateMul(in_matrix, n));
-      Value* start = b.CreateAdd(b.CreateMul(b.CreateMul(in_matrix, m), n), c);
+      Value* matrix_row = b.CreateMul(in_matrix, m);
+      Value* rows_begin = b.CreateSelect(b.CreateICmpSGT(item.first_row, matrix_row), item.first_row, matrix_row);
+      Value* matrix_end = b.CreateAdd(matrix_row, m);
+      Value* rows_end = b.CreateSelect(b.CreateICmpSLT(item.end_row, matrix_end), item.end_row, matrix_end);
       for (llvm::AllocaInst* sum : sums)
         if (sum)
           b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
-      emit_loop(b, b.getInt64(0), m, b.getInt64(1), "column.row", [&](Value* r) {
-        set_axis_position(b, b.CreateAdd(b.CreateMul(in_matrix, m), r), in_matrix, r, c);
-        const std::vector<Value*> values = evaluate_gpu_element(b, e, b.CreateAdd(start, b.CreateMul(r, n)));
+      emit_loop(b, rows_begin, rows_end, b.getInt64(1), "column.row", [&](Value* row) {
+        set_axis_position(b, row, in_matrix, b.CreateSub(row, matrix_row), c);
+        const std::vector<Value*> values = evaluate_gpu_element(b, e, b.CreateAdd(b.CreateMul(row, n), c));
         add_axis_sums(b, values, sums);
       });
       set_axis_position(b, nullptr, in_matrix, nullptr, c);
-      for (std::size_t k = 0; k < sums.size(); ++k)
-        if (sums[k])
-          b.CreateStore(b.CreateLoad(b.getDoubleTy(), sums[k]),
-                        axis_array_address(b, carry_of_reduction(axis_reductions_[k]), SlotKind::Cols));
+      int64_t k = 0;
+      for (std::size_t r = 0; r < sums.size(); ++r) {
+        if (!sums[r])
+          continue;
+        Value* whole = axis_array_address(b, carry_of_reduction(axis_reductions_[r]), SlotKind::Cols);
+        Value* partial = column_partial(b, item, k++, item.piece, column);
+        b.CreateStore(b.CreateLoad(b.getDoubleTy(), sums[r]), b.CreateSelect(item.split, partial, whole));
+      }
     });
     clear_axis_position();
   }
 
-  // Rows of the tensor in rounds of one row per lane group, each round in two stages (emit_gpu_axis_kernel).
-  void emit_gpu_row_sweep(IRBuilder<>& b, const GpuEntry& e, Value* rows) {
+  // The item's rows in rounds of one row per lane group, each round in two stages (emit_gpu_axis_kernel).
+  void emit_gpu_row_sweep(IRBuilder<>& b, const GpuEntry& e, const AxisItem& item) {
     IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
     RowSweep sweep;
     for (std::size_t k = 0; k < axis_reductions_.size(); ++k)
@@ -566,11 +657,12 @@ public:
     Value* rows_per_round = b.CreateMul(b.CreateLShr(e.threads, 5), rows_per_warp);
     Value* first_row = b.CreateAdd(b.CreateMul(b.CreateLShr(e.thread, 5), rows_per_warp), group);
     Value* grouped = b.CreateICmpSLT(group, rows_per_warp);
+    Value* rows = b.CreateSub(item.end_row, item.first_row);
     Value* rounds = b.CreateSDiv(b.CreateAdd(rows, b.CreateSub(rows_per_round, b.getInt64(1))), rows_per_round);
     Value* last_lane = b.CreateSRem(b.CreateSub(n, b.getInt64(1)), width); // the lane of a row's last column
     emit_loop(b, b.getInt64(0), rounds, b.getInt64(1), "round", [&](Value* round) {
-      Value* row = b.CreateAdd(b.CreateMul(round, rows_per_round), first_row);
-      Value* valid = b.CreateAnd(grouped, b.CreateICmpSLT(row, rows));
+      Value* row = b.CreateAdd(item.first_row, b.CreateAdd(b.CreateMul(round, rows_per_round), first_row));
+      Value* valid = b.CreateAnd(grouped, b.CreateICmpSLT(row, item.end_row));
       Value* in_matrix = b.CreateSDiv(row, m); // m > 0: the tensor has rows
       Value* row_in_matrix = b.CreateSub(row, b.CreateMul(in_matrix, m));
       Value* last_row = b.CreateICmpEQ(row_in_matrix, b.CreateSub(m, b.getInt64(1)));
@@ -586,7 +678,7 @@ public:
             const std::vector<Value*> values = evaluate_gpu_element(b, e, j);
             accumulate(b, values, e.thread_acc);
             add_axis_sums(b, values, sweep.lane_sums);
-            store_gpu_element(b, e, values, j, /*columns=*/stage == 1, sweep.pending);
+            store_gpu_element(b, e, values, j, stage == 1 ? &item : nullptr, sweep.pending);
           });
           for (std::size_t r = 0; r < sweep.row_sums.size(); ++r)
             b.CreateStore(b.CreateLoad(b.getDoubleTy(), sweep.lane_sums[sweep.row_sums[r]]),
@@ -657,10 +749,12 @@ public:
       }
   }
 
-  // The row sweep's stores of element j: its tensor slots; its columns slots when `columns` (a matrix's last row);
-  // its rows slots' values kept in `pending`, written after the stage's barrier.
-  void store_gpu_element(IRBuilder<>& b, const GpuEntry& e, const std::vector<Value*>& values, Value* j, bool columns,
-                         const std::vector<llvm::AllocaInst*>& pending) {
+  // The row sweep's stores of element j: its tensor slots; its columns slots when `last_row` gives the item (a
+  // matrix's last row: to the slot, or to the column scratch when the item is a piece of the matrix); its rows slots'
+  // values kept in `pending`, written after the stage's barrier.
+  void store_gpu_element(IRBuilder<>& b, const GpuEntry& e, const std::vector<Value*>& values, Value* j,
+                         const AxisItem* last_row, const std::vector<llvm::AllocaInst*>& pending) {
+    int64_t columns_store = 0;
     for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
       const Store& s = graph_.stores[k];
       if (s.kind != StoreKind::Tensor)
@@ -671,8 +765,15 @@ public:
       const SlotKind kind = graph_.slot(s.name)->kind;
       if (kind == SlotKind::Rows) {
         b.CreateStore(stored, pending[k]);
-      } else if (kind == SlotKind::Tensor || columns) {
+      } else if (kind == SlotKind::Tensor) {
         b.CreateAlignedStore(stored, slot_address(b, e.bases, slot, j), llvm::Align(dtype_size(storage)));
+      } else if (last_row) {
+        Value* kept = b.CreateFPCast(values[static_cast<std::size_t>(s.value)], b.getDoubleTy());
+        Value* at = column_pending(b, *last_row, columns_store++, axis_index(SlotKind::Cols));
+        emit_if(b, last_row->split, "column.keep", [&] { b.CreateStore(kept, at); });
+        emit_if(b, b.CreateNot(last_row->split), "column.store", [&] {
+          b.CreateAlignedStore(stored, slot_address(b, e.bases, slot, j), llvm::Align(dtype_size(storage)));
+        });
       }
     }
   }
@@ -908,63 +1009,78 @@ private:
 
   // After the block's elements: thread 0 counts the item as done; the block that finishes tensor t's last item
   // (every other block of t has read the old scalar state by then) writes the new one and the carried values, and
-  // resets the count.
+  // resets the count. With `last_block`, every thread of that block first runs it (the count is shared with the
+  // block through shared memory), having published its own writes before the count.
   void emit_gpu_per_tensor_stores(IRBuilder<>& b, llvm::Function* fn, const std::vector<Value*>& values,
                                   const PerTensorInputs& in, const BlockCount& count_in,
-                                  const BlockReductions& reductions) {
+                                  const BlockReductions& reductions, const std::function<void()>& last_block) {
     bool any = false;
     for (const Store& s : graph_.stores)
       any |= s.kind != StoreKind::Tensor;
-    if (!any)
+    if (!any && !last_block)
       return;
+    if (last_block)
+      gpu_fence(b); // this thread's writes that the last block reads, before thread 0's count
     gpu_barrier(b);
-    auto* count = llvm::BasicBlock::Create(ctx_, "count", fn);
-    auto* write = llvm::BasicBlock::Create(ctx_, "write_scalar_state", fn);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn);
-    b.CreateCondBr(b.CreateICmpEQ(count_in.thread, b.getInt64(0)), count, exit);
-    b.SetInsertPoint(count);
     const auto partial_at = [&](Value* item, std::size_t r) {
       Value* index = b.CreateAdd(b.CreateMul(item, b.getInt64(static_cast<int64_t>(reductions.values.size()))),
                                  b.getInt64(static_cast<int64_t>(r)));
       return b.CreateGEP(b.getDoubleTy(), reductions.partials, index);
     };
-    for (std::size_t r = 0; r < reductions.values.size(); ++r) // published before the count, by the membar
-      b.CreateStore(reductions.values[r], partial_at(reductions.block, r));
-    gpu_fence(b);
     Value* counter = b.CreateGEP(b.getInt32Ty(), count_in.done, in.t);
-    Value* before = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt32(1), llvm::MaybeAlign(4),
-                                      llvm::AtomicOrdering::Monotonic);
-    Value* total = b.CreateLoad(i64_, b.CreateGEP(i64_, count_in.items_of_tensor, in.t));
-    Value* is_last = b.CreateICmpEQ(b.CreateAdd(b.CreateZExt(before, i64_), b.getInt64(1)), total);
-    b.CreateCondBr(is_last, write, exit);
-    b.SetInsertPoint(write);
-    gpu_fence(b);
-    emit_per_tensor_stores(b, values, in);
-    if (!reductions.values.empty()) {
-      // Tensor t's partials, combined in item order, handed on as its carried values.
-      std::vector<llvm::AllocaInst*> acc;
-      IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin()); // a static slot promotes to a register
-      for (std::size_t r = 0; r < reductions.values.size(); ++r) {
-        acc.push_back(entry.CreateAlloca(b.getDoubleTy()));
-        b.CreateStore(identity(b, reduction_op(r)), acc.back());
+    // Thread 0: the block's partials, published before the count by the membar; whether it finished the tensor.
+    const auto count = [&] {
+      for (std::size_t r = 0; r < reductions.values.size(); ++r)
+        b.CreateStore(reductions.values[r], partial_at(reductions.block, r));
+      gpu_fence(b);
+      Value* before = b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, b.getInt32(1), llvm::MaybeAlign(4),
+                                        llvm::AtomicOrdering::Monotonic);
+      Value* total = b.CreateLoad(i64_, b.CreateGEP(i64_, count_in.items_of_tensor, in.t));
+      return b.CreateICmpEQ(b.CreateAdd(b.CreateZExt(before, i64_), b.getInt64(1)), total);
+    };
+    const auto write = [&] {
+      gpu_fence(b);
+      emit_per_tensor_stores(b, values, in);
+      if (!reductions.values.empty()) {
+        // Tensor t's partials, combined in item order, handed on as its carried values.
+        std::vector<llvm::AllocaInst*> acc;
+        IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin()); // a static slot promotes to a register
+        for (std::size_t r = 0; r < reductions.values.size(); ++r) {
+          acc.push_back(entry.CreateAlloca(b.getDoubleTy()));
+          b.CreateStore(identity(b, reduction_op(r)), acc.back());
+        }
+        Value* items_begin = b.CreateLoad(i64_, b.CreateGEP(i64_, reductions.first_item, in.t));
+        Value* items_end =
+            b.CreateLoad(i64_, b.CreateGEP(i64_, reductions.first_item, b.CreateAdd(in.t, b.getInt64(1))));
+        emit_loop(b, items_begin, items_end, b.getInt64(1), "partial", [&](Value* item) {
+          for (std::size_t r = 0; r < acc.size(); ++r)
+            b.CreateStore(combine(b, reduction_op(r), b.CreateLoad(b.getDoubleTy(), acc[r]),
+                                  b.CreateLoad(b.getDoubleTy(), partial_at(item, r))),
+                          acc[r]);
+        });
+        for (const Store& s : graph_.stores)
+          if (auto r = std::find(tensor_reductions_.begin(), tensor_reductions_.end(), s.value);
+              r != tensor_reductions_.end())
+            b.CreateStore(b.CreateLoad(b.getDoubleTy(), acc[static_cast<std::size_t>(r - tensor_reductions_.begin())]),
+                          carry_address(b, in, s.name));
       }
-      Value* items_begin = b.CreateLoad(i64_, b.CreateGEP(i64_, reductions.first_item, in.t));
-      Value* items_end = b.CreateLoad(i64_, b.CreateGEP(i64_, reductions.first_item, b.CreateAdd(in.t, b.getInt64(1))));
-      emit_loop(b, items_begin, items_end, b.getInt64(1), "partial", [&](Value* item) {
-        for (std::size_t r = 0; r < acc.size(); ++r)
-          b.CreateStore(combine(b, reduction_op(r), b.CreateLoad(b.getDoubleTy(), acc[r]),
-                                b.CreateLoad(b.getDoubleTy(), partial_at(item, r))),
-                        acc[r]);
-      });
-      for (const Store& s : graph_.stores)
-        if (auto r = std::find(tensor_reductions_.begin(), tensor_reductions_.end(), s.value);
-            r != tensor_reductions_.end())
-          b.CreateStore(b.CreateLoad(b.getDoubleTy(), acc[static_cast<std::size_t>(r - tensor_reductions_.begin())]),
-                        carry_address(b, in, s.name));
+      b.CreateStore(b.getInt32(0), counter);
+    };
+    Value* thread_0 = b.CreateICmpEQ(count_in.thread, b.getInt64(0));
+    if (!last_block) {
+      emit_if(b, thread_0, "count", [&] { emit_if(b, count(), "write_scalar_state", write); });
+      return;
     }
-    b.CreateStore(b.getInt32(0), counter);
-    b.CreateBr(exit);
-    b.SetInsertPoint(exit);
+    llvm::GlobalVariable* finished = shared_doubles(1, plan_.name + "_last");
+    emit_if(b, thread_0, "count", [&] { b.CreateStore(b.CreateUIToFP(count(), b.getDoubleTy()), finished); });
+    gpu_barrier(b);
+    Value* is_last =
+        b.CreateFCmpONE(b.CreateLoad(b.getDoubleTy(), finished), llvm::ConstantFP::get(b.getDoubleTy(), 0));
+    emit_if(b, is_last, "last_block", [&] {
+      gpu_fence(b);
+      last_block();
+      emit_if(b, thread_0, "write_scalar_state", write);
+    });
   }
 
   struct Signature {

@@ -27,7 +27,8 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   scratch_.assign(std::max<std::size_t>(1, plan.scratch.size() * static_cast<std::size_t>(n)), 0);
 
   // Work items: every tensor cut into chunks; the element phase hands whole items to threads. A kernel that adds
-  // into rows and columns walks each tensor as one item, in element order (no two threads add to one row).
+  // into rows and columns walks each tensor as one item, in element order (no two threads add to one row), unless
+  // the shape cuts such kernels into items of whole rows (the GPU's).
   std::vector<int64_t> numels(static_cast<std::size_t>(n), 0);
   std::vector<Shape> shapes = args.shapes;
   OPTJIT_ASSERT(!plan.has_axis || !shapes.empty(), "kernel " + plan.name +
@@ -43,10 +44,33 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   }
   for (std::size_t t = 0; t < shapes.size() && t < numels.size(); ++t)
     numels[t] = shape_numel(shapes[t]);
-  LaunchShape cut = shape;
-  if (plan.has_axis)
-    cut.chunk_elements = std::numeric_limits<int64_t>::max();
-  items_ = make_work_items(numels, cut);
+  std::vector<Extents> extents;
+  std::vector<MatrixExtents> matrices;
+  for (std::size_t t = 0; t < numels.size(); ++t) {
+    extents.push_back(extents_of(t < shapes.size() ? shapes[t] : Shape{}));
+    matrices.push_back({extents.back().batches, extents.back().m, extents.back().n});
+  }
+  col_split_.assign(2 * numels.size(), 0);
+  col_scratch_doubles_ = 0;
+  if (plan.has_axis && shape.axis_item_elements > 0) {
+    AxisWorkItems cut = make_axis_work_items(matrices, shape);
+    items_ = std::move(cut.items);
+    // Per tensor cut into pieces: its partial column sums by piece, then its pending columns stores.
+    const ColumnSplit split = column_split(plan);
+    for (std::size_t t = 0; t < numels.size(); ++t) {
+      col_split_[2 * t] = cut.pieces[t];
+      col_split_[2 * t + 1] = col_scratch_doubles_;
+      if (cut.pieces[t] > 1)
+        col_scratch_doubles_ += (split.sums * cut.pieces[t] + split.stores) * matrices[t].batches * matrices[t].n;
+    }
+  } else {
+    LaunchShape cut = shape;
+    if (plan.has_axis)
+      cut.chunk_elements = std::numeric_limits<int64_t>::max();
+    items_ = make_work_items(numels, cut);
+    for (std::size_t t = 0; t < numels.size(); ++t)
+      col_split_[2 * t] = 1;
+  }
   item_grain_ = items_per_task(items_, shape);
   tensor_grain_ = shape.tensors_per_task;
 
@@ -74,7 +98,7 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   row_base_.assign(static_cast<std::size_t>(n) + 1, 0);
   col_base_.assign(static_cast<std::size_t>(n) + 1, 0);
   for (std::size_t t = 0; t < static_cast<std::size_t>(n); ++t) {
-    const Extents e = extents_of(t < shapes.size() ? shapes[t] : Shape{});
+    const Extents& e = extents[t];
     matrix_[3 * t] = e.m;
     matrix_[3 * t + 1] = e.n;
     matrix_[3 * t + 2] = e.numel;

@@ -37,6 +37,10 @@ public:
   const std::vector<int64_t>& matrix() const { return matrix_; }
   const std::vector<int64_t>& row_base() const { return row_base_; }
   const std::vector<int64_t>& col_base() const { return col_base_; }
+  // Per tensor: the items each of its matrices is cut into (1: whole matrices in every item), and where its region
+  // of the column scratch starts (in doubles; GPU kernels over rows and columns, KernelPlan's ColumnSplit).
+  const std::vector<int64_t>& col_split() const { return col_split_; }
+  int64_t col_scratch_doubles() const { return col_scratch_doubles_; }
   // The plan's axis arrays, by carry index (null for a per-tensor carry), shared by every kernel of the plan.
   void set_axis(double* const* arrays) { args_.axis = arrays; }
   int64_t n_reduce() const { return args_.n_reduce; }
@@ -58,6 +62,8 @@ private:
   std::vector<int64_t> first_item_;          // per tensor, and one past the last
   std::vector<int64_t> matrix_;              // per tensor: m, n, numel
   std::vector<int64_t> row_base_, col_base_; // per tensor, and one past the last
+  std::vector<int64_t> col_split_;           // per tensor: pieces, column scratch offset
+  int64_t col_scratch_doubles_ = 0;
   KernelArgs args_{};
   int64_t item_grain_ = 1, tensor_grain_ = 1;
 };

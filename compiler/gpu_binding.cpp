@@ -55,7 +55,10 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   if (table_.bytes() < table.image.size())
     table_ = DeviceBuffer(device, table.image.size());
   cuda::copy_to_device(device, table_.address(), table.image.data(), table.image.size());
-  params_ = table.at(table_.address(), carry, axis);
+  const auto col_scratch_bytes = static_cast<std::size_t>(table.col_scratch_doubles) * 8;
+  if (col_scratch_bytes > 0 && col_scratch_.bytes() < col_scratch_bytes)
+    col_scratch_ = DeviceBuffer(device, col_scratch_bytes);
+  params_ = table.at(table_.address(), carry, axis, col_scratch_bytes > 0 ? col_scratch_.address() : 0);
   if (!staging_ || staging_->device() != device || staging_->doubles < host_.hyper().size())
     staging_ = std::make_unique<Staging>(device, host_.hyper().size());
   staging_->drop_graphs();  // they launch the previous table's items and block size

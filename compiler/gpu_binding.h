@@ -47,6 +47,7 @@ private:
   Binding host_; // the table as the host sees it: slots hold device addresses
   int device_ = 0;
   DeviceBuffer table_;
+  DeviceBuffer col_scratch_; // column partials and pending columns stores of items that cut matrices
   GpuKernelParams params_{};
   int block_threads_ = 128;
   int64_t graph_captures_ = 0;

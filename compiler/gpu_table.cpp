@@ -14,16 +14,20 @@ LaunchShape gpu_launch_shape(const KernelPlan& plan) {
   LaunchShape shape;
   shape.chunk_elements = kGpuChunkBytes / static_cast<int64_t>(dtype_size(plan.graph.dtype));
   shape.item_per_empty_tensor = true;
+  // Kernels over rows and columns: two chunks of rows per item (at least kMinAxisItemRows). One item per tensor
+  // left an H200 about 48x from bandwidth on a Transformer's matrices: too few blocks, each too long.
+  shape.axis_item_elements = 2 * shape.chunk_elements;
   return shape;
 }
 
-GpuKernelParams GpuTable::at(uint64_t base, uint64_t carry, uint64_t axis) const {
+GpuKernelParams GpuTable::at(uint64_t base, uint64_t carry, uint64_t axis, uint64_t col_scratch) const {
   GpuKernelParams p = params;
   for (uint64_t* field : {&p.slots, &p.group_of, &p.items, &p.items_of_tensor, &p.done, &p.hyper, &p.first_item,
-                          &p.partials, &p.matrix, &p.row_base, &p.col_base})
+                          &p.partials, &p.matrix, &p.row_base, &p.col_base, &p.col_split})
     *field += base;
   p.carry = carry;
   p.axis = axis;
+  p.col_scratch = col_scratch;
   return p;
 }
 
@@ -49,8 +53,9 @@ GpuTable make_gpu_table(const KernelPlan& plan, const Binding& host) {
                                std::max<std::size_t>(1, n_partials) * 8,
                                host.matrix().size() * 8,
                                host.row_base().size() * 8,
-                               host.col_base().size() * 8};
-  constexpr int kRegions = 11;
+                               host.col_base().size() * 8,
+                               host.col_split().size() * 8};
+  constexpr int kRegions = 12;
   std::size_t offsets[kRegions], total = 0;
   for (int k = 0; k < kRegions; ++k) {
     offsets[k] = total;
@@ -66,6 +71,7 @@ GpuTable make_gpu_table(const KernelPlan& plan, const Binding& host) {
   std::memcpy(table.image.data() + offsets[8], host.matrix().data(), sizes[8]);
   std::memcpy(table.image.data() + offsets[9], host.row_base().data(), sizes[9]);
   std::memcpy(table.image.data() + offsets[10], host.col_base().data(), sizes[10]);
+  std::memcpy(table.image.data() + offsets[11], host.col_split().data(), sizes[11]);
   GpuKernelParams& p = table.params;
   p.slots = offsets[0];
   p.group_of = offsets[1];
@@ -78,6 +84,8 @@ GpuTable make_gpu_table(const KernelPlan& plan, const Binding& host) {
   p.matrix = offsets[8];
   p.row_base = offsets[9];
   p.col_base = offsets[10];
+  p.col_split = offsets[11];
+  table.col_scratch_doubles = host.col_scratch_doubles();
   p.n_tensors = static_cast<int64_t>(n);
   p.n_hyper = static_cast<int64_t>(plan.abi.hypers.size());
   p.n_carry = static_cast<int64_t>(plan.carries.size());

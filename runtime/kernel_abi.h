@@ -46,9 +46,11 @@ static_assert(sizeof(KernelArgs) == static_cast<unsigned>(KernelArg::count) * 8,
 // (counted in `done`) writes the new scalar state and the carried values, so no block reads a value another has
 // already replaced. A kernel that ends with reductions has each block reduce its item (every thread its elements,
 // then a fixed tree over the threads in shared memory) into `partials`, and the last block of t combines t's partials
-// in item order: a fixed order, as on the CPU. A kernel that reads or writes rows and columns has one item, so one
-// block, per tensor, which sweeps the tensor's columns (a thread per column) and then its rows (a warp per row), so
-// that row and column sums have fixed orders (codegen/kernel_emitter.cpp's emit_gpu_axis_kernel).
+// in item order: a fixed order, as on the CPU. A kernel that reads or writes rows and columns has items of whole
+// rows (runtime/work_items.h's make_axis_work_items): each block sweeps its item's columns (a thread per column) and
+// then its rows (a warp per row), so that row and column sums have fixed orders; a matrix cut into pieces has its
+// column sums combined in piece order, and its columns slots written, by the tensor's last block
+// (codegen/kernel_emitter.cpp's emit_gpu_axis_kernel).
 struct GpuKernelParams {
 #define OPTJIT_GPU_PARAM(name, type, kind) type name;
 #include "runtime/kernel_abi.def"

@@ -15,6 +15,34 @@ std::vector<WorkItem> make_work_items(const std::vector<int64_t>& numels, const 
   return items;
 }
 
+AxisWorkItems make_axis_work_items(const std::vector<MatrixExtents>& tensors, const LaunchShape& shape) {
+  AxisWorkItems out;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const auto [batches, m, n] = tensors[t];
+    const auto tensor = static_cast<int64_t>(t);
+    if (batches * m * n == 0) {
+      out.items.push_back({tensor, 0, 0});
+      out.pieces.push_back(1);
+      continue;
+    }
+    const int64_t rows = std::max(kMinAxisItemRows, (shape.axis_item_elements + n - 1) / n);
+    if (m > rows) {
+      const int64_t pieces = (m + rows - 1) / rows;
+      const int64_t piece_rows = (m + pieces - 1) / pieces;
+      for (int64_t q = 0; q < batches; ++q)
+        for (int64_t first = 0; first < m; first += piece_rows)
+          out.items.push_back({tensor, (q * m + first) * n, (q * m + std::min(m, first + piece_rows)) * n});
+      out.pieces.push_back((m + piece_rows - 1) / piece_rows);
+    } else {
+      const int64_t matrices = std::max<int64_t>(1, rows / m);
+      for (int64_t q = 0; q < batches; q += matrices)
+        out.items.push_back({tensor, q * m * n, std::min(batches, q + matrices) * m * n});
+      out.pieces.push_back(1);
+    }
+  }
+  return out;
+}
+
 int64_t items_per_task(const std::vector<WorkItem>& items, const LaunchShape& shape) {
   if (items.empty())
     return 1;

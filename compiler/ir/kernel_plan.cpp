@@ -79,6 +79,15 @@ std::vector<std::string> split_names(std::string_view text) {
 
 } // namespace
 
+ColumnSplit column_split(const KernelPlan& plan) {
+  ColumnSplit split;
+  for (const Node& n : plan.graph.nodes)
+    split.sums += n.op == Op::col_sum;
+  for (const Store& s : plan.graph.stores)
+    split.stores += s.kind == StoreKind::Tensor && plan.graph.slot(s.name)->kind == SlotKind::Cols;
+  return split;
+}
+
 KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries,
                             std::vector<CarryKind> carry_kinds) {
   check_graph_name(name); // the kernel's name is its graph's and its symbol's (found by the IR fuzzer)

@@ -68,6 +68,15 @@ struct KernelPlan {
   bool operator==(const KernelPlan&) const = default;
 };
 
+// What a GPU item that holds part of a matrix cannot finish alone (runtime/work_items.h's make_axis_work_items): its
+// column sums, kept as one partial per column and item, and its stores to columns slots, whose old values other items
+// of the matrix may still read, kept per column. The tensor's last item combines and writes them.
+struct ColumnSplit {
+  int64_t sums = 0;   // the kernel's col_sum nodes
+  int64_t stores = 0; // its tensor stores to columns slots
+};
+ColumnSplit column_split(const KernelPlan& plan);
+
 // A kernel plan for `graph`, whose per-tensor nodes must come first (a hoisted graph) and whose reductions, if any,
 // come last and are used only by carry stores: derives its ABI, scratch, prologue and reductions; the graph takes the
 // name `name`, which must be an identifier (check_graph_name). Throws optjit::Error naming the node when the graph is

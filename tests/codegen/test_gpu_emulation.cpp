@@ -18,9 +18,12 @@ using namespace optjit;
 namespace {
 
 // A plan's kernels emulated as the GPU backend runs them: a table per kernel in host memory, one carry buffer, an
-// array per axis sum, the list reductions combined over the list between kernels.
-void run_emulated(const PipelineResult& pipeline, const ListArguments& args, unsigned threads,
-                  EmulatedSchedule schedule = EmulatedSchedule::Concurrent) {
+// array per axis sum, the list reductions combined over the list between kernels. `axis_item_elements` >= 0
+// replaces the GPU's cut of kernels over rows and columns (1: items of kMinAxisItemRows rows). Returns the column
+// scratch the kernels used (doubles): > 0 when a matrix was cut into pieces.
+int64_t run_emulated(const PipelineResult& pipeline, const ListArguments& args, unsigned threads,
+                     EmulatedSchedule schedule = EmulatedSchedule::Concurrent, int64_t axis_item_elements = -1) {
+  int64_t col_scratch_used = 0;
   const std::size_t n = static_cast<std::size_t>(args.n_tensors());
   const KernelPlan& first = pipeline.kernels.front();
   const std::size_t n_carry = first.carries.size();
@@ -30,7 +33,10 @@ void run_emulated(const PipelineResult& pipeline, const ListArguments& args, uns
   for (const KernelPlan& plan : pipeline.kernels) {
     const std::shared_ptr<EmulatedGpuKernel> kernel = compile_gpu_kernel_for_host(plan);
     Binding host;
-    host.bind(plan, args, gpu_launch_shape(plan));
+    LaunchShape shape = gpu_launch_shape(plan);
+    if (axis_item_elements >= 0)
+      shape.axis_item_elements = axis_item_elements;
+    host.bind(plan, args, shape);
     for (std::size_t c = 0; c < n_carry; ++c) // NaN until a kernel writes them: a sum left out shows
       if (is_axis_carry(first.carry_kinds[c]) && axis[c].empty()) {
         const int64_t length = host.axis_length(first.carry_kinds[c]);
@@ -38,9 +44,14 @@ void run_emulated(const PipelineResult& pipeline, const ListArguments& args, uns
         axis_table[c] = axis[c].data();
       }
     GpuTable table = make_gpu_table(plan, host);
+    col_scratch_used += table.col_scratch_doubles;
+    // NaN: a column partial or pending store read before it is written shows.
+    std::vector<double> col_scratch(static_cast<std::size_t>(table.col_scratch_doubles),
+                                    std::numeric_limits<double>::quiet_NaN());
     kernel->launch(table.grid, threads,
                    table.at(reinterpret_cast<uint64_t>(table.image.data()), reinterpret_cast<uint64_t>(carry.data()),
-                            reinterpret_cast<uint64_t>(axis_table.data())),
+                            reinterpret_cast<uint64_t>(axis_table.data()),
+                            col_scratch.empty() ? 0 : reinterpret_cast<uint64_t>(col_scratch.data())),
                    schedule);
     std::vector<ListPartials> pending;
     const std::vector<std::size_t> columns = list_carry_columns(plan);
@@ -54,6 +65,7 @@ void run_emulated(const PipelineResult& pipeline, const ListArguments& args, uns
       for (std::size_t t = 0; t < n; ++t)
         carry[t * n_carry + columns[i]] = pending[i].values[t];
   }
+  return col_scratch_used;
 }
 
 // The same plan's CPU kernels on `args`: the reference the emulated GPU kernels are checked against.
@@ -86,10 +98,12 @@ ListArguments param_and_grad_lists(const std::vector<Shape>& shapes, uint64_t se
 const std::vector<Shape> kShapes = {{33, 7}, {5}, {9000}, {0}, {4, 4}, {}, {70, 45}, {3, 5, 40}, {1, 70}, {50, 1}};
 
 // `steps` steps of config `c` on two copies of the params: the GPU kernels emulated on one, the CPU kernels on the
-// other.
-void check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned threads, int steps,
-                                const std::vector<Shape>& shapes = kShapes,
-                                EmulatedSchedule schedule = EmulatedSchedule::Concurrent) {
+// other. Returns run_emulated's column scratch, summed over the steps.
+int64_t check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned threads, int steps,
+                                   const std::vector<Shape>& shapes = kShapes,
+                                   EmulatedSchedule schedule = EmulatedSchedule::Concurrent,
+                                   int64_t axis_item_elements = -1) {
+  int64_t col_scratch_used = 0;
   const std::vector<Tensor> initial = random_params(shapes, dtype, 13);
   std::vector<Tensor> emulated = copy_params(initial), reference = copy_params(initial);
   auto opt_emulated = test::make_single_group(c.optimizer, emulated, c.options, true);
@@ -102,7 +116,8 @@ void check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned thre
       opt->ensure_state();
     for (const ParamBucket& bucket : opt_emulated->compile_buckets()) {
       const PipelineResult pipeline = run_pipeline(opt_emulated->trace_bucket(bucket));
-      run_emulated(pipeline, opt_emulated->list_arguments(bucket), threads, schedule);
+      col_scratch_used +=
+          run_emulated(pipeline, opt_emulated->list_arguments(bucket), threads, schedule, axis_item_elements);
     }
     for (const ParamBucket& bucket : opt_reference->compile_buckets()) {
       bool hit = false;
@@ -118,6 +133,7 @@ void check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned thre
   const double rtol = dtype == Dtype::f32 ? 1e-5 : dtype == Dtype::f64 ? 1e-12 : 4 * eps;
   const double atol = dtype == Dtype::f32 ? 1e-6 : dtype == Dtype::f64 ? 1e-14 : 2 * eps;
   test::check_same_trajectory(emulated, *opt_emulated, reference, *opt_reference, rtol, atol, "emulated GPU vs CPU");
+  return col_scratch_used;
 }
 
 } // namespace
@@ -156,7 +172,7 @@ TEST_CASE("gpu emulation: reductions (LAMB's and LARS's norms) and f64, f16, blo
                              EmulatedSchedule::InTurns);
 }
 
-TEST_CASE("gpu emulation: Adafactor's rows and columns, one block per matrix, in every dtype and block size") {
+TEST_CASE("gpu emulation: Adafactor's rows and columns in every dtype and block size") {
   // Many rounds of rows per block, a batch of matrices, a single row, a single column, rows shorter than a warp.
   const std::vector<Shape> shapes = {{300, 130}, {2, 3, 40, 33}, {1, 300}, {200, 1}, {90, 5}, {7}};
   // In turns, a missing barrier shows every time; concurrently, real threads meet at the barriers.
@@ -171,6 +187,25 @@ TEST_CASE("gpu emulation: Adafactor's rows and columns, one block per matrix, in
     check_emulated_against_cpu({"adafactor", {{"beta2_decay", {-0.5}}, {"eps", {0.0, 1e-2}}, {"maximize", {1}}}}, dtype,
                                threads, 2, shapes, schedule);
   }
+}
+
+TEST_CASE("gpu emulation: Adafactor's matrices cut into pieces of rows, column sums combined by the last piece") {
+  // Items of kMinAxisItemRows rows: 10 pieces of 300 rows, 2 pieces of each of 6 batched 40-row matrices, 7 pieces
+  // of a column, 3 of rows shorter than a warp; whole matrices grouped beside them ({3, 5, 40}, a row, a vector).
+  const std::vector<Shape> shapes = {{300, 130}, {2, 3, 40, 33}, {200, 1}, {90, 5}, {3, 5, 40}, {1, 300}, {7}, {0}};
+  const std::tuple<unsigned, Dtype, EmulatedSchedule> runs[] = {{32, Dtype::f32, EmulatedSchedule::InTurns},
+                                                                {96, Dtype::bf16, EmulatedSchedule::InTurns},
+                                                                {512, Dtype::f64, EmulatedSchedule::Concurrent}};
+  for (const auto& [threads, dtype, schedule] : runs) {
+    INFO(threads << " threads, " << dtype_name(dtype)
+                 << std::string(schedule == EmulatedSchedule::InTurns ? ", in turns" : ""));
+    CHECK(check_emulated_against_cpu({"adafactor", {}}, dtype, threads, 2, shapes, schedule, 1) > 0);
+    CHECK(check_emulated_against_cpu({"adafactor", {{"beta2_decay", {-0.5}}, {"eps", {0.0, 1e-2}}, {"maximize", {1}}}},
+                                     dtype, threads, 2, shapes, schedule, 1) > 0);
+  }
+  // The GPU's own cut (two chunks of rows) cuts a Transformer-sized matrix, not a small one.
+  CHECK(check_emulated_against_cpu({"adafactor", {}}, Dtype::f32, 512, 1, {{1536, 512}}) > 0);
+  CHECK(check_emulated_against_cpu({"adafactor", {}}, Dtype::f32, 512, 1, {{64, 512}}) == 0);
 }
 
 TEST_CASE("gpu emulation: nine reductions in one kernel take several passes of the block's tree") {

@@ -1,9 +1,11 @@
-// The runtime: tensors, the host allocator, the thread pool, dtype/device parsing and the CUDA driver loader.
+// The runtime: tensors, the host allocator, the thread pool, work items, dtype/device parsing and the CUDA driver
+// loader.
 #include "helpers.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/tensor.h"
 #include "runtime/thread_pool.h"
+#include "runtime/work_items.h"
 
 #include <doctest/doctest.h>
 
@@ -156,4 +158,30 @@ TEST_CASE("tensor: item and set_item refuse an index outside 0..numel-1, on 0-el
   check_error_contains([&] { (void)ten.item(-1); }, "index -1 is out of range");
   ten.set_item(9, 2.5);
   CHECK(ten.item(9) == 2.5);
+}
+
+TEST_CASE("work items: kernels over rows and columns cut matrices into pieces of rows, or group whole ones") {
+  LaunchShape shape;
+  shape.axis_item_elements = 1; // items of kMinAxisItemRows rows
+  // 100 rows: 4 pieces of 25; 2 batched 40-row matrices: 2 pieces of 20 each; 3 x 10-row matrices: 3 to an item
+  // (floor(32 / 10)), then 1; empty: one empty item.
+  const AxisWorkItems cut = make_axis_work_items({{1, 100, 3}, {2, 40, 5}, {4, 10, 2}, {1, 0, 4}}, shape);
+  const std::vector<WorkItem> expected = {{0, 0, 75},  {0, 75, 150},  {0, 150, 225}, {0, 225, 300}, // 25 rows
+                                          {1, 0, 100}, {1, 100, 200}, {1, 200, 300}, {1, 300, 400}, // 20 rows
+                                          {2, 0, 60},  {2, 60, 80},                                 // 3, then 1
+                                          {3, 0, 0}};
+  REQUIRE(cut.items.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    INFO("item " << i);
+    CHECK(cut.items[i].tensor == expected[i].tensor);
+    CHECK(cut.items[i].begin == expected[i].begin);
+    CHECK(cut.items[i].end == expected[i].end);
+  }
+  CHECK(cut.pieces == std::vector<int64_t>{4, 2, 1, 1});
+  // Rows of about axis_item_elements elements: 1000 x 512 at 32768 elements per item is 64 rows a piece.
+  shape.axis_item_elements = 32768;
+  const AxisWorkItems big = make_axis_work_items({{1, 1000, 512}}, shape);
+  CHECK(big.pieces == std::vector<int64_t>{16});
+  CHECK(big.items.front().end == 63 * 512); // 16 pieces of ceil(1000 / 16) = 63 rows, the last of 55
+  CHECK(big.items.back().end - big.items.back().begin == 55 * 512);
 }
