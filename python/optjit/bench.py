@@ -7,6 +7,7 @@ time of each compiled mode (its first call), and the ratio to torch's fused step
     python -m optjit.bench --device cuda                # on a GPU (timed with CUDA events)
     python -m optjit.bench --optimizers adam --shapes 1000x10k --modes optjit,fused --max-grad-norm 1.0
     python -m optjit.bench --optimizers adam --shapes 1000x10k --modes optjit,fused --grad-scaler
+    python -m optjit.bench --device cuda --optimizers adafactor --shapes model --modes optjit --profile
 
 --new-grads gives every param a new grad tensor before each step (zero_grad(set_to_none=True), torch's default), so
 the time includes optjit's rebinding; the grads are made outside the timed region. --grad-scaler runs every step as
@@ -140,6 +141,8 @@ def measure(mode, cls, options, shapes, args):
             total += timer(step)
         batches.append(total / args.steps * 1e3)
     result = {"step_ms": statistics.median(batches), "first_call_ms": first_ms}
+    if args.profile:
+        print_profile(mode, step, new_grads, timer, args)
     if mode.startswith("optjit"):  # the first call also makes torch's state tensors and binds them; the compiler alone
         result["compile_ms"] = step.metrics()["compile_ms"]
     del opt, step, params, grads
@@ -147,6 +150,22 @@ def measure(mode, cls, options, shapes, args):
     if args.device.startswith("cuda"):
         torch.cuda.empty_cache()
     return result
+
+
+def print_profile(mode, step, new_grads, timer, args):
+    """torch.profiler's table of the kernels (or CPU ops) of --steps steps of `mode`, by their own time."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if timer.cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    timer.sync()
+    with torch.profiler.profile(activities=activities) as profile:
+        for _ in range(args.steps):
+            new_grads()
+            step()
+        timer.sync()
+    sort_by = "self_device_time_total" if timer.cuda else "self_cpu_time_total"
+    print(f"profile of {args.steps} steps, {mode}:")
+    print(profile.key_averages().table(sort_by=sort_by, row_limit=12, max_name_column_width=60), flush=True)
 
 
 def main(argv=None):
@@ -177,6 +196,9 @@ def main(argv=None):
         help="skip torch.compile on sets of more tensors (its first call takes tens of minutes on 10000 tensors)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    parser.add_argument(
+        "--profile", action="store_true", help="after each mode's timing, torch.profiler's table of its kernels"
+    )
     args = parser.parse_args(argv)
 
     modes = args.modes.split(",")
