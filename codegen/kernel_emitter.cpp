@@ -490,6 +490,17 @@ public:
     item.piece = b.CreateSub(item_in_tensor, b.CreateMul(b.CreateSDiv(item.first_row, m), item.pieces));
     item.scratch = b.CreateGEP(b.getDoubleTy(), b.CreateAddrSpaceCast(e.param(GpuParam::col_scratch), e.global),
                                load_at(GpuParam::col_split, b.CreateAdd(b.CreateMul(t, b.getInt64(2)), b.getInt64(1))));
+    item.vector = b.getInt1(false);
+    if (lanes_ > 1) { // n a multiple of lanes_ and each tensor-shaped slot's data aligned to lanes_ elements
+      Value* misaligned = b.CreateSRem(axis_->n, b.getInt64(lanes_));
+      for (std::size_t slot = 0; slot < e.bases.size(); ++slot)
+        if (tensor_slot_kind(static_cast<int>(slot)) == SlotKind::Tensor) {
+          const int64_t bytes = lanes_ * static_cast<int64_t>(dtype_size(tensor_slot_dtype(static_cast<int>(slot))));
+          misaligned =
+              b.CreateOr(misaligned, b.CreateAnd(b.CreatePtrToInt(e.bases[slot], i64_), b.getInt64(bytes - 1)));
+        }
+      item.vector = b.CreateICmpEQ(misaligned, b.getInt64(0));
+    }
     const ColumnSplit split = column_split(plan_);
     bool row_sums = false;
     for (ValueId id : axis_reductions_)
@@ -526,6 +537,7 @@ public:
     Value* split;   // pieces > 1: the item is a piece of one matrix
     Value* piece;   // which piece (when split)
     Value* scratch; // the tensor's region of the column scratch (f64)
+    Value* vector;  // lanes_ columns at a time (128-bit accesses): every row of every tensor-shaped slot aligned
   };
   // Column sum number `k` (of the kernel's col_sum nodes): piece `piece`'s partial at tensor column `column`.
   Value* column_partial(IRBuilder<>& b, const AxisItem& item, int64_t k, Value* piece, Value* column) {
@@ -569,14 +581,10 @@ public:
     axis_->col = nullptr;
   }
 
-  // A thread per column of the item's matrices (counted over the tensor's matrices, as col_base counts them), the
-  // item's rows of it in order: each column sum in element order, stored once (a partial, when the item is a piece).
+  // A thread per column of the item's matrices (counted over the tensor's matrices, as col_base counts them), or per
+  // lanes_ adjacent columns where item.vector allows, the item's rows of it in order: each column sum in element
+  // order (the same order either way), stored once (a partial, when the item is a piece).
   void emit_gpu_column_sweep(IRBuilder<>& b, const GpuEntry& e, const AxisItem& item) {
-    IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
-    std::vector<llvm::AllocaInst*> sums(axis_reductions_.size(), nullptr);
-    for (std::size_t k = 0; k < axis_reductions_.size(); ++k)
-      if (graph_.node(axis_reductions_[k]).op == Op::col_sum)
-        sums[k] = entry.CreateAlloca(b.getDoubleTy());
     Value* m = axis_->m;
     Value* n = axis_->n;
     // The item's matrices: [first_row / m, ceil(end_row / m)), none for an empty item (m, n > 0 otherwise).
@@ -585,32 +593,74 @@ public:
     Value* first = b.CreateMul(b.CreateSDiv(item.first_row, safe_m), n);
     Value* last = b.CreateMul(b.CreateSDiv(b.CreateAdd(item.end_row, b.CreateSub(safe_m, b.getInt64(1))), safe_m), n);
     last = b.CreateSelect(empty, first, last);
-    emit_loop(b, b.CreateAdd(first, e.thread), last, e.threads, "column", [&](Value* column) {
-      Value* in_matrix = b.CreateSDiv(column, n);
-      Value* c = b.CreateSub(column, b.CreateMul(in_matrix, n));
-      Value* matrix_row = b.CreateMul(in_matrix, m);
-      Value* rows_begin = b.CreateSelect(b.CreateICmpSGT(item.first_row, matrix_row), item.first_row, matrix_row);
-      Value* matrix_end = b.CreateAdd(matrix_row, m);
-      Value* rows_end = b.CreateSelect(b.CreateICmpSLT(item.end_row, matrix_end), item.end_row, matrix_end);
-      for (llvm::AllocaInst* sum : sums)
-        if (sum)
-          b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
-      emit_loop(b, rows_begin, rows_end, b.getInt64(1), "column.row", [&](Value* row) {
-        set_axis_position(b, row, in_matrix, b.CreateSub(row, matrix_row), c);
-        const std::vector<Value*> values = evaluate_gpu_element(b, e, b.CreateAdd(b.CreateMul(row, n), c));
-        add_axis_sums(b, values, sums);
-      });
-      set_axis_position(b, nullptr, in_matrix, nullptr, c);
-      int64_t k = 0;
-      for (std::size_t r = 0; r < sums.size(); ++r) {
-        if (!sums[r])
-          continue;
-        Value* whole = axis_array_address(b, carry_of_reduction(axis_reductions_[r]), SlotKind::Cols);
-        Value* partial = column_partial(b, item, k++, item.piece, column);
-        b.CreateStore(b.CreateLoad(b.getDoubleTy(), sums[r]), b.CreateSelect(item.split, partial, whole));
-      }
-    });
+    // A thread takes `lanes` adjacent columns at a time (one vector access per row), each summed on its own.
+    const auto sweep = [&](int lanes) {
+      IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
+      std::vector<std::vector<llvm::AllocaInst*>> sums(static_cast<std::size_t>(lanes));
+      for (auto& lane_sums : sums)
+        for (ValueId id : axis_reductions_)
+          lane_sums.push_back(graph_.node(id).op == Op::col_sum ? entry.CreateAlloca(b.getDoubleTy()) : nullptr);
+      Value* step = b.CreateMul(e.threads, b.getInt64(lanes));
+      emit_loop(
+          b, b.CreateAdd(first, b.CreateMul(e.thread, b.getInt64(lanes))), last, step, "column", [&](Value* column) {
+            Value* in_matrix = b.CreateSDiv(column, n); // lanes divides n: the lanes share the matrix
+            Value* c = b.CreateSub(column, b.CreateMul(in_matrix, n));
+            Value* matrix_row = b.CreateMul(in_matrix, m);
+            Value* rows_begin = b.CreateSelect(b.CreateICmpSGT(item.first_row, matrix_row), item.first_row, matrix_row);
+            Value* matrix_end = b.CreateAdd(matrix_row, m);
+            Value* rows_end = b.CreateSelect(b.CreateICmpSLT(item.end_row, matrix_end), item.end_row, matrix_end);
+            for (const auto& lane_sums : sums)
+              for (llvm::AllocaInst* sum : lane_sums)
+                if (sum)
+                  b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
+            emit_loop(b, rows_begin, rows_end, b.getInt64(1), "column.row", [&](Value* row) {
+              Value* first_j = b.CreateAdd(b.CreateMul(row, n), c);
+              std::vector<Value*> loaded(e.bases.size(), nullptr);
+              for (int lane = 0; lane < lanes; ++lane) {
+                Value* j = lane == 0 ? first_j : b.CreateAdd(first_j, b.getInt64(lane));
+                set_axis_position(b, row, in_matrix, b.CreateSub(row, matrix_row),
+                                  lane == 0 ? c : b.CreateAdd(c, b.getInt64(lane)));
+                const std::vector<Value*> values = evaluate_elements(
+                    b, e.values, [&](int slot) { return load_lane(b, e, loaded, first_j, lanes, lane, slot, j); },
+                    element_type(), j);
+                add_axis_sums(b, values, sums[static_cast<std::size_t>(lane)]);
+              }
+            });
+            for (int lane = 0; lane < lanes; ++lane) {
+              Value* lane_column = lane == 0 ? column : b.CreateAdd(column, b.getInt64(lane));
+              set_axis_position(b, nullptr, in_matrix, nullptr, lane == 0 ? c : b.CreateAdd(c, b.getInt64(lane)));
+              int64_t k = 0;
+              for (std::size_t r = 0; r < axis_reductions_.size(); ++r) {
+                llvm::AllocaInst* sum = sums[static_cast<std::size_t>(lane)][r];
+                if (!sum)
+                  continue;
+                Value* whole = axis_array_address(b, carry_of_reduction(axis_reductions_[r]), SlotKind::Cols);
+                Value* partial = column_partial(b, item, k++, item.piece, lane_column);
+                b.CreateStore(b.CreateLoad(b.getDoubleTy(), sum), b.CreateSelect(item.split, partial, whole));
+              }
+            }
+          });
+    };
+    if (lanes_ > 1)
+      emit_if(b, item.vector, "columns.vector", [&] { sweep(lanes_); });
+    emit_if(b, b.CreateNot(item.vector), "columns.scalar", [&] { sweep(1); });
     clear_axis_position();
+  }
+
+  // Tensor slot `slot` at element j, lane `lane` of the `lanes` elements from element `first`: a tensor-shaped slot
+  // from one vector load of them (made on first use, kept in `loaded`), a rows or columns slot on its own.
+  Value* load_lane(IRBuilder<>& b, const GpuEntry& e, std::vector<Value*>& loaded, Value* first, int lanes, int lane,
+                   int slot, Value* j) {
+    if (lanes == 1 || tensor_slot_kind(slot) != SlotKind::Tensor)
+      return load_slot(b, e.bases, slot, j, 1, element_type());
+    const Dtype storage = tensor_slot_dtype(slot);
+    Value*& v = loaded[static_cast<std::size_t>(slot)];
+    if (!v)
+      v = b.CreateAlignedLoad(vector_type(storage, lanes),
+                              b.CreateGEP(scalar_type(storage), e.bases[static_cast<std::size_t>(slot)], first),
+                              llvm::Align(static_cast<uint64_t>(lanes) * dtype_size(storage)),
+                              plan_.abi.tensor_slots[slot]);
+    return from_storage(b, b.CreateExtractElement(v, static_cast<uint64_t>(lane)), storage, element_type());
   }
 
   // The item's rows in rounds of one row per lane group, each round in two stages (emit_gpu_axis_kernel).
@@ -659,7 +709,11 @@ public:
     Value* grouped = b.CreateICmpSLT(group, rows_per_warp);
     Value* rows = b.CreateSub(item.end_row, item.first_row);
     Value* rounds = b.CreateSDiv(b.CreateAdd(rows, b.CreateSub(rows_per_round, b.getInt64(1))), rows_per_round);
-    Value* last_lane = b.CreateSRem(b.CreateSub(n, b.getInt64(1)), width); // the lane of a row's last column
+    Value* vector = item.vector;
+    // The lane of a row's last column (of its last vector when vector).
+    Value* last_lane =
+        b.CreateSelect(vector, b.CreateSRem(b.CreateSub(b.CreateSDiv(n, b.getInt64(lanes_)), b.getInt64(1)), width),
+                       b.CreateSRem(b.CreateSub(n, b.getInt64(1)), width));
     emit_loop(b, b.getInt64(0), rounds, b.getInt64(1), "round", [&](Value* round) {
       Value* row = b.CreateAdd(item.first_row, b.CreateAdd(b.CreateMul(round, rows_per_round), first_row));
       Value* valid = b.CreateAnd(grouped, b.CreateICmpSLT(row, item.end_row));
@@ -672,13 +726,14 @@ public:
           for (llvm::AllocaInst* sum : sweep.lane_sums)
             if (sum)
               b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
-          emit_loop(b, lane, n, width, "row.col", [&](Value* c) {
-            set_axis_position(b, row, in_matrix, row_in_matrix, c);
-            Value* j = b.CreateAdd(b.CreateMul(row, n), c);
-            const std::vector<Value*> values = evaluate_gpu_element(b, e, j);
-            accumulate(b, values, e.thread_acc);
-            add_axis_sums(b, values, sweep.lane_sums);
-            store_gpu_element(b, e, values, j, stage == 1 ? &item : nullptr, sweep.pending);
+          const RowPosition at{row, in_matrix, row_in_matrix, stage == 1 ? &item : nullptr};
+          if (lanes_ > 1)
+            emit_if(b, vector, "row.vector", [&] {
+              emit_loop(b, b.CreateMul(lane, b.getInt64(lanes_)), n, b.CreateMul(width, b.getInt64(lanes_)), "row.vec",
+                        [&](Value* c) { emit_row_elements(b, e, sweep, at, c, lanes_); });
+            });
+          emit_if(b, b.CreateNot(vector), "row.scalar", [&] {
+            emit_loop(b, lane, n, width, "row.col", [&](Value* c) { emit_row_elements(b, e, sweep, at, c, 1); });
           });
           for (std::size_t r = 0; r < sweep.row_sums.size(); ++r)
             b.CreateStore(b.CreateLoad(b.getDoubleTy(), sweep.lane_sums[sweep.row_sums[r]]),
@@ -723,6 +778,54 @@ public:
     std::function<Value*(int stage, std::size_t r, Value* thread)> cell;
   };
 
+  // The row a row sweep's lane is on (emit_gpu_row_sweep); `last_row`: the item, when the row is its matrix's last.
+  struct RowPosition {
+    Value* row;
+    Value* in_matrix;
+    Value* row_in_matrix;
+    const AxisItem* last_row;
+  };
+  // `lanes` elements of the row from column c: evaluated one at a time in column order, added to the lane's sums and
+  // stored; with lanes > 1 the tensor-shaped slots are read and written a vector at a time (128-bit accesses).
+  void emit_row_elements(IRBuilder<>& b, const GpuEntry& e, const RowSweep& sweep, const RowPosition& at, Value* c,
+                         int lanes) {
+    Value* first = b.CreateAdd(b.CreateMul(at.row, axis_->n), c);
+    const auto vector_of = [&](int slot) { return vector_type(tensor_slot_dtype(slot), lanes); };
+    const auto align_of = [&](int slot) {
+      return llvm::Align(static_cast<uint64_t>(lanes) * dtype_size(tensor_slot_dtype(slot)));
+    };
+    const auto vector_at = [&](int slot) {
+      return b.CreateGEP(scalar_type(tensor_slot_dtype(slot)), e.bases[static_cast<std::size_t>(slot)], first);
+    };
+    std::vector<Value*> loaded(e.bases.size(), nullptr);
+    std::vector<Value*> stored(graph_.stores.size(), nullptr);
+    for (int lane = 0; lane < lanes; ++lane) {
+      Value* j = lane == 0 ? first : b.CreateAdd(first, b.getInt64(lane));
+      set_axis_position(b, at.row, at.in_matrix, at.row_in_matrix, lane == 0 ? c : b.CreateAdd(c, b.getInt64(lane)));
+      const std::vector<Value*> values = evaluate_elements(
+          b, e.values, [&](int slot) { return load_lane(b, e, loaded, first, lanes, lane, slot, j); }, element_type(),
+          j);
+      accumulate(b, values, e.thread_acc);
+      add_axis_sums(b, values, sweep.lane_sums);
+      store_gpu_element(b, e, values, j, at.last_row, sweep.pending, /*tensor_slots=*/lanes == 1);
+      for (std::size_t k = 0; lanes > 1 && k < graph_.stores.size(); ++k) {
+        const Store& s = graph_.stores[k];
+        if (s.kind != StoreKind::Tensor || graph_.slot(s.name)->kind != SlotKind::Tensor)
+          continue;
+        const int slot = index_in(plan_.abi.tensor_slots, s.name);
+        if (!stored[k])
+          stored[k] = llvm::PoisonValue::get(vector_of(slot));
+        Value* value = to_storage(b, values[static_cast<std::size_t>(s.value)], tensor_slot_dtype(slot));
+        stored[k] = b.CreateInsertElement(stored[k], value, static_cast<uint64_t>(lane));
+      }
+    }
+    for (std::size_t k = 0; k < graph_.stores.size(); ++k)
+      if (stored[k]) {
+        const int slot = index_in(plan_.abi.tensor_slots, graph_.stores[k].name);
+        b.CreateAlignedStore(stored[k], vector_at(slot), align_of(slot));
+      }
+  }
+
   // Where the element being evaluated is (emit_gpu_axis_kernel's sweeps): its row in the tensor, its matrix, its row
   // in the matrix and its column in the row (null: not needed, or the sweep has none).
   void set_axis_position(IRBuilder<>& b, Value* row, Value* in_matrix, Value* row_in_matrix, Value* col_in_row) {
@@ -749,11 +852,12 @@ public:
       }
   }
 
-  // The row sweep's stores of element j: its tensor slots; its columns slots when `last_row` gives the item (a
-  // matrix's last row: to the slot, or to the column scratch when the item is a piece of the matrix); its rows slots'
-  // values kept in `pending`, written after the stage's barrier.
+  // The row sweep's stores of element j: its tensor slots (unless not `tensor_slots`); its columns slots when
+  // `last_row` gives the item (a matrix's last row: to the slot, or to the column scratch when the item is a piece of
+  // the matrix); its rows slots' values kept in `pending`, written after the stage's barrier.
   void store_gpu_element(IRBuilder<>& b, const GpuEntry& e, const std::vector<Value*>& values, Value* j,
-                         const AxisItem* last_row, const std::vector<llvm::AllocaInst*>& pending) {
+                         const AxisItem* last_row, const std::vector<llvm::AllocaInst*>& pending,
+                         bool tensor_slots = true) {
     int64_t columns_store = 0;
     for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
       const Store& s = graph_.stores[k];
@@ -766,7 +870,8 @@ public:
       if (kind == SlotKind::Rows) {
         b.CreateStore(stored, pending[k]);
       } else if (kind == SlotKind::Tensor) {
-        b.CreateAlignedStore(stored, slot_address(b, e.bases, slot, j), llvm::Align(dtype_size(storage)));
+        if (tensor_slots) // else the caller stores them a vector at a time
+          b.CreateAlignedStore(stored, slot_address(b, e.bases, slot, j), llvm::Align(dtype_size(storage)));
       } else if (last_row) {
         Value* kept = b.CreateFPCast(values[static_cast<std::size_t>(s.value)], b.getDoubleTy());
         Value* at = column_pending(b, *last_row, columns_store++, axis_index(SlotKind::Cols));

@@ -192,7 +192,9 @@ TEST_CASE("gpu emulation: Adafactor's rows and columns in every dtype and block 
 TEST_CASE("gpu emulation: Adafactor's matrices cut into pieces of rows, column sums combined by the last piece") {
   // Items of kMinAxisItemRows rows: 10 pieces of 300 rows, 2 pieces of each of 6 batched 40-row matrices, 7 pieces
   // of a column, 3 of rows shorter than a warp; whole matrices grouped beside them ({3, 5, 40}, a row, a vector).
-  const std::vector<Shape> shapes = {{300, 130}, {2, 3, 40, 33}, {200, 1}, {90, 5}, {3, 5, 40}, {1, 300}, {7}, {0}};
+  // Rows of a multiple of 4 (and 2) columns take 128-bit accesses: {64, 256} and {96, 12} in pieces, {3, 5, 40} whole.
+  const std::vector<Shape> shapes = {{300, 130}, {2, 3, 40, 33}, {200, 1}, {90, 5}, {3, 5, 40}, {1, 300}, {7},
+                                     {0},        {64, 256},      {96, 12}};
   const std::tuple<unsigned, Dtype, EmulatedSchedule> runs[] = {{32, Dtype::f32, EmulatedSchedule::InTurns},
                                                                 {96, Dtype::bf16, EmulatedSchedule::InTurns},
                                                                 {512, Dtype::f64, EmulatedSchedule::Concurrent}};
