@@ -168,6 +168,8 @@ int run_counts(bool json_output) {
     configs.push_back(c);
   for (const CountConfig& c : reducing_configs())
     configs.push_back(c);
+  for (const std::string& name : user_optimizers()) // registered by the program or a plugin: their defaults
+    configs.push_back({name, {}});
   for (const CountConfig& c : configs) {
     for (bool foreach : {false, true}) {
       std::vector<Tensor> params = random_params(two_linear_shapes(), Dtype::f32, 0);

@@ -3,6 +3,7 @@
 #include "runtime/error.h"
 #include "tools/commands.h"
 #include "tools/ir_file.h"
+#include "tools/plugins.h"
 
 #include <CLI/CLI.hpp>
 
@@ -11,6 +12,9 @@
 int main(int argc, char** argv) {
   CLI::App app{"optjit: a tracing JIT compiler for deep-learning optimizer steps"};
   app.require_subcommand(1);
+  std::vector<std::string> plugins;
+  app.add_option("--plugin", plugins,
+                 "a shared library that registers optimizers (tools/plugins.h); before the command, repeatable");
 
   auto* demo_cmd = app.add_subcommand("demo", "compile Adam for a 4-layer MLP and compare it with eager steps");
   std::string demo_device = "cpu";
@@ -82,6 +86,8 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
   try {
+    for (const std::string& plugin : plugins)
+      optjit::load_plugin(plugin);
     if (app.got_subcommand("demo"))
       return optjit::run_demo(optjit::parse_device(demo_device));
     if (app.got_subcommand(dump_cmd)) {

@@ -51,6 +51,7 @@ bool flag_value(const std::string& cls, const std::string& key, const std::vecto
 struct Registry {
   std::mutex mutex;
   std::vector<std::pair<std::string, OptimizerFactory>> entries;
+  std::size_t builtins = 0; // entries[0, builtins) are optjit's own
 };
 
 Registry& registry() {
@@ -71,6 +72,7 @@ Registry& registry() {
                   {"LAMB", optimizer_factory<LAMB>("LAMB")},
                   {"Adafactor", optimizer_factory<Adafactor>("Adafactor")},
                   {"LARS", optimizer_factory<LARS>("LARS")}};
+    r->builtins = r->entries.size();
     return r;
   }();
   return *table;
@@ -126,6 +128,15 @@ std::vector<std::string> implemented_optimizers() {
   std::vector<std::string> names;
   for (const auto& [name, factory] : r.entries)
     names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> user_optimizers() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> names;
+  for (std::size_t k = r.builtins; k < r.entries.size(); ++k)
+    names.push_back(r.entries[k].first);
   return names;
 }
 

@@ -33,6 +33,9 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<P
 // The optimizers optjit knows, by name: the built-ins, then the registered ones in the order they were registered.
 std::vector<std::string> implemented_optimizers();
 
+// The optimizers registered with register_optimizer (by a program or a CLI plugin), in the order they were.
+std::vector<std::string> user_optimizers();
+
 // Registers an optimizer class under `name` (unique in any case), so that make_optimizer, golden replay and state
 // files know it as they know the built-ins. Thread-safe. Throws optjit::Error when a known optimizer has the name.
 void register_optimizer(const std::string& name, OptimizerFactory factory);
