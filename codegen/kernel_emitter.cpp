@@ -18,6 +18,12 @@ constexpr std::size_t kMaxChains = 4;
 constexpr std::size_t kBlockReductionsAtOnce = 4;
 // Row sums of one GPU axis kernel (emit_gpu_row_sweep): 8 KB of shared memory each.
 constexpr std::size_t kGpuMaxRowSums = 4;
+// The registers a GPU axis kernel may use (.maxnreg): two blocks of 512 threads per SM. Its warps wait on long
+// chains per element (a row's and a column's values, several divisions), so warps in flight pay more than the
+// registers ptxas would take (124 to 148, one block per SM) and the few spills the cap costs. On an H200, Adafactor's
+// f32 kernels over a Transformer encoder's matrices: 347 -> 204 us (update) and 179 -> 139 us (its RMS); 80 or 96
+// registers gained less (264, 256 us: still one block per SM).
+constexpr int kGpuAxisMaxRegisters = 64;
 
 using llvm::IRBuilder;
 using llvm::Value;
@@ -380,7 +386,7 @@ public:
     e.fn->addFnAttr(llvm::Attribute::NoUnwind);
     if (!emulation_) {
       e.fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
-      annotate_kernel(e.fn);
+      annotate_kernel(e.fn, plan_.has_axis ? kGpuAxisMaxRegisters : 0);
     }
     Value* slots = e.param(GpuParam::slots);
     Value* n_tensors = e.param(GpuParam::n_tensors);
@@ -933,8 +939,8 @@ private:
 
   // Marks `fn` as a kernel entry (nvvm.annotations). No thread count is declared (maxntidx): ptxas then caps no
   // register count, never spills to fit 512 threads, and the launch takes the threads the kernel's registers allow
-  // (GpuModule::max_block_threads).
-  void annotate_kernel(llvm::Function* fn) {
+  // (GpuModule::max_block_threads). `max_registers` > 0 caps them (.maxnreg) all the same (axis kernels).
+  void annotate_kernel(llvm::Function* fn, int max_registers) {
     llvm::NamedMDNode* annotations = module_.getOrInsertNamedMetadata("nvvm.annotations");
     auto entry = [&](const char* key, int value) {
       llvm::Metadata* parts[] = {
@@ -943,6 +949,8 @@ private:
       annotations->addOperand(llvm::MDNode::get(ctx_, parts));
     };
     entry("kernel", 1);
+    if (max_registers > 0)
+      entry("maxnreg", max_registers);
   }
 
   // `lanes_` elements from index j with one vector load per slot read and one vector store per slot written (128
