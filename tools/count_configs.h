@@ -24,8 +24,9 @@ std::vector<CountConfig> own_optimizer_configs();
 // (Inductor's counts for torch's optimizers with clip_grad_norm_ were measured, tools/inductor_clip_counts.py).
 std::vector<CountConfig> reducing_configs();
 
-// Inductor's kernels per step for a configuration on the CPU (reference: inductor-kernel-counts.md; clipped steps:
-// measured with tools/inductor_clip_counts.py), or nothing where torch has no such step (optjit's own optimizers).
+// Inductor's kernels per step for a configuration on the CPU (reference: inductor-kernel-counts.md; clipped steps
+// and Adafactor: measured with tools/inductor_clip_counts.py), or nothing where torch has no such step (optjit's own
+// optimizers) or Inductor cannot compile it as one graph (single-tensor Adafactor).
 std::optional<int> inductor_cpu_kernels(const CountConfig& config, bool foreach);
 
 // "default", or the configuration's option names joined by commas.
