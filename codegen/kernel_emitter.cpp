@@ -627,7 +627,7 @@ public:
                 set_axis_position(b, row, in_matrix, b.CreateSub(row, matrix_row),
                                   lane == 0 ? c : b.CreateAdd(c, b.getInt64(lane)));
                 const std::vector<Value*> values = evaluate_elements(
-                    b, e.values, [&](int slot) { return load_lane(b, e, loaded, first_j, lanes, lane, slot, j); },
+                    b, e.values, [&](int slot) { return load_lane(b, e.bases, loaded, first_j, lanes, lane, slot, j); },
                     element_type(), j);
                 add_axis_sums(b, values, sums[static_cast<std::size_t>(lane)]);
               }
@@ -655,18 +655,44 @@ public:
 
   // Tensor slot `slot` at element j, lane `lane` of the `lanes` elements from element `first`: a tensor-shaped slot
   // from one vector load of them (made on first use, kept in `loaded`), a rows or columns slot on its own.
-  Value* load_lane(IRBuilder<>& b, const GpuEntry& e, std::vector<Value*>& loaded, Value* first, int lanes, int lane,
-                   int slot, Value* j) {
+  Value* load_lane(IRBuilder<>& b, const std::vector<Value*>& bases, std::vector<Value*>& loaded, Value* first,
+                   int lanes, int lane, int slot, Value* j) {
     if (lanes == 1 || tensor_slot_kind(slot) != SlotKind::Tensor)
-      return load_slot(b, e.bases, slot, j, 1, element_type());
+      return load_slot(b, bases, slot, j, 1, element_type());
     const Dtype storage = tensor_slot_dtype(slot);
     Value*& v = loaded[static_cast<std::size_t>(slot)];
     if (!v)
-      v = b.CreateAlignedLoad(vector_type(storage, lanes),
-                              b.CreateGEP(scalar_type(storage), e.bases[static_cast<std::size_t>(slot)], first),
-                              llvm::Align(static_cast<uint64_t>(lanes) * dtype_size(storage)),
-                              plan_.abi.tensor_slots[slot]);
+      v = b.CreateAlignedLoad(vector_type(storage, lanes), lanes_address(b, bases, slot, first),
+                              lanes_align(slot, lanes), plan_.abi.tensor_slots[slot]);
     return from_storage(b, b.CreateExtractElement(v, static_cast<uint64_t>(lane)), storage, element_type());
+  }
+  // Lane `lane` of each store to a tensor-shaped slot, put into that store's vector in `stored` (per store).
+  void keep_lane(IRBuilder<>& b, std::vector<Value*>& stored, const std::vector<Value*>& values, int lanes, int lane) {
+    for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
+      const Store& s = graph_.stores[k];
+      if (s.kind != StoreKind::Tensor || graph_.slot(s.name)->kind != SlotKind::Tensor)
+        continue;
+      const int slot = index_in(plan_.abi.tensor_slots, s.name);
+      if (!stored[k])
+        stored[k] = llvm::PoisonValue::get(vector_type(tensor_slot_dtype(slot), lanes));
+      Value* value = to_storage(b, values[static_cast<std::size_t>(s.value)], tensor_slot_dtype(slot));
+      stored[k] = b.CreateInsertElement(stored[k], value, static_cast<uint64_t>(lane));
+    }
+  }
+  // Each vector of `stored` (keep_lane's) written from element `first`: one vector store per slot.
+  void store_lanes(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& stored, Value* first,
+                   int lanes) {
+    for (std::size_t k = 0; k < graph_.stores.size(); ++k)
+      if (stored[k]) {
+        const int slot = index_in(plan_.abi.tensor_slots, graph_.stores[k].name);
+        b.CreateAlignedStore(stored[k], lanes_address(b, bases, slot, first), lanes_align(slot, lanes));
+      }
+  }
+  Value* lanes_address(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* first) {
+    return b.CreateGEP(scalar_type(tensor_slot_dtype(slot)), bases[static_cast<std::size_t>(slot)], first);
+  }
+  llvm::Align lanes_align(int slot, int lanes) {
+    return llvm::Align(static_cast<uint64_t>(lanes) * dtype_size(tensor_slot_dtype(slot)));
   }
 
   // The item's rows in rounds of one row per lane group, each round in two stages (emit_gpu_axis_kernel).
@@ -796,40 +822,21 @@ public:
   void emit_row_elements(IRBuilder<>& b, const GpuEntry& e, const RowSweep& sweep, const RowPosition& at, Value* c,
                          int lanes) {
     Value* first = b.CreateAdd(b.CreateMul(at.row, axis_->n), c);
-    const auto vector_of = [&](int slot) { return vector_type(tensor_slot_dtype(slot), lanes); };
-    const auto align_of = [&](int slot) {
-      return llvm::Align(static_cast<uint64_t>(lanes) * dtype_size(tensor_slot_dtype(slot)));
-    };
-    const auto vector_at = [&](int slot) {
-      return b.CreateGEP(scalar_type(tensor_slot_dtype(slot)), e.bases[static_cast<std::size_t>(slot)], first);
-    };
     std::vector<Value*> loaded(e.bases.size(), nullptr);
     std::vector<Value*> stored(graph_.stores.size(), nullptr);
     for (int lane = 0; lane < lanes; ++lane) {
       Value* j = lane == 0 ? first : b.CreateAdd(first, b.getInt64(lane));
       set_axis_position(b, at.row, at.in_matrix, at.row_in_matrix, lane == 0 ? c : b.CreateAdd(c, b.getInt64(lane)));
       const std::vector<Value*> values = evaluate_elements(
-          b, e.values, [&](int slot) { return load_lane(b, e, loaded, first, lanes, lane, slot, j); }, element_type(),
-          j);
+          b, e.values, [&](int slot) { return load_lane(b, e.bases, loaded, first, lanes, lane, slot, j); },
+          element_type(), j);
       accumulate(b, values, e.thread_acc);
       add_axis_sums(b, values, sweep.lane_sums);
       store_gpu_element(b, e, values, j, at.last_row, sweep.pending, /*tensor_slots=*/lanes == 1);
-      for (std::size_t k = 0; lanes > 1 && k < graph_.stores.size(); ++k) {
-        const Store& s = graph_.stores[k];
-        if (s.kind != StoreKind::Tensor || graph_.slot(s.name)->kind != SlotKind::Tensor)
-          continue;
-        const int slot = index_in(plan_.abi.tensor_slots, s.name);
-        if (!stored[k])
-          stored[k] = llvm::PoisonValue::get(vector_of(slot));
-        Value* value = to_storage(b, values[static_cast<std::size_t>(s.value)], tensor_slot_dtype(slot));
-        stored[k] = b.CreateInsertElement(stored[k], value, static_cast<uint64_t>(lane));
-      }
+      if (lanes > 1)
+        keep_lane(b, stored, values, lanes, lane);
     }
-    for (std::size_t k = 0; k < graph_.stores.size(); ++k)
-      if (stored[k]) {
-        const int slot = index_in(plan_.abi.tensor_slots, graph_.stores[k].name);
-        b.CreateAlignedStore(stored[k], vector_at(slot), align_of(slot));
-      }
+    store_lanes(b, e.bases, stored, first, lanes);
   }
 
   // Where the element being evaluated is (emit_gpu_axis_kernel's sweeps): its row in the tensor, its matrix, its row
@@ -957,42 +964,17 @@ private:
   // bits for slots stored in the compute dtype); the arithmetic runs lane by lane (device math is scalar).
   void emit_gpu_vector_body(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& per_tensor,
                             Value* j, const std::vector<llvm::AllocaInst*>& thread_acc) {
-    const auto vector_of = [&](int slot) { return vector_type(tensor_slot_dtype(slot), lanes_); };
-    const auto align_of = [&](int slot) {
-      return llvm::Align(static_cast<uint64_t>(lanes_) * dtype_size(tensor_slot_dtype(slot)));
-    };
-    const auto vector_at = [&](int slot) {
-      return b.CreateGEP(scalar_type(tensor_slot_dtype(slot)), bases[static_cast<std::size_t>(slot)], j);
-    };
     std::vector<Value*> loaded(bases.size(), nullptr);
     std::vector<Value*> stored(graph_.stores.size(), nullptr);
     for (int lane = 0; lane < lanes_; ++lane) {
-      auto load = [&](int slot) {
-        Value*& v = loaded[static_cast<std::size_t>(slot)];
-        if (!v)
-          v = b.CreateAlignedLoad(vector_of(slot), vector_at(slot), align_of(slot), plan_.abi.tensor_slots[slot]);
-        return from_storage(b, b.CreateExtractElement(v, static_cast<uint64_t>(lane)), tensor_slot_dtype(slot),
-                            element_type());
-      };
-      std::vector<Value*> values =
-          evaluate_elements(b, per_tensor, load, element_type(), b.CreateAdd(j, b.getInt64(lane)));
+      Value* index = b.CreateAdd(j, b.getInt64(lane));
+      const std::vector<Value*> values = evaluate_elements(
+          b, per_tensor, [&](int slot) { return load_lane(b, bases, loaded, j, lanes_, lane, slot, index); },
+          element_type(), index);
       accumulate(b, values, thread_acc); // lane by lane, in element order
-      for (std::size_t k = 0; k < graph_.stores.size(); ++k) {
-        const Store& s = graph_.stores[k];
-        if (s.kind != StoreKind::Tensor)
-          continue;
-        const int slot = index_in(plan_.abi.tensor_slots, s.name);
-        if (!stored[k])
-          stored[k] = llvm::PoisonValue::get(vector_of(slot));
-        Value* value = to_storage(b, values[static_cast<std::size_t>(s.value)], tensor_slot_dtype(slot));
-        stored[k] = b.CreateInsertElement(stored[k], value, static_cast<uint64_t>(lane));
-      }
+      keep_lane(b, stored, values, lanes_, lane);
     }
-    for (std::size_t k = 0; k < graph_.stores.size(); ++k)
-      if (graph_.stores[k].kind == StoreKind::Tensor) {
-        const int slot = index_in(plan_.abi.tensor_slots, graph_.stores[k].name);
-        b.CreateAlignedStore(stored[k], vector_at(slot), align_of(slot));
-      }
+    store_lanes(b, bases, stored, j, lanes_);
   }
 
   // Adds the evaluated elements `values` (scalars or vectors) to each reduction's accumulator (of the same lanes, f64).

@@ -22,13 +22,19 @@ CONFIGS = [  # (optimizer, options, norm_type): the clipped rows of tools/counts
 ]
 
 
-def count(cls, options, norm_type, foreach):
+def two_linear_params():
+    """The params of two Linear(10, 10), with grads, after resetting Dynamo: what every count steps."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 10))
     params = list(model.parameters())
     for p in params:
         p.grad = torch.randn_like(p)
+    return params
+
+
+def count(cls, options, norm_type, foreach):
+    params = two_linear_params()
     opt = cls(params, lr=0.01, foreach=foreach, **options)
 
     @torch.compile()
@@ -47,12 +53,7 @@ def adafactor_whole_graph(options, norm_type, foreach):
     graph as count() compiles the others. Its step_t.item() breaks the graph unless capture_scalar_outputs is set, so
     it is set here. Where Inductor fails, the error's type and first line instead (torch 2.15, CPU, single-tensor:
     GuardOnDataDependentSymNode, from lerp's decomposition on the data-dependent beta2 term)."""
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 10))
-    params = list(model.parameters())
-    for p in params:
-        p.grad = torch.randn_like(p)
+    params = two_linear_params()
     opt = torch.optim.Adafactor(params, lr=0.01, foreach=foreach, **options)
 
     @torch.compile(fullgraph=True)
