@@ -24,6 +24,8 @@ constexpr std::size_t kGpuMaxRowSums = 4;
 // f32 kernels over a Transformer encoder's matrices: 347 -> 204 us (update) and 179 -> 139 us (its RMS); 80 or 96
 // registers gained less (264, 256 us: still one block per SM).
 constexpr int kGpuAxisMaxRegisters = 64;
+// The static shared memory of a GPU block.
+constexpr std::size_t kGpuStaticSharedBytes = 48 * 1024;
 
 using llvm::IRBuilder;
 using llvm::Value;
@@ -425,15 +427,16 @@ public:
     b.CreateRetVoid();
   }
 
-  // The GPU kernel (runtime/kernel_abi.h): block = work item, threads stride over its elements, `lanes` at a
-  // time with 128-bit accesses when every slot's address of the item is aligned, one at a time otherwise.
+  // The GPU kernel (runtime/kernel_abi.h): block = work item, threads stride over its elements `lanes` at a time
+  // (128-bit accesses when every slot's address of the item is aligned, scalar ones otherwise), then one at a time
+  // over the item's last elements.
   void emit_gpu_kernel(const std::string& symbol) {
     IRBuilder<> b(ctx_);
     GpuEntry e = begin_gpu_kernel(b, symbol);
     auto [t, first, last] = e.item;
     Value* scalar_begin = first;
     if (lanes_ > 1) {
-      // The vector part is used only when every slot's first element of the item is aligned to its vector access.
+      // Vector accesses only when every slot's first element of the item is aligned to them.
       Value* misaligned = b.getInt64(0);
       for (std::size_t s = 0; s < e.bases.size(); ++s) {
         const Dtype storage = tensor_slot_dtype(static_cast<int>(s));
@@ -443,10 +446,22 @@ public:
       }
       Value* aligned = b.CreateICmpEQ(misaligned, b.getInt64(0));
       Value* whole = b.CreateMul(b.CreateSDiv(b.CreateSub(last, first), b.getInt64(lanes_)), b.getInt64(lanes_));
-      Value* vector_end = b.CreateAdd(first, b.CreateSelect(aligned, whole, b.getInt64(0)));
-      emit_loop(b, b.CreateAdd(first, b.CreateMul(e.thread, b.getInt64(lanes_))), vector_end,
-                b.CreateMul(e.threads, b.getInt64(lanes_)), "vec",
-                [&](Value* j) { emit_gpu_vector_body(b, e.bases, e.values, j, e.thread_acc); });
+      Value* vector_end = b.CreateAdd(first, whole);
+      // Threads take lanes_ elements at a time, aligned or not, so that a reduction's order depends on the shape
+      // alone; alignment only picks vector or scalar accesses.
+      const auto lanes_loop = [&](bool vector_access) {
+        emit_loop(b, b.CreateAdd(first, b.CreateMul(e.thread, b.getInt64(lanes_))), vector_end,
+                  b.CreateMul(e.threads, b.getInt64(lanes_)), "vec", [&](Value* j) {
+                    if (vector_access) {
+                      emit_gpu_vector_body(b, e.bases, e.values, j, e.thread_acc);
+                      return;
+                    }
+                    for (int lane = 0; lane < lanes_; ++lane)
+                      emit_body(b, e.bases, e.values, b.CreateAdd(j, b.getInt64(lane)), 1, e.thread_acc);
+                  });
+      };
+      emit_if(b, aligned, "vec.aligned", [&] { lanes_loop(true); });
+      emit_if(b, b.CreateNot(aligned), "vec.unaligned", [&] { lanes_loop(false); });
       scalar_begin = vector_end;
     }
     emit_loop(b, b.CreateAdd(scalar_begin, e.thread), last, e.threads, "elem",
@@ -496,16 +511,17 @@ public:
     item.piece = b.CreateSub(item_in_tensor, b.CreateMul(b.CreateSDiv(item.first_row, m), item.pieces));
     item.scratch = b.CreateGEP(b.getDoubleTy(), b.CreateAddrSpaceCast(e.param(GpuParam::col_scratch), e.global),
                                load_at(GpuParam::col_split, b.CreateAdd(b.CreateMul(t, b.getInt64(2)), b.getInt64(1))));
-    item.vector = b.getInt1(false);
-    if (lanes_ > 1) { // n a multiple of lanes_ and each tensor-shaped slot's data aligned to lanes_ elements
-      Value* misaligned = b.CreateSRem(axis_->n, b.getInt64(lanes_));
+    item.lanes = item.vector = b.getInt1(false);
+    if (lanes_ > 1) { // n a multiple of lanes_, and for vector accesses each tensor-shaped slot's data aligned too
+      item.lanes = b.CreateICmpEQ(b.CreateSRem(axis_->n, b.getInt64(lanes_)), b.getInt64(0));
+      Value* misaligned = b.getInt64(0);
       for (std::size_t slot = 0; slot < e.bases.size(); ++slot)
         if (tensor_slot_kind(static_cast<int>(slot)) == SlotKind::Tensor) {
           const int64_t bytes = lanes_ * static_cast<int64_t>(dtype_size(tensor_slot_dtype(static_cast<int>(slot))));
           misaligned =
               b.CreateOr(misaligned, b.CreateAnd(b.CreatePtrToInt(e.bases[slot], i64_), b.getInt64(bytes - 1)));
         }
-      item.vector = b.CreateICmpEQ(misaligned, b.getInt64(0));
+      item.vector = b.CreateAnd(item.lanes, b.CreateICmpEQ(misaligned, b.getInt64(0)));
     }
     const ColumnSplit split = column_split(plan_);
     bool row_sums = false;
@@ -543,7 +559,10 @@ public:
     Value* split;   // pieces > 1: the item is a piece of one matrix
     Value* piece;   // which piece (when split)
     Value* scratch; // the tensor's region of the column scratch (f64)
-    Value* vector;  // lanes_ columns at a time (128-bit accesses): every row of every tensor-shaped slot aligned
+    // n is a multiple of lanes_: the row sweep's lanes take lanes_ columns at a time, whatever the alignment, so
+    // that its sums' order depends on the shape alone.
+    Value* lanes;
+    Value* vector; // and every row of every tensor-shaped slot is aligned to them: 128-bit accesses
   };
   // Column sum number `k` (of the kernel's col_sum nodes): piece `piece`'s partial at tensor column `column`.
   Value* column_partial(IRBuilder<>& b, const AxisItem& item, int64_t k, Value* piece, Value* column) {
@@ -741,10 +760,9 @@ public:
     Value* grouped = b.CreateICmpSLT(group, rows_per_warp);
     Value* rows = b.CreateSub(item.end_row, item.first_row);
     Value* rounds = b.CreateSDiv(b.CreateAdd(rows, b.CreateSub(rows_per_round, b.getInt64(1))), rows_per_round);
-    Value* vector = item.vector;
-    // The lane of a row's last column (of its last vector when vector).
+    // The lane of a row's last column (of its last lanes_ columns when the lanes take them together).
     Value* last_lane =
-        b.CreateSelect(vector, b.CreateSRem(b.CreateSub(b.CreateSDiv(n, b.getInt64(lanes_)), b.getInt64(1)), width),
+        b.CreateSelect(item.lanes, b.CreateSRem(b.CreateSub(b.CreateSDiv(n, b.getInt64(lanes_)), b.getInt64(1)), width),
                        b.CreateSRem(b.CreateSub(n, b.getInt64(1)), width));
     emit_loop(b, b.getInt64(0), rounds, b.getInt64(1), "round", [&](Value* round) {
       Value* row = b.CreateAdd(item.first_row, b.CreateAdd(b.CreateMul(round, rows_per_round), first_row));
@@ -759,13 +777,17 @@ public:
             if (sum)
               b.CreateStore(llvm::ConstantFP::get(b.getDoubleTy(), 0.0), sum);
           const RowPosition at{row, in_matrix, row_in_matrix, stage == 1 ? &item : nullptr};
-          if (lanes_ > 1)
-            emit_if(b, vector, "row.vector", [&] {
-              emit_loop(b, b.CreateMul(lane, b.getInt64(lanes_)), n, b.CreateMul(width, b.getInt64(lanes_)), "row.vec",
-                        [&](Value* c) { emit_row_elements(b, e, sweep, at, c, lanes_); });
-            });
-          emit_if(b, b.CreateNot(vector), "row.scalar", [&] {
-            emit_loop(b, lane, n, width, "row.col", [&](Value* c) { emit_row_elements(b, e, sweep, at, c, 1); });
+          // The same columns per lane and order with and without vector accesses: only the loads and stores differ.
+          const auto lanes_loop = [&](bool vector_access) {
+            emit_loop(b, b.CreateMul(lane, b.getInt64(lanes_)), n, b.CreateMul(width, b.getInt64(lanes_)), "row.vec",
+                      [&](Value* c) { emit_row_elements(b, e, sweep, at, c, lanes_, vector_access); });
+          };
+          if (lanes_ > 1) {
+            emit_if(b, item.vector, "row.vector", [&] { lanes_loop(true); });
+            emit_if(b, b.CreateAnd(item.lanes, b.CreateNot(item.vector)), "row.lanes", [&] { lanes_loop(false); });
+          }
+          emit_if(b, b.CreateNot(item.lanes), "row.scalar", [&] {
+            emit_loop(b, lane, n, width, "row.col", [&](Value* c) { emit_row_elements(b, e, sweep, at, c, 1, false); });
           });
           for (std::size_t r = 0; r < sweep.row_sums.size(); ++r)
             b.CreateStore(b.CreateLoad(b.getDoubleTy(), sweep.lane_sums[sweep.row_sums[r]]),
@@ -818,9 +840,10 @@ public:
     const AxisItem* last_row;
   };
   // `lanes` elements of the row from column c: evaluated one at a time in column order, added to the lane's sums and
-  // stored; with lanes > 1 the tensor-shaped slots are read and written a vector at a time (128-bit accesses).
+  // stored; with `vector_access` the tensor-shaped slots are read and written a vector at a time (128-bit accesses).
   void emit_row_elements(IRBuilder<>& b, const GpuEntry& e, const RowSweep& sweep, const RowPosition& at, Value* c,
-                         int lanes) {
+                         int lanes, bool vector_access) {
+    const int access = vector_access ? lanes : 1;
     Value* first = b.CreateAdd(b.CreateMul(at.row, axis_->n), c);
     std::vector<Value*> loaded(e.bases.size(), nullptr);
     std::vector<Value*> stored(graph_.stores.size(), nullptr);
@@ -828,12 +851,12 @@ public:
       Value* j = lane == 0 ? first : b.CreateAdd(first, b.getInt64(lane));
       set_axis_position(b, at.row, at.in_matrix, at.row_in_matrix, lane == 0 ? c : b.CreateAdd(c, b.getInt64(lane)));
       const std::vector<Value*> values = evaluate_elements(
-          b, e.values, [&](int slot) { return load_lane(b, e.bases, loaded, first, lanes, lane, slot, j); },
+          b, e.values, [&](int slot) { return load_lane(b, e.bases, loaded, first, access, lane, slot, j); },
           element_type(), j);
       accumulate(b, values, e.thread_acc);
       add_axis_sums(b, values, sweep.lane_sums);
-      store_gpu_element(b, e, values, j, at.last_row, sweep.pending, /*tensor_slots=*/lanes == 1);
-      if (lanes > 1)
+      store_gpu_element(b, e, values, j, at.last_row, sweep.pending, /*tensor_slots=*/!vector_access);
+      if (vector_access)
         keep_lane(b, stored, values, lanes, lane);
     }
     store_lanes(b, e.bases, stored, first, lanes);
@@ -1023,6 +1046,12 @@ private:
   // A block's shared memory of `count` doubles (address space 3; host memory in emulation, where blocks run one
   // after another).
   llvm::GlobalVariable* shared_doubles(std::size_t count, const std::string& name) {
+    shared_bytes_ += count * sizeof(double);
+    if (shared_bytes_ > kGpuStaticSharedBytes)
+      throw Error("kernel " + plan_.name + " needs " + std::to_string(shared_bytes_) +
+                  " bytes of a GPU block's shared memory (row sums, reductions and the last block's flag), more than "
+                  "its " +
+                  std::to_string(kGpuStaticSharedBytes) + ": run these params on the CPU");
     auto* array = llvm::ArrayType::get(llvm::Type::getDoubleTy(ctx_), count);
     auto* shared = new llvm::GlobalVariable(module_, array, false, llvm::GlobalValue::InternalLinkage,
                                             llvm::UndefValue::get(array), name, nullptr,
@@ -1649,6 +1678,7 @@ private:
     const std::vector<llvm::AllocaInst*>* row_sums = nullptr;
   };
   std::optional<AxisIndex> axis_;
+  std::size_t shared_bytes_ = 0; // of the GPU kernel being emitted (shared_doubles)
   llvm::PointerType* ptr_;
   llvm::Type* i64_;
   llvm::StructType* args_type_;

@@ -8,15 +8,23 @@
 #include "tools/model.h"
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace optjit::test {
+
+// A path in the temp directory for a file named `name`, of this process alone: another suite (a sanitizer build
+// beside the plain one) may run the same test at the same time on the machine.
+inline std::filesystem::path temp_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("optjit_" + std::to_string(getpid()) + "_" + name);
+}
 
 // Optimizer `name` (torch's name) over one param group, on its foreach (eager or compiled) or forloop path.
 inline std::unique_ptr<Optimizer> make_single_group(const std::string& name, std::vector<Tensor> params,

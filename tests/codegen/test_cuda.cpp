@@ -119,7 +119,7 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
     MESSAGE("skipped: " << kPtxas << " is absent (install the CUDA toolkit's ptxas to run this check)");
     return;
   }
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_test_kernel.ptx";
+  const std::filesystem::path file = test::temp_path("kernel.ptx");
   int assembled = 0, capped = 0;
   auto check_assembles = [&](Optimizer& opt, const std::string& what) {
     CompiledStep step = compile(opt);
@@ -217,7 +217,7 @@ TEST_CASE("cuda ptx: a plan with a list reduction assembles for sm_80 and sm_90,
   }
   const PipelineResult r = run_pipeline(parse_graph(kGlobalClip));
   REQUIRE(r.kernels.size() == 2);
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_test_list_kernel.ptx";
+  const std::filesystem::path file = test::temp_path("list_kernel.ptx");
   for (const KernelPlan& kernel : r.kernels)
     for (int sm : {80, 90}) {
       INFO(kernel.name << " sm_" << sm);

@@ -210,6 +210,55 @@ TEST_CASE("gpu emulation: Adafactor's matrices cut into pieces of rows, column s
   CHECK(check_emulated_against_cpu({"adafactor", {}}, Dtype::f32, 512, 1, {{64, 512}}) == 0);
 }
 
+namespace {
+
+// Params (and grads) with the values of `like` in `memory`, one element past a 16-byte boundary: no 128-bit access.
+std::vector<Tensor> misaligned_copies(const std::vector<Tensor>& like, std::vector<std::vector<double>>& memory) {
+  std::vector<Tensor> params;
+  const auto copy = [&](const Tensor& t) {
+    const std::vector<double> values = t.to_vector();
+    std::vector<double>& block = memory.emplace_back(values.size() + 2, 0.0);
+    std::copy(values.begin(), values.end(), block.begin() + 1);
+    return Tensor::from_blob(block.data() + 1, t.shape(), Dtype::f64);
+  };
+  for (const Tensor& p : like) {
+    params.push_back(copy(p));
+    params.back().set_grad(copy(p.grad()));
+  }
+  return params;
+}
+
+// `steps` emulated GPU steps of config `c` on `params` (their grads fixed).
+void step_emulated(const CountConfig& c, const std::vector<Tensor>& params, int steps) {
+  auto opt = test::make_single_group(c.optimizer, params, c.options, true);
+  for (int s = 0; s < steps; ++s) {
+    opt->ensure_state();
+    for (const ParamBucket& bucket : opt->compile_buckets())
+      run_emulated(run_pipeline(opt->trace_bucket(bucket)), opt->list_arguments(bucket), 64);
+  }
+}
+
+} // namespace
+
+TEST_CASE("gpu emulation: sums do not depend on where the params lie, only on their shapes") {
+  // Misaligned params take scalar accesses, aligned ones 128-bit ones; the lanes and the order of every sum (row sums,
+  // per-tensor norms) stay the same, so the results are bitwise equal. f64, where a sum's last bit shows.
+  const std::vector<Shape> shapes = {{64, 256}, {40, 12}, {33, 7}, {9000}};
+  for (const CountConfig& c : {CountConfig{"adafactor", {}}, CountConfig{"lamb", {}}}) {
+    INFO(c.optimizer);
+    const std::vector<Tensor> aligned = random_params(shapes, Dtype::f64, 5);
+    randomize_grads(aligned, 6);
+    std::vector<std::vector<double>> memory;
+    const std::vector<Tensor> misaligned = misaligned_copies(aligned, memory);
+    REQUIRE(reinterpret_cast<uintptr_t>(misaligned.front().data()) % 16 != 0);
+    REQUIRE(reinterpret_cast<uintptr_t>(aligned.front().data()) % 16 == 0);
+    step_emulated(c, aligned, 2);
+    step_emulated(c, misaligned, 2);
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      CHECK(aligned[i].to_vector() == misaligned[i].to_vector());
+  }
+}
+
 TEST_CASE("gpu emulation: nine reductions in one kernel take several passes of the block's tree") {
   // More reductions than one pass of shared memory holds (kBlockReductionsAtOnce), sums and maxes mixed.
   const PipelineResult pipeline = run_pipeline(parse_graph(R"(graph @nine f32 {

@@ -8,6 +8,7 @@
 #include "compiler/ir/parser.h"
 #include "compiler/ir/printer.h"
 #include "compiler/ir/verifier.h"
+#include "helpers.h"
 #include "passes/passes.h"
 #include "runtime/error.h"
 
@@ -229,7 +230,7 @@ TEST_CASE("cuda ptx: a two-kernel plan assembles for sm_80 and sm_90") {
     return;
   }
   const Graph g = parse_graph(kBiasCorrected);
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_test_two_kernels.ptx";
+  const std::filesystem::path file = test::temp_path("two_kernels.ptx");
   for (const KernelPlan& plan : apply_fusion(g, split_at_elements(g)))
     for (int sm : {80, 90}) {
       INFO(plan.name << " sm_" << sm);

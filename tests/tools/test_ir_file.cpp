@@ -15,7 +15,7 @@ struct TempIr {
   std::filesystem::path path;
   // `name`: ctest runs the cases in parallel, so each writes a file of its own.
   TempIr(const std::string& name, const std::string& text) {
-    path = std::filesystem::temp_directory_path() / ("optjit_test_" + name + ".ir");
+    path = test::temp_path(name + ".ir");
     std::ofstream(path) << text;
   }
   ~TempIr() { std::filesystem::remove(path); }

@@ -83,7 +83,7 @@ TEST_CASE("complex params: state files keep C128") {
   auto opt = make_optimizer("adam", {ParamGroupSpec{params, {}}}, {{"amsgrad", {1}}});
   CompiledStep step = compile(*opt);
   step();
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_c128_state.safetensors";
+  const std::filesystem::path file = test::temp_path("c128_state.safetensors");
   save_state_dict(opt->state_dict(), file);
   std::ifstream in(file, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -106,7 +106,7 @@ TEST_CASE("complex params: state starts at complex(v, v), mixed dtypes compile o
   step();
   CHECK(step.kernel_count() == 2);
 
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_complex_state.safetensors";
+  const std::filesystem::path file = test::temp_path("complex_state.safetensors");
   save_state_dict(opt->state_dict(), file);
   std::vector<Tensor> copies = copy_params(params);
   auto loaded = make_optimizer("adagrad", {ParamGroupSpec{copies, {}}}, {{"initial_accumulator_value", {0.25}}});

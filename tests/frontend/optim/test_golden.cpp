@@ -1,5 +1,6 @@
 // Every shared golden optimizer case, through all three execution paths.
 #include "frontend/optim/registry.h"
+#include "helpers.h"
 #include "tools/golden.h"
 
 #include <doctest/doctest.h>
@@ -64,7 +65,7 @@ struct EditedCase {
     std::ifstream in(files[0]);
     nlohmann::json c = nlohmann::json::parse(in);
     edit(c);
-    path = std::filesystem::temp_directory_path() / ("optjit_edited_" + case_name + ".json");
+    path = test::temp_path("edited_" + case_name + ".json");
     std::ofstream(path) << c.dump();
   }
   ~EditedCase() { std::filesystem::remove(path); }
@@ -96,8 +97,7 @@ void check_mutated_case_fails(const std::function<void(nlohmann::json&)>& mutate
   mutate(c);
   // A file of its own per expected message: ctest runs the test cases that call this in parallel.
   const std::filesystem::path file =
-      std::filesystem::temp_directory_path() /
-      ("optjit_mutated_case_" + std::to_string(std::hash<std::string>{}(message)) + ".json");
+      test::temp_path("mutated_case_" + std::to_string(std::hash<std::string>{}(message)) + ".json");
   std::ofstream(file) << c.dump();
   for (ReplayMode mode : {ReplayMode::Forloop, ReplayMode::Eager, ReplayMode::Compiled}) {
     ReplayResult r = replay_golden_file(file, mode);

@@ -100,7 +100,7 @@ TEST_CASE("master weights: the kernel never reads the low-precision param, and s
   CHECK(fused.find("tensor \"master_param\"") != std::string::npos);
   CHECK(fused.find("tensor \"param\"") == std::string::npos);
 
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_master_weights.safetensors";
+  const std::filesystem::path file = test::temp_path("master_weights.safetensors");
   save_state_dict(opt->state_dict(), file);
   std::vector<Tensor> copies = copy_params(params);
   auto loaded = make_optimizer("adamw", {ParamGroupSpec{copies, {}}}, {{"master_weights", {1}}, {"lr", {0.1}}});

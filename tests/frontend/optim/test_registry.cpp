@@ -83,7 +83,7 @@ TEST_CASE("registry: a user's optimizer registers by name and compiles, steps ea
   check_same_trajectory(compiled_params, *compiled_opt, eager_params, *eager_opt, 1e-6, 1e-7, "compiled vs eager");
 
   // Its state goes through a state file and into a fresh optimizer made by name.
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "optjit_signum.safetensors";
+  const std::filesystem::path file = test::temp_path("signum.safetensors");
   save_state_dict(compiled_opt->state_dict(), file);
   std::vector<Tensor> resumed_params = copy_params(compiled_params);
   auto resumed = make_optimizer("Signum", {ParamGroupSpec{resumed_params, {}}}, {{"foreach", {1}}});

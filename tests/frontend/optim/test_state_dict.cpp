@@ -27,7 +27,7 @@ const std::vector<Shape> kShapes = {{3, 4}, {5}, {}, {0}, {6}};
 // A state file removed when the test ends.
 struct TempFile {
   std::filesystem::path path;
-  explicit TempFile(const std::string& name) : path(std::filesystem::temp_directory_path() / name) {}
+  explicit TempFile(const std::string& name) : path(test::temp_path(name)) {}
   ~TempFile() { std::filesystem::remove(path); }
 };
 
