@@ -422,11 +422,12 @@ TEST_CASE("cuda: every reducing configuration is bitwise the same run to run on 
   }
 }
 
-TEST_CASE("cuda: Adafactor's rows and columns (one block per matrix) on the GPU match the CPU forloop") {
+TEST_CASE("cuda: Adafactor's rows and columns on the GPU match the CPU forloop") {
   if (skip_without_gpu())
     return;
-  // Many rounds of rows, a batch of matrices, a single row, a single column, rows shorter than a warp.
-  const std::vector<Shape> shapes = {{1000, 300}, {3, 40, 50}, {1, 4097}, {513, 1}, {700, 5}, {64}};
+  // A matrix cut into 10 pieces of rows (gpu_launch_shape: 110 rows of 300), a batch of 2 cut into 2 each, a batch
+  // of whole matrices, a single row, a single column, rows shorter than a warp.
+  const std::vector<Shape> shapes = {{1000, 300}, {2, 400, 128}, {3, 40, 50}, {1, 4097}, {513, 1}, {700, 5}, {64}};
   for (Dtype dtype : {Dtype::f32, Dtype::bf16}) {
     INFO(dtype_name(dtype));
     check_gpu_against_forloop("adafactor", {}, dtype, shapes, 4);
