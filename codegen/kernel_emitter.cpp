@@ -437,14 +437,7 @@ public:
     Value* scalar_begin = first;
     if (lanes_ > 1) {
       // Vector accesses only when every slot's first element of the item is aligned to them.
-      Value* misaligned = b.getInt64(0);
-      for (std::size_t s = 0; s < e.bases.size(); ++s) {
-        const Dtype storage = tensor_slot_dtype(static_cast<int>(s));
-        Value* address = b.CreatePtrToInt(b.CreateGEP(scalar_type(storage), e.bases[s], first), i64_);
-        const int64_t access_bytes = lanes_ * static_cast<int64_t>(dtype_size(storage));
-        misaligned = b.CreateOr(misaligned, b.CreateAnd(address, b.getInt64(access_bytes - 1)));
-      }
-      Value* aligned = b.CreateICmpEQ(misaligned, b.getInt64(0));
+      Value* aligned = lanes_aligned(b, e.bases, first);
       Value* whole = b.CreateMul(b.CreateSDiv(b.CreateSub(last, first), b.getInt64(lanes_)), b.getInt64(lanes_));
       Value* vector_end = b.CreateAdd(first, whole);
       // Threads take lanes_ elements at a time, aligned or not, so that a reduction's order depends on the shape
@@ -514,14 +507,7 @@ public:
     item.lanes = item.vector = b.getInt1(false);
     if (lanes_ > 1) { // n a multiple of lanes_, and for vector accesses each tensor-shaped slot's data aligned too
       item.lanes = b.CreateICmpEQ(b.CreateSRem(axis_->n, b.getInt64(lanes_)), b.getInt64(0));
-      Value* misaligned = b.getInt64(0);
-      for (std::size_t slot = 0; slot < e.bases.size(); ++slot)
-        if (tensor_slot_kind(static_cast<int>(slot)) == SlotKind::Tensor) {
-          const int64_t bytes = lanes_ * static_cast<int64_t>(dtype_size(tensor_slot_dtype(static_cast<int>(slot))));
-          misaligned =
-              b.CreateOr(misaligned, b.CreateAnd(b.CreatePtrToInt(e.bases[slot], i64_), b.getInt64(bytes - 1)));
-        }
-      item.vector = b.CreateAnd(item.lanes, b.CreateICmpEQ(misaligned, b.getInt64(0)));
+      item.vector = b.CreateAnd(item.lanes, lanes_aligned(b, e.bases, b.getInt64(0))); // rows start at multiples
     }
     const ColumnSplit split = column_split(plan_);
     bool row_sums = false;
@@ -707,6 +693,17 @@ public:
         b.CreateAlignedStore(stored[k], lanes_address(b, bases, slot, first), lanes_align(slot, lanes));
       }
   }
+  // Whether every tensor-shaped slot's element `first` is aligned to a vector of lanes_ (rows and columns slots are
+  // read one value at a time).
+  Value* lanes_aligned(IRBuilder<>& b, const std::vector<Value*>& bases, Value* first) {
+    Value* misaligned = b.getInt64(0);
+    for (int slot = 0; slot < static_cast<int>(bases.size()); ++slot)
+      if (tensor_slot_kind(slot) == SlotKind::Tensor) {
+        Value* address = b.CreatePtrToInt(lanes_address(b, bases, slot, first), i64_);
+        misaligned = b.CreateOr(misaligned, b.CreateAnd(address, b.getInt64(lanes_align(slot, lanes_).value() - 1)));
+      }
+    return b.CreateICmpEQ(misaligned, b.getInt64(0));
+  }
   Value* lanes_address(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* first) {
     return b.CreateGEP(scalar_type(tensor_slot_dtype(slot)), bases[static_cast<std::size_t>(slot)], first);
   }
@@ -871,13 +868,6 @@ public:
     axis_->col = col_in_row ? b.CreateAdd(b.CreateMul(in_matrix, axis_->n), col_in_row) : nullptr;
   }
   void clear_axis_position() { axis_->row = axis_->col = axis_->col_in_row = axis_->row_in_matrix = nullptr; }
-
-  // The element nodes at element j of the block's tensor, one element at a time (rows and columns slots at the
-  // element's row and column).
-  std::vector<Value*> evaluate_gpu_element(IRBuilder<>& b, const GpuEntry& e, Value* j) {
-    auto load = [&](int slot) { return load_slot(b, e.bases, slot, j, 1, element_type()); };
-    return evaluate_elements(b, e.values, load, element_type(), j);
-  }
 
   // Adds each axis reduction's element value to its running sum (the reductions with a sum in `sums`).
   void add_axis_sums(IRBuilder<>& b, const std::vector<Value*>& values, const std::vector<llvm::AllocaInst*>& sums) {

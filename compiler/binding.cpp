@@ -45,14 +45,14 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   for (std::size_t t = 0; t < shapes.size() && t < numels.size(); ++t)
     numels[t] = shape_numel(shapes[t]);
   std::vector<Extents> extents;
-  std::vector<MatrixExtents> matrices;
-  for (std::size_t t = 0; t < numels.size(); ++t) {
+  for (std::size_t t = 0; t < numels.size(); ++t)
     extents.push_back(extents_of(t < shapes.size() ? shapes[t] : Shape{}));
-    matrices.push_back({extents.back().batches, extents.back().m, extents.back().n});
-  }
   col_split_.assign(2 * numels.size(), 0);
   col_scratch_doubles_ = 0;
   if (plan.has_axis && shape.axis_item_elements > 0) {
+    std::vector<MatrixExtents> matrices;
+    for (const Extents& e : extents)
+      matrices.push_back({e.batches, e.m, e.n});
     AxisWorkItems cut = make_axis_work_items(matrices, shape);
     items_ = std::move(cut.items);
     // Per tensor cut into pieces: its partial column sums by piece, then its pending columns stores.
@@ -61,7 +61,7 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
       col_split_[2 * t] = cut.pieces[t];
       col_split_[2 * t + 1] = col_scratch_doubles_;
       if (cut.pieces[t] > 1)
-        col_scratch_doubles_ += (split.sums * cut.pieces[t] + split.stores) * matrices[t].batches * matrices[t].n;
+        col_scratch_doubles_ += (split.sums * cut.pieces[t] + split.stores) * extents[t].batches * extents[t].n;
     }
   } else {
     LaunchShape cut = shape;

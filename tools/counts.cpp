@@ -135,16 +135,22 @@ const std::set<std::string>& counted_torch_optimizers() {
   return names;
 }
 
-// Why a configuration has no Inductor count, for the table and the JSON (a null count): optjit's own optimizers
-// (and plugins') are not in torch.optim; Adafactor is, but torch.compile cannot compile its step whole (torch 2.15,
-// CPU, measured: a graph break, or Inductor's failure when the break is avoided).
-std::string inductor_missing_reason(const CountConfig& c) {
+// Why a configuration has no Inductor count: a short label for the table and the reason for the JSON (beside a
+// null count). optjit's own optimizers (and plugins') are not in torch.optim; Adafactor is, but torch.compile cannot
+// compile its single-tensor step whole (torch 2.15, CPU, measured: a graph break, or Inductor's failure when the
+// break is avoided).
+struct InductorMissing {
+  const char* label;
+  std::string reason;
+};
+InductorMissing inductor_missing(const CountConfig& c) {
   if (c.optimizer == "adafactor")
-    return "single-tensor Adafactor does not compile as one graph: torch.compile breaks it at step_t.item(), and "
-           "with capture_scalar_outputs=True Inductor fails (GuardOnDataDependentSymNode in lerp's decomposition)";
+    return {"- (no one graph)",
+            "single-tensor Adafactor does not compile as one graph: torch.compile breaks it at step_t.item(), and "
+            "with capture_scalar_outputs=True Inductor fails (GuardOnDataDependentSymNode in lerp's decomposition)"};
   if (!counted_torch_optimizers().count(c.optimizer))
-    return "not in torch.optim";
-  return "not measured";
+    return {"- (not in torch)", "not in torch.optim"};
+  return {"- (not measured)", "not measured"};
 }
 
 } // namespace
@@ -218,15 +224,12 @@ int run_counts(bool json_output) {
                       {"foreach", foreach},
                       {"kernels", kernels},
                       {"inductor_kernels", inductor}});
-      const std::string reason = inductor_count ? "" : inductor_missing_reason(c);
+      const InductorMissing missing = inductor_missing(c);
       if (!inductor_count)
-        rows.back()["inductor_missing"] = reason;
-      const std::string missing = c.optimizer == "adafactor"       ? "- (no one graph)"
-                                  : reason == "not in torch.optim" ? "- (not in torch)"
-                                                                   : "- (not measured)";
+        rows.back()["inductor_missing"] = missing.reason;
       if (!json_output)
         std::printf("%-9s %-50s %-8s %8d %17s\n", c.optimizer.c_str(), config.c_str(), foreach ? "true" : "false",
-                    kernels, inductor_count ? inductor.dump().c_str() : missing.c_str());
+                    kernels, inductor_count ? inductor.dump().c_str() : missing.label);
     }
   }
   if (json_output)

@@ -97,6 +97,17 @@ ListArguments param_and_grad_lists(const std::vector<Shape>& shapes, uint64_t se
 // rows than a block has warps, a batch of matrices, a single row, a single column).
 const std::vector<Shape> kShapes = {{33, 7}, {5}, {9000}, {0}, {4, 4}, {}, {70, 45}, {3, 5, 40}, {1, 70}, {50, 1}};
 
+// One step of `opt` with its GPU kernels emulated (run_emulated, bucket by bucket); returns their column scratch.
+int64_t step_emulated(Optimizer& opt, unsigned threads, EmulatedSchedule schedule = EmulatedSchedule::Concurrent,
+                      int64_t axis_item_elements = -1) {
+  opt.ensure_state();
+  int64_t col_scratch_used = 0;
+  for (const ParamBucket& bucket : opt.compile_buckets())
+    col_scratch_used += run_emulated(run_pipeline(opt.trace_bucket(bucket)), opt.list_arguments(bucket), threads,
+                                     schedule, axis_item_elements);
+  return col_scratch_used;
+}
+
 // `steps` steps of config `c` on two copies of the params: the GPU kernels emulated on one, the CPU kernels on the
 // other. Returns run_emulated's column scratch, summed over the steps.
 int64_t check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned threads, int steps,
@@ -112,13 +123,8 @@ int64_t check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned t
   for (int s = 0; s < steps; ++s) {
     randomize_grads(emulated, 500 + static_cast<uint64_t>(s));
     randomize_grads(reference, 500 + static_cast<uint64_t>(s));
-    for (Optimizer* opt : {opt_emulated.get(), opt_reference.get()})
-      opt->ensure_state();
-    for (const ParamBucket& bucket : opt_emulated->compile_buckets()) {
-      const PipelineResult pipeline = run_pipeline(opt_emulated->trace_bucket(bucket));
-      col_scratch_used +=
-          run_emulated(pipeline, opt_emulated->list_arguments(bucket), threads, schedule, axis_item_elements);
-    }
+    col_scratch_used += step_emulated(*opt_emulated, threads, schedule, axis_item_elements);
+    opt_reference->ensure_state();
     for (const ParamBucket& bucket : opt_reference->compile_buckets()) {
       bool hit = false;
       std::unique_ptr<Executable> code =
@@ -229,13 +235,10 @@ std::vector<Tensor> misaligned_copies(const std::vector<Tensor>& like, std::vect
 }
 
 // `steps` emulated GPU steps of config `c` on `params` (their grads fixed).
-void step_emulated(const CountConfig& c, const std::vector<Tensor>& params, int steps) {
+void steps_emulated(const CountConfig& c, const std::vector<Tensor>& params, int steps) {
   auto opt = test::make_single_group(c.optimizer, params, c.options, true);
-  for (int s = 0; s < steps; ++s) {
-    opt->ensure_state();
-    for (const ParamBucket& bucket : opt->compile_buckets())
-      run_emulated(run_pipeline(opt->trace_bucket(bucket)), opt->list_arguments(bucket), 64);
-  }
+  for (int s = 0; s < steps; ++s)
+    step_emulated(*opt, 64);
 }
 
 } // namespace
@@ -252,8 +255,8 @@ TEST_CASE("gpu emulation: sums do not depend on where the params lie, only on th
     const std::vector<Tensor> misaligned = misaligned_copies(aligned, memory);
     REQUIRE(reinterpret_cast<uintptr_t>(misaligned.front().data()) % 16 != 0);
     REQUIRE(reinterpret_cast<uintptr_t>(aligned.front().data()) % 16 == 0);
-    step_emulated(c, aligned, 2);
-    step_emulated(c, misaligned, 2);
+    steps_emulated(c, aligned, 2);
+    steps_emulated(c, misaligned, 2);
     for (std::size_t i = 0; i < shapes.size(); ++i)
       CHECK(aligned[i].to_vector() == misaligned[i].to_vector());
   }
