@@ -848,8 +848,8 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
 
 void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
   if (clipping) {
-    if (!(std::isfinite(clipping->max_norm) && clipping->max_norm >= 0))
-      throw Error("max_grad_norm is " + python_float(clipping->max_norm) + ": it must be a finite number >= 0");
+    // Any max_norm, as clip_grad_norm_ takes it: inf clips nothing (the coefficient clamps to 1) and only logs the
+    // norm; a negative one flips the grads, as torch's coefficient does.
     if (clipping->norm_type != 2.0 && clipping->norm_type != std::numeric_limits<double>::infinity())
       throw Error("norm_type is " + python_float(clipping->norm_type) + ": fused clipping takes 2 or inf");
   }

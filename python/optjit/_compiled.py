@@ -4,7 +4,6 @@ import contextlib
 import copy
 import functools
 import inspect
-import math
 import threading
 import warnings
 import weakref
@@ -48,6 +47,8 @@ class CompiledStep:
         _keep_f32_masters(opt, self._lock)
         self._retired = []  # metrics of the compiled steps replaced by add_param_group
         self._total_norm = None  # of the last clipped step (NaN for one skipped for an inf or NaN); None before one
+        self._total_norm_tensor = None  # total_norm as clip_grad_norm_ returns it, once asked for
+        self._norm_params = []  # the params with grads in the last step
         self._cxx = None
         self._groups_seen = None
 
@@ -108,16 +109,16 @@ class CompiledStep:
 
     @property
     def total_norm(self):
-        """The total grad norm of the last step (before clipping), as clip_grad_norm_ returns it; None before a
-        clipped step, or when the step does not clip."""
+        """The total grad norm of the last step (before clipping), as clip_grad_norm_ returns it: a 0-d tensor of the
+        grads' promoted (real) dtype on the first grad's device, a DTensor over the mesh when the grads are DTensors
+        (its full_tensor() is the whole model's norm), and a CPU 0.0 when no param had a grad. None before a clipped
+        step, or when the step does not clip."""
         norm = self._total_norm
         if self._clipping[0] is None or norm is None:
             return None
-        # clip_grad_norm_ stacks the norm of each dtype's grads, so its result has their promoted (real) dtype; optjit
-        # accumulates in f64 and rounds once to that dtype.
-        params = [p for p in self._params if p.grad is not None] or self._params
-        dtype = functools.reduce(torch.promote_types, (p.dtype for p in params))
-        return torch.tensor(norm, dtype=dtype.to_real() if dtype.is_complex else dtype)
+        if self._total_norm_tensor is None:
+            self._total_norm_tensor = _norm_tensor(norm, self._norm_params)
+        return self._total_norm_tensor
 
     @property
     def kernel_count(self):
@@ -178,6 +179,8 @@ class CompiledStep:
         # A step skipped for an inf or NaN in the grads (GradScaler's found_inf, or the step's own check) has no
         # finite norm: clip_grad_norm_ of those grads is NaN or inf, never the last step's.
         self._total_norm = cxx.total_grad_norm() if ran else float("nan")
+        self._total_norm_tensor = None  # made when asked for, from the params that had grads in this step
+        self._norm_params = cxx.params_with_grads()
         for group in _rounding_groups(opt):
             group[_ROUNDING_STEPS_KEY] = cxx.stochastic_rounding_steps()
         if not ran:
@@ -410,6 +413,27 @@ def _step_lock(opt):
         return lock
 
 
+def _norm_tensor(norm, params):
+    """`norm` as clip_grad_norm_ returns it for the grads of `params`: it stacks each grad's norm (in the grad's
+    dtype, a grad having its param's) on the first grad's device, so the result has their promoted real dtype there;
+    torch.tensor(0.0) for no grads. Over DTensor grads torch's result is a DTensor with a partial placement; optjit has
+    the reduced norm already and returns it replicated, the same value for full_tensor(), item() and float()."""
+    if not params:
+        return torch.tensor(0.0)
+    dtype = functools.reduce(torch.promote_types, (p.dtype for p in params))
+    dtype = dtype.to_real() if dtype.is_complex else dtype
+    first = params[0]
+    try:
+        from torch.distributed.tensor import DTensor, Replicate
+    except ImportError:  # a torch built without torch.distributed
+        DTensor = None
+    if DTensor is not None and isinstance(first, DTensor):
+        local = torch.tensor(norm, dtype=dtype, device=first.to_local().device)
+        mesh = first.device_mesh
+        return DTensor.from_local(local, mesh, [Replicate()] * mesh.ndim, run_check=False)
+    return torch.tensor(norm, dtype=dtype, device=first.device)
+
+
 def _sharded(params):
     """The params that are shards of DTensors (FSDP2's), which optjit steps through their local tensors."""
     try:
@@ -512,9 +536,7 @@ def _clipping(max_grad_norm, norm_type, error_if_nonfinite):
             max_grad_norm = max_grad_norm.item()
         if isinstance(max_grad_norm, bool) or not isinstance(max_grad_norm, (int, float)):
             raise Error(f"max_grad_norm is {max_grad_norm!r}, not a number")
-        max_grad_norm = float(max_grad_norm)
-        if not (math.isfinite(max_grad_norm) and max_grad_norm >= 0):
-            raise Error(f"max_grad_norm is {max_grad_norm!r}: it must be a finite number >= 0")
+        max_grad_norm = float(max_grad_norm)  # any number, as clip_grad_norm_ takes it (inf only logs the norm)
     return (max_grad_norm, float(norm_type), bool(error_if_nonfinite))
 
 

@@ -93,10 +93,36 @@ def test_a_refused_first_step_leaves_no_state():
     assert opt.state[params[0]]["step"].item() == 1
 
 
+@pytest.mark.parametrize("max_norm", [float("inf"), -0.5, torch.tensor(float("inf"))], ids=["inf", "negative", "tensor"])
+def test_any_max_norm_as_clip_grad_norm_takes_it(max_norm):
+    """An infinite max_norm clips nothing and only measures the norm (a common way to log it); a negative one gives a
+    negative coefficient. Both as clip_grad_norm_."""
+    reference = make_params(torch.float32, seed=4, shapes=SHAPES)
+    ours = clone_params(reference)
+    torch_opt = torch.optim.Adam(reference, lr=0.01)
+    step = optjit.compile(torch.optim.Adam(ours, lr=0.01), max_grad_norm=max_norm)
+    for t in range(3):
+        set_grads(t, reference, ours, seed=4, none_every=0)
+        expected = torch.nn.utils.clip_grad_norm_(reference, max_norm)
+        torch_opt.step()
+        step()
+        assert_close(step.total_norm, expected, torch.float32, f"step {t} total_norm")
+        for i, (p, q) in enumerate(zip(ours, reference)):
+            assert_close(p.detach(), q.detach(), torch.float32, f"step {t} param {i}")
+
+
+def test_total_norm_without_grads_is_clip_grad_norm_s_zero():
+    params = make_params(torch.float64, shapes=SHAPES)
+    step = optjit.compile(torch.optim.SGD(params, lr=0.1), max_grad_norm=1.0)
+    step()  # no param has a grad
+    expected = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    assert step.total_norm.dtype == expected.dtype and step.total_norm.device == expected.device
+    assert step.total_norm.item() == expected.item() == 0.0
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(max_grad_norm=-1.0), "max_grad_norm is -1.0: it must be a finite number >= 0"),
         (dict(max_grad_norm="big"), "max_grad_norm is 'big', not a number"),
         (dict(max_grad_norm=1.0, norm_type=1), "norm_type is 1: fused clipping takes 2 or inf"),
     ],

@@ -141,6 +141,26 @@ def test_cuda_capturable_and_fused_steps_match_torch(flag):
 
 
 @gpu
+def test_cuda_clipping_matches_clip_grad_norm_and_its_norm_is_on_the_grads_device():
+    ours = _cuda_params(seed=2)
+    theirs = clone_params(ours)
+    opt, ref = torch.optim.AdamW(ours, lr=0.01), torch.optim.AdamW(theirs, lr=0.01)
+    step = optjit.compile(opt, max_grad_norm=1.0)
+    for s in range(3):
+        generator = torch.Generator().manual_seed(s)
+        for a, b in zip(ours, theirs):
+            g = torch.randn(a.shape, generator=generator).cuda()
+            a.grad, b.grad = g.clone(), g.clone()
+        expected = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+        ref.step()
+        step()
+        assert step.total_norm.device == expected.device  # the first grad's device, as clip_grad_norm_'s
+        torch.testing.assert_close(step.total_norm, expected, rtol=1e-5, atol=0)
+    torch.cuda.synchronize()
+    assert_same_state(opt, ours, ref, theirs, torch.float32)
+
+
+@gpu
 def test_a_step_on_a_side_stream_is_ordered_with_it():
     _run_both(torch.optim.Adam, dict(lr=0.01), stream=torch.cuda.Stream())
 
