@@ -18,6 +18,17 @@
 #include <string>
 #include <vector>
 
+// CHECKs that `step` (a CompiledStep or a compiled step function) launches `expected` kernels, and prints its fused
+// plan when it does not: a wrong count is read from the plan.
+#define CHECK_KERNELS(step, expected)                                                                                  \
+  do {                                                                                                                 \
+    auto&& checked_step_ = (step);                                                                                     \
+    const int expected_kernels_ = (expected);                                                                          \
+    if (checked_step_.kernel_count() != expected_kernels_)                                                             \
+      MESSAGE(checked_step_.dump(::optjit::Stage::Fused));                                                             \
+    CHECK(checked_step_.kernel_count() == expected_kernels_);                                                          \
+  } while (0)
+
 namespace optjit::test {
 
 // A path in the temp directory for a file named `name`, of this process alone: another suite (a sanitizer build

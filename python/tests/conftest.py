@@ -45,6 +45,12 @@ def set_grads(step, *param_lists, seed=0, none_every=3):
             params[i].grad = None if none else g.clone()
 
 
+def assert_kernels(step, expected):
+    """`step` (a compiled step or step function) launches `expected` kernels; the fused plan is the message if not."""
+    count = step.kernel_count
+    assert count == expected, f"{count} kernels, not {expected}; the plan:\n{step.dump('fused')}"
+
+
 def assert_close(actual, expected, dtype, what):
     rtol, atol = TOLERANCES[dtype]
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")

@@ -12,6 +12,7 @@
 #include "frontend/optim/registry.h"
 #include "frontend/optim/sgd.h"
 #include "frontend/optim/step_function.h"
+#include "helpers.h"
 #include "runtime/cuda_driver.h"
 #include "tools/count_configs.h"
 #include "tools/model.h"
@@ -287,7 +288,7 @@ TEST_CASE("cuda: a list reduction spans params on the CPU and on the GPU, as on 
   StepFunction on_both = compile_step("clipped_sgd", clipped_sgd, {.params = mixed, .hypers = hypers});
   on_cpu();
   on_both();
-  CHECK(on_both.kernel_count() == 4);
+  CHECK_KERNELS(on_both, 4);
   for (std::size_t i = 0; i < reference.size(); ++i) {
     const std::vector<double> got = mixed[i].to(Device::cpu()).to_vector(), want = reference[i].to_vector();
     for (std::size_t k = 0; k < want.size(); ++k) {

@@ -57,7 +57,7 @@ TEST_CASE("adafactor: factored params take four kernels, the others two, and the
       for (int s = 0; s < 4; ++s)
         step ? (*step)() : opt->step();
       if (step)
-        CHECK(step->kernel_count() == 4 + 2); // the factored bucket, then the 1-D and 0-d one
+        CHECK_KERNELS(*step, 4 + 2); // the factored bucket, then the 1-D and 0-d one
       runs.push_back(values_of(params, *opt));
       const auto state = opt->visible_state(params[0]);
       REQUIRE(state.size() == 3);

@@ -74,7 +74,7 @@ TEST_CASE("clipping: the total norm is clip_grad_norm_'s, the grads are not writ
     step();
     CHECK(opt->total_grad_norm() == doctest::Approx(expected).epsilon(1e-12));
     CHECK(flat_values({params[0].grad(), params[1].grad()}) == grads_before);
-    CHECK(step.kernel_count() == 2); // the norm pass, then Adam
+    CHECK_KERNELS(step, 2); // the norm pass, then Adam
 
     const auto [forloop_params, forloop_norms] = clipped_run("adam", Mode::Forloop, norm_type);
     for (Mode mode : {Mode::Eager, Mode::Compiled}) {
@@ -196,7 +196,7 @@ TEST_CASE("clipping with the in-step inf check: one grad pass does both, and err
       step ? (*step)() : opt->step();
       CHECK(found_inf.item() == 0);
       if (step)
-        CHECK(step->kernel_count() == 2); // the grad pass (norm and check together), then Adam
+        CHECK_KERNELS(*step, 2); // the grad pass (norm and check together), then Adam
       // Finite grads whose squares overflow f32 are no inf: the check looks at the elements, not at the norm.
       params[0].grad().set_item(1, 3e38);
       step ? (*step)() : opt->step();
@@ -228,7 +228,7 @@ TEST_CASE("lamb: two kernels, the three modes agree, and its norms do not depend
     CompiledStep step = compile(*opt);
     for (int s = 0; s < 3; ++s)
       step();
-    CHECK(step.kernel_count() == 2);
+    CHECK_KERNELS(step, 2);
     compiled.push_back(flat_values(params));
   }
   pool.set_active_threads(threads);
@@ -260,7 +260,7 @@ TEST_CASE("lars: the trust ratio by hand, 1-D params excluded by the group optio
   const double trust = 0.001 * 5 / (1 + 0.01 * 5);
   CHECK(w.item(0) == doctest::Approx(3 - 0.1 * trust * (0.6 + 0.03)).epsilon(1e-14));
   CHECK(w.item(1) == doctest::Approx(4 - 0.1 * trust * (0.8 + 0.04)).epsilon(1e-14));
-  CHECK(step.kernel_count() == 2);
+  CHECK_KERNELS(step, 2);
 
   std::vector<std::vector<double>> runs;
   for (int mode = 0; mode < 3; ++mode) {

@@ -74,7 +74,7 @@ TEST_CASE("complex params: every optimizer in every mode steps them as real para
           }
         }
         if (complex.compiled)
-          CHECK(complex.compiled->kernel_count() == 1);
+          CHECK_KERNELS(*complex.compiled, 1);
       }
 }
 
@@ -104,7 +104,7 @@ TEST_CASE("complex params: state starts at complex(v, v), mixed dtypes compile o
   CHECK(opt->visible_state(params[0])[1].second.view_as_real().to_vector() == std::vector<double>(24, 0.25));
   CompiledStep step = compile(*opt);
   step();
-  CHECK(step.kernel_count() == 2);
+  CHECK_KERNELS(step, 2);
 
   const std::filesystem::path file = test::temp_path("complex_state.safetensors");
   save_state_dict(opt->state_dict(), file);

@@ -89,7 +89,7 @@ TEST_CASE("group reductions: each param group's norm, over its dtypes, normalize
     if (compiled) {
       step.emplace(compile(opt));
       (*step)();
-      CHECK(step->kernel_count() == 4); // per bucket: the norms' pass, then the update
+      CHECK_KERNELS(*step, 4); // per bucket: the norms' pass, then the update
       CHECK(step->dump(Stage::Fused).find("(group sum)") != std::string::npos);
     } else {
       opt.step();

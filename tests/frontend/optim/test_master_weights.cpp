@@ -86,7 +86,7 @@ TEST_CASE("master weights: every optimizer in every mode updates the f32 master 
           }
         }
       }
-      CHECK(compiled.compiled->kernel_count() == 1);
+      CHECK_KERNELS(*compiled.compiled, 1);
       CHECK(compiled.compiled->metrics().compiles == 1);
     }
 }

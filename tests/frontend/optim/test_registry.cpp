@@ -79,7 +79,7 @@ TEST_CASE("registry: a user's optimizer registers by name and compiles, steps ea
     step();
     eager_opt->step();
   }
-  CHECK(step.kernel_count() == 1);
+  CHECK_KERNELS(step, 1);
   check_same_trajectory(compiled_params, *compiled_opt, eager_params, *eager_opt, 1e-6, 1e-7, "compiled vs eager");
 
   // Its state goes through a state file and into a fresh optimizer made by name.
@@ -121,7 +121,7 @@ TEST_CASE("registry: a user's optimizer is guarded and dumped like a built-in") 
   CHECK(step.metrics().recompiles == 1);
   REQUIRE(step.metrics().recompile_reasons.size() == 1);
   CHECK(!step.metrics().recompile_reasons[0].empty());
-  CHECK(step.kernel_count() == 2);
+  CHECK_KERNELS(step, 2);
   CHECK(more[0].to_vector() != random_params({{5}}, Dtype::f64, 7)[0].to_vector()); // stepped
 }
 
@@ -158,7 +158,7 @@ TEST_CASE("lion: one kernel, its options checked, and the three modes agree") {
       opts[1]->step();
       step();
     }
-    CHECK(step.kernel_count() == 1);
+    CHECK_KERNELS(step, 1);
     check_same_trajectory(runs[1], *opts[1], runs[0], *opts[0], 1e-6, 1e-7, "eager vs forloop");
     check_same_trajectory(runs[2], *opts[2], runs[0], *opts[0], 1e-6, 1e-7, "compiled vs forloop");
   }

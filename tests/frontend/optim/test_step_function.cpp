@@ -63,7 +63,7 @@ TEST_CASE("step function: an Adam written as a function equals the built-in Adam
     step();
     adam_step();
   }
-  CHECK(step.kernel_count() == 1);
+  CHECK_KERNELS(step, 1);
   for (std::size_t i = 0; i < params.size(); ++i) {
     CHECK(params[i].to_vector() == reference[i].to_vector());
     CHECK(exp_avg[i].to_vector() == find_state(adam.visible_state(reference[i]), "exp_avg").to_vector());
@@ -164,7 +164,7 @@ TEST_CASE("step function: SGD clipped by the global norm (list_sum) is two kerne
                                    },
                                    {.params = params, .hypers = {{"lr", 0.5}, {"max_norm", 0.25}}});
   step();
-  CHECK(step.kernel_count() == 2);
+  CHECK_KERNELS(step, 2);
   const double coef = std::min(0.25 / (std::sqrt(squares) + 1e-6), 1.0);
   REQUIRE(coef < 1);
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -216,7 +216,7 @@ TEST_CASE("step function: a list reduction spans every param of the step, whatev
                        {.params = params, .hypers = {{"lr", 0.5}, {"max_norm", 0.25}}}, {.execution = execution});
       step();
       if (execution == Execution::Compiled)
-        CHECK(step.kernel_count() == 6); // two per bucket
+        CHECK_KERNELS(step, 6); // two per bucket
       const double coef = 0.25 / ((inf_norm ? largest : std::sqrt(squares)) + 1e-6);
       for (std::size_t i = 0; i < params.size(); ++i) {
         CAPTURE(i);
@@ -330,7 +330,7 @@ TEST_CASE("step function: a new grad buffer or a list tensor of another shape re
   CHECK(step.metrics().compiles == 2);
   CHECK(step.metrics().recompiles == 1);
   CHECK(params[0].to_vector() == std::vector<double>(8, -0.5));
-  CHECK(step.kernel_count() == 2);
+  CHECK_KERNELS(step, 2);
 }
 
 TEST_CASE("step function: a function that writes its grads writes them, whatever the params' layout") {
