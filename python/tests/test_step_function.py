@@ -1,7 +1,8 @@
 """@optjit.step_function: steps written with torch's own foreach calls, recorded on symbolic lists and compiled.
 Each runs compiled in place and agrees with the same function run eagerly by torch (fn.eager) on copies: a Lion, a
 foreach_map-style Adam against torch.optim.Adam, a LAMB-like step with torch._foreach_norm (two kernels), and the
-Shampoo seed's layout (.t() views of one buffer). An op outside the vocabulary is an optjit.Error naming it."""
+Shampoo seed's layout (.t() views of one buffer). Steps written one tensor at a time (a loop of tensor methods, torch's
+own foreach_map Adam recipe) record the same programs. An op outside the vocabulary is an optjit.Error naming it."""
 
 import weakref
 
@@ -267,8 +268,9 @@ def test_per_tensor_step_counts_are_updated_and_read_as_torch_does():
 
 
 def test_what_a_step_function_cannot_record_is_an_error_naming_it():
-    """Parts of lists, comparisons that would fix a branch, tensor methods and operators, and a function that
-    writes nothing: each an optjit.Error, never a program that differs from the function."""
+    """Parts of lists, comparisons that would fix a branch, tensor methods and operators outside the vocabulary, a
+    branch on a tensor's shape, entries stepped differently, and a function that writes nothing: each an
+    optjit.Error, never a program that differs from the function."""
 
     @optjit.step_function
     def first_only(params, grads, *, lr):
@@ -283,11 +285,22 @@ def test_what_a_step_function_cannot_record_is_an_error_naming_it():
     @optjit.step_function
     def by_method(params, grads, *, lr):
         for p, g in zip(params, grads):
-            p.add_(g, alpha=-lr)
+            p.erfinv_()
 
     @optjit.step_function
     def by_operator(params, grads, *, lr):
-        torch._foreach_add_(params, [g * 2 for g in grads], alpha=-lr)
+        torch._foreach_add_(params, [g @ g for g in grads], alpha=-lr)
+
+    @optjit.step_function
+    def by_shape(params, grads, *, lr):
+        for p, g in zip(params, grads):
+            if p.dim() > 1:
+                p.add_(g, alpha=-lr)
+
+    @optjit.step_function
+    def by_position(params, grads, *, lr):
+        for k, (p, g) in enumerate(zip(params, grads)):
+            p.add_(g, alpha=-lr if k == 0 else lr)
 
     @optjit.step_function
     def writes_nothing(params, grads, *, lr):
@@ -296,8 +309,10 @@ def test_what_a_step_function_cannot_record_is_an_error_naming_it():
     cases = [
         (first_only, {}, "records whole lists, and this one has 1 of the 2 tensors"),
         (by_flag, {"maximize": 1}, "branches on a hyperparameter"),
-        (by_method, {}, r"\.add_ of an element of a tensor list is outside"),
-        (by_operator, {}, r"the operator \* on an element of a list is outside"),
+        (by_method, {}, r"\.erfinv_ of an element of a tensor list is outside"),
+        (by_operator, {}, r"the operator @ on an element of a list is outside"),
+        (by_shape, {}, r"\.dim of an element of a tensor list is outside"),
+        (by_position, {}, "updates part of list 'param'"),
         (writes_nothing, {}, "changes none of its lists"),
     ]
     for fn, extra, message in cases:
@@ -473,7 +488,9 @@ def test_alpha_from_one_tensor_is_refused_and_a_new_list_length_is_recorded_agai
         torch._foreach_add_(params, grads, alpha=steps[0] * -lr)
 
     with pytest.raises(optjit.Error, match="add alpha: one tensor's value"):
-        first_step_alpha([torch.zeros(3), torch.zeros(2)], [torch.ones(3), torch.ones(2)], [torch.ones(()), torch.ones(())], lr=0.1)
+        first_step_alpha(
+            [torch.zeros(3), torch.zeros(2)], [torch.ones(3), torch.ones(2)], [torch.ones(()), torch.ones(())], lr=0.1
+        )
 
     @optjit.step_function
     def averaged(params, grads, *, lr):
@@ -550,3 +567,133 @@ def test_a_step_function_keeps_no_grad_alive():
         assert all(grad() is None for grad in read), "a grad outlived its call"
     for p in params:  # -0.5 * (1 + 2 + 3 + 4)
         assert_close(p, torch.full(p.shape, -5.0), torch.float32, "param")
+
+
+def _update_exp_avg_sq(exp_avg_sq, grad, beta2):
+    return exp_avg_sq.mul(beta2).addcmul(grad, grad, value=1 - beta2)
+
+
+def _update_param(param, step, exp_avg, exp_avg_sq, beta1, beta2, lr, eps):
+    bias_correction1 = 1 - torch.pow(beta1, step)
+    bias_correction2 = (1 - torch.pow(beta2, step)).sqrt()
+    step_size = (lr / bias_correction1).neg()
+    denom = (exp_avg_sq.sqrt() / (bias_correction2 * step_size)).add(eps / step_size)
+    return torch.add(param, torch.div(exp_avg, denom))
+
+
+@optjit.step_function
+def foreach_map_adam(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr, beta1, beta2, eps):
+    """Adam as torch's foreach_map recipe writes it: per-tensor functions mapped over the lists with
+    torch._higher_order_ops.foreach_map, the results copied back with torch._foreach_copy_."""
+    from torch._higher_order_ops import foreach_map
+
+    torch._foreach_copy_(steps, foreach_map(lambda x: x + 1, steps))
+    exp_avgs_updated = foreach_map(torch.lerp, exp_avgs, grads, 1 - beta1)
+    exp_avg_sqs_updated = foreach_map(_update_exp_avg_sq, exp_avg_sqs, grads, beta2)
+    params_updated = foreach_map(
+        _update_param, params, steps, exp_avgs_updated, exp_avg_sqs_updated, beta1, beta2, lr, eps
+    )
+    torch._foreach_copy_(exp_avgs, exp_avgs_updated)
+    torch._foreach_copy_(exp_avg_sqs, exp_avg_sqs_updated)
+    torch._foreach_copy_(params, params_updated)
+
+
+def test_torchs_foreach_map_adam_is_one_kernel_and_matches_torch_optim_adam():
+    params, grads = _lists(torch.float32, 11, 2)
+    state = [[torch.zeros_like(p) for p in params] for _ in range(2)] + [[torch.tensor(0.0) for _ in params]]
+    eager = _clone([params, grads, *state])
+    reference = [torch.nn.Parameter(p.clone()) for p in params]
+    adam = torch.optim.Adam(reference, lr=0.01, betas=(0.8, 0.95), eps=1e-8, foreach=True)
+    hypers = dict(lr=0.01, beta1=0.8, beta2=0.95, eps=1e-8)
+    for step in range(4):
+        grads = _lists(torch.float32, 30 + step, 1)[0]
+        for r, g in zip(reference, grads):
+            r.grad = g.clone()
+        foreach_map_adam(params, grads, *state, **hypers)
+        foreach_map_adam.eager(eager[0], [g.clone() for g in grads], *eager[2:], **hypers)
+        adam.step()
+        for k, (a, b, c) in enumerate(zip(params, eager[0], reference)):
+            assert_close(a, b, torch.float32, f"step {step} params[{k}] vs the function run by torch")
+            assert_close(a, c.detach(), torch.float32, f"step {step} params[{k}] vs torch.optim.Adam")
+    assert [float(s) for s in state[2]] == [4.0] * len(params)
+    assert_kernels(foreach_map_adam, 1)
+    assert foreach_map_adam._cxx.compiles() == 1
+
+
+@optjit.step_function
+def looped_lion(params, grads, exp_avgs, *, lr, beta1, beta2, weight_decay):
+    """Lion one tensor at a time, as a torch.optim single-tensor step is written: tensor methods, in place."""
+    for p, g, m in zip(params, grads, exp_avgs):
+        p.mul_(1 - lr * weight_decay).add_(torch.sign(torch.lerp(m, g, 1 - beta1)), alpha=-lr)
+        m.lerp_(g, 1 - beta2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_a_loop_over_the_tensors_records_what_the_foreach_form_records(dtype):
+    ours, theirs = _lists(dtype, 12, 3), _lists(dtype, 12, 3)
+    hypers = dict(lr=1e-2, beta1=0.9, beta2=0.99, weight_decay=0.1)
+    for _ in range(3):
+        looped_lion(*ours, **hypers)
+        lion(*theirs, **hypers)
+    for lst, ref in zip(ours, theirs):
+        for a, b in zip(lst, ref):
+            assert torch.equal(a, b)  # the same ops in another order: the same bits
+    assert_kernels(looped_lion, 1)
+
+
+@optjit.step_function
+def lars_like(params, grads, bufs, *, lr, momentum, trust_coefficient, eps):
+    """Per-tensor norms of elements (x.norm()), a trust ratio chosen with torch.where on comparisons, and
+    torch._foreach_max / _foreach_rsqrt / _foreach_zero_ / _foreach_pow(number, list) beside them."""
+    for p, g, b in zip(params, grads, bufs):
+        w_norm, g_norm = p.norm(), torch.linalg.vector_norm(g)
+        ratio = torch.where((w_norm > 0) * (g_norm > 0), trust_coefficient * w_norm / (g_norm + eps), 1.0)
+        b.mul_(momentum).add_(g * ratio)
+    peaks = torch._foreach_max(torch._foreach_abs(grads))
+    scales = torch._foreach_rsqrt(torch._foreach_add(torch._foreach_pow(2.0, peaks), 1.0))
+    torch._foreach_add_(params, torch._foreach_mul(bufs, scales), alpha=-lr)
+    torch._foreach_zero_(grads)
+
+
+def test_element_norms_where_and_the_further_foreach_ops_follow_torch():
+    ours = _lists(torch.float64, 13, 3, shapes=((33, 7), (5,), (4, 4, 3), ()))
+    ours[0][1].zero_()  # a zero param: trust ratio 1
+    ours[2] = [torch.zeros_like(p) for p in ours[0]]
+    theirs = _clone(ours)
+    hypers = dict(lr=0.1, momentum=0.9, trust_coefficient=0.001, eps=1e-8)
+    for step in range(3):
+        grads = _lists(torch.float64, 40 + step, 1, shapes=((33, 7), (5,), (4, 4, 3), ()))[0]
+        eager_grads = [g.clone() for g in grads]
+        lars_like(ours[0], grads, ours[2], **hypers)
+        lars_like.eager(theirs[0], eager_grads, theirs[2], **hypers)
+        for what, k in (("params", 0), ("bufs", 2)):
+            for i, (a, b) in enumerate(zip(ours[k], theirs[k])):
+                assert_close(a, b, torch.float64, f"step {step} {what}[{i}]")
+        assert all(torch.equal(g, torch.zeros_like(g)) for g in grads)  # _foreach_zero_ wrote the grads
+    assert_kernels(lars_like, 2)  # the norms and maxima, then the update
+
+
+def test_element_ops_that_mix_tensors_or_read_a_list_are_refused():
+    @optjit.step_function
+    def crossed(params, grads, *, lr):
+        for p, g in zip(params, reversed(grads)):
+            p.add_(g, alpha=-lr)
+
+    with pytest.raises(optjit.Error, match="combines the values of different tensors of a list"):
+        crossed(*_lists(torch.float32, 3, 2), lr=0.1)
+
+    @optjit.step_function
+    def list_operand(params, grads, *, lr):
+        for p in params:
+            p.mul_(grads)
+
+    with pytest.raises(optjit.Error, match="mul on an element takes elements, scalars and numbers, not a list"):
+        list_operand(*_lists(torch.float32, 3, 2), lr=0.1)
+
+    @optjit.step_function
+    def by_dim(params, grads, *, lr):
+        for p, g in zip(params, grads):
+            p.add_(g.sum(dim=0), alpha=-lr)
+
+    with pytest.raises(optjit.Error, match="sum of an element with arguments optjit does not record"):
+        by_dim(*_lists(torch.float32, 3, 2), lr=0.1)

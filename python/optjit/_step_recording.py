@@ -1,0 +1,727 @@
+"""Recording a step function: symbolic lists, elements and scalars that take torch's calls and record them as a
+program of list ops (optjit._step_function compiles it).
+
+A list argument is a Python list of symbolic elements (_SymTensor, or _SymScalar for per-tensor scalar state) that all
+hold the list's current recorded value, each at its own position (`entry`). Two ways of writing a step record alike:
+
+- torch._foreach_* calls on whole lists (torch's _multi_tensor_* optimizers);
+- torch calls, tensor methods and Python operators on elements, one tensor at a time: a loop over zip(params,
+  grads), or torch._higher_order_ops.foreach_map(fn, ...), which calls fn on each entry's elements. The op on entry
+  k records the same instruction as on every other entry (a value is recorded once: the same op on the same operands
+  is the same id), so when every entry has been through it, the list holds one value; in-place methods repoint the
+  element they are called on, as they write the tensor in torch.
+
+Values of two different entries never combine: a compiled step computes each tensor from its own values (_entry_of).
+"""
+
+import functools
+
+from ._optjit import Error, StepInstruction
+
+
+class _Program:
+    """The recorded instructions. A value is recorded once: the same op on the same operands gives the same id, so
+    a value written per element of a list (`[1 - beta1 ** s for s in steps]`) is one value of the whole list."""
+
+    def __init__(self, length):
+        self.instructions = []
+        self._ids = {}
+        self.length = length  # tensors per list: ops take whole lists
+
+    def emit(self, op, *inputs, name="", number=0.0):
+        key = (op, tuple(inputs), name, float(number))
+        if key in self._ids and not op.startswith("store"):
+            return self._ids[key]
+        self.instructions.append(StepInstruction(op, [i for i in inputs], name, float(number)))
+        self._ids[key] = len(self.instructions) - 1
+        return self._ids[key]
+
+
+def _operand(program, x):
+    """The recorded value of an operand: a symbolic element or scalar, or a Python number (a constant)."""
+    if isinstance(x, (_SymTensor, _SymScalar)):
+        return x.id
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise Error(f"a step function's operand is {x!r}: optjit records tensor lists, hyperparameters and numbers")
+    return program.emit("constant", number=x)
+
+
+def _entry_of(*values):
+    """The list entry that values computed together belong to: None for values of every entry alike (hyperparameters,
+    constants, a value over the lists), else the position of the tensor whose value it is (element k of a list, and
+    Python arithmetic on it). Values of two different entries cannot be combined: a compiled step computes each
+    entry from its own tensor's values."""
+    entries = {v.entry for v in values if isinstance(v, (_SymScalar, _SymTensor)) and v.entry is not None}
+    if len(entries) > 1:
+        raise Error(
+            "a step function combines the values of different tensors of a list (such as sum() over a list, or "
+            "lists zipped out of order): optjit records each tensor's step from its own values; reduce over the "
+            "lists with torch.stack(...).sum(), .max() or a norm"
+        )
+    return entries.pop() if entries else None
+
+
+def _is_tensor(x):
+    """Whether a symbolic value stands for a torch tensor in the eager run (an element, a 0-d state tensor, an op on
+    one), rather than for a Python number (a hyperparameter and arithmetic on hyperparameters)."""
+    return isinstance(x, _SymTensor) or (isinstance(x, _SymScalar) and x.tensor)
+
+
+def _value(program, vid, operands, squares=None):
+    """The symbolic value an op on `operands` gives: an element when one of them is, a scalar otherwise; of their
+    entry, and a tensor in the eager run when one of them is."""
+    entry = _entry_of(*operands)
+    if any(isinstance(x, _SymTensor) for x in operands):
+        return _SymTensor(program, vid, entry)
+    return _SymScalar(program, vid, squares, entry, tensor=any(_is_tensor(x) for x in operands))
+
+
+class _Elementwise:
+    """Python's operators and torch's tensor methods on a symbolic element or per-tensor scalar, recorded with the
+    same op table as the torch functions (_ELEMENT_OPS). In-place forms (`+=`, `.add_()`) repoint the value itself,
+    as they write the tensor in torch; on a hyperparameter (a Python number in the eager run) `+=` rebinds."""
+
+    def _op(self, name, *args, **kwargs):
+        return _element_op(name, (self, *args), kwargs)
+
+    def _reversed(self, name, other):
+        return _element_op(name, (other, self), {})
+
+    def _in_place(self, name, *args, **kwargs):
+        result = _element_op(name, (self, *args), kwargs)
+        if not _is_tensor(self):
+            return result
+        _set(self, result)
+        return self
+
+    def __add__(self, o):
+        return self._op("add", o)
+
+    def __radd__(self, o):
+        return self._reversed("add", o)
+
+    def __sub__(self, o):
+        return self._op("sub", o)
+
+    def __rsub__(self, o):
+        return self._reversed("sub", o)
+
+    def __mul__(self, o):
+        return self._op("mul", o)
+
+    def __rmul__(self, o):
+        return self._reversed("mul", o)
+
+    def __truediv__(self, o):
+        return self._op("div", o)
+
+    def __rtruediv__(self, o):
+        return self._reversed("div", o)
+
+    def __pow__(self, o):
+        return self._op("pow", o)
+
+    def __rpow__(self, o):
+        return self._reversed("pow", o)
+
+    def __iadd__(self, o):
+        return self._in_place("add", o)
+
+    def __isub__(self, o):
+        return self._in_place("sub", o)
+
+    def __imul__(self, o):
+        return self._in_place("mul", o)
+
+    def __itruediv__(self, o):
+        return self._in_place("div", o)
+
+    def __ipow__(self, o):
+        return self._in_place("pow", o)
+
+    def __neg__(self):
+        return self._op("neg")
+
+    def __abs__(self):
+        return self._op("abs")
+
+    def __gt__(self, o):
+        return self._op("gt", o)
+
+    def __lt__(self, o):
+        return self._op("lt", o)
+
+    def __ge__(self, o):
+        return self._op("ge", o)
+
+    def __le__(self, o):
+        return self._op("le", o)
+
+    # == and != are values too: Python's own would compare identities and silently fix a branch.
+    def __eq__(self, o):
+        return self._op("eq", o)
+
+    def __ne__(self, o):
+        return self._op("ne", o)
+
+    __hash__ = object.__hash__
+
+    def _method(self, name):
+        """A tensor method: `x.mul(y)` is torch.mul(x, y), `x.mul_(y)` writes x, `x.norm()` reduces x. Only tensors
+        have them; None for a name outside the vocabulary."""
+        if not _is_tensor(self):
+            return None
+        if name in _REDUCTIONS:
+            return lambda *args, **kwargs: _scalar_op(name, (self, *args), kwargs)
+        in_place = name.endswith("_")
+        base = name[:-1] if in_place else name
+        if base == "where" and not in_place:  # x.where(condition, y) is torch.where(condition, x, y)
+            return lambda condition, other: _element_op("where", (condition, self, other), {})
+        if base not in _ELEMENT_OPS or (base in _IN_PLACE_ONLY and not in_place):
+            return None
+        return functools.partial(self._in_place if in_place else self._op, base)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+
+def _set(target, source):
+    """`target` now holds `source`'s value (an in-place op's result)."""
+    target.id = source.id
+    if isinstance(target, _SymScalar):
+        target.squares = source.squares if isinstance(source, _SymScalar) else None
+
+
+class _SymScalar(_Elementwise):
+    """A hyperparameter, a constant, a per-tensor scalar (an element of a list of 0-d state tensors, a tensor's norm)
+    or arithmetic on them: one value per list entry. A 2-norm of each tensor (torch._foreach_norm, .norm()) remembers
+    its sum of squares (`squares`), from which the 2-norm over the lists is taken. `entry` is the list position it
+    belongs to (_entry_of); `tensor`, whether it is a torch tensor in the eager run (_is_tensor)."""
+
+    def __init__(self, program, vid, squares=None, entry=None, tensor=False):
+        self.program, self.id, self.squares, self.entry, self.tensor = program, vid, squares, entry, tensor
+
+    def __bool__(self):
+        raise Error("a step function branches on a hyperparameter's value: optjit records one program for every value")
+
+    def __float__(self):
+        raise Error(
+            "a step function turns a hyperparameter or per-tensor scalar into a Python number (float(), int(), "
+            "math.*): optjit records one program for every value; write it with Python operators (** 0.5 for a "
+            "square root) or torch calls"
+        )
+
+    __int__ = __index__ = __complex__ = __float__
+
+    def __getattr__(self, name):
+        method = None if name.startswith("__") else self._method(name)
+        if method is None:
+            _refuse_attribute("a per-tensor scalar or hyperparameter", name)
+        return method
+
+
+for _name, _symbol in (("floordiv", "//"), ("mod", "%"), ("divmod", "divmod()")):
+    setattr(_SymScalar, f"__{_name}__", lambda self, *a, _s=_symbol: _refuse_scalar_operator(_s))
+    setattr(_SymScalar, f"__r{_name}__", lambda self, *a, _s=_symbol: _refuse_scalar_operator(_s))
+for _name in ("round", "trunc", "floor", "ceil"):
+    setattr(_SymScalar, f"__{_name}__", lambda self, *a, _s=_name: _refuse_scalar_operator(f"{_s}()"))
+
+
+def _refuse_scalar_operator(symbol):
+    raise Error(
+        f"{symbol} on a hyperparameter or per-tensor scalar is outside optjit's step-function vocabulary (+, -, *, "
+        "/, **, comparisons, abs)"
+    )
+
+
+class _SymTensor(_Elementwise):
+    """One element of a symbolic list (or a value computed from elements of entry `entry`); every element of a list
+    holds the list's current value (in-place foreach ops repoint them all, in-place methods the one they are called
+    on). Tensor methods outside the vocabulary, and those that read the tensor's shape or layout, are errors naming
+    themselves: the program is recorded once for every shape."""
+
+    def __init__(self, program, vid, entry):
+        self.program, self.id, self.entry = program, vid, entry
+
+    def __getattr__(self, name):
+        method = None if name.startswith("__") else self._method(name)
+        if method is None:
+            _refuse_attribute("an element of a tensor list", name)
+        return method
+
+
+
+def _refuse_operator(symbol):
+    def refuse(self, *args):
+        raise Error(
+            f"the operator {symbol} on an element of a list is outside optjit's step-function vocabulary: write the "
+            "step with torch ops on elements (+, -, *, /, **, comparisons) or torch._foreach_* ops on whole lists"
+        )
+
+    return refuse
+
+
+for _names, _symbol in (
+    (("__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"), "// or %"),
+    (("__matmul__", "__rmatmul__"), "@"),
+    (("__getitem__", "__setitem__"), "[]"),
+    (("__bool__", "__float__"), "bool() or float()"),
+):
+    for _name in _names:
+        setattr(_SymTensor, _name, _refuse_operator(_symbol))
+
+
+class _SymStack:
+    """torch.stack of a list of per-tensor scalars (such as _foreach_norm's): reducing it (sum, max, a norm) combines
+    the value over every tensor of the lists, which gives one value, the same for every tensor (a _SymScalar)."""
+
+    def __init__(self, program, vid, squares=None):
+        self.program, self.id, self.squares = program, vid, squares
+
+    def sum(self):
+        return _SymScalar(self.program, self.program.emit("list_sum", self.id), tensor=True)
+
+    def max(self):
+        return _SymScalar(self.program, self.program.emit("list_max", self.id), tensor=True)
+
+    amax = max
+
+    def norm(self, p=2):
+        return _norm(self, p)
+
+    def __getattr__(self, name):
+        _refuse_attribute("a torch.stack of per-tensor scalars", name)
+
+    def __getitem__(self, index):
+        raise Error(
+            "indexing a torch.stack of per-tensor scalars picks one tensor's value, which optjit does not record: "
+            "reduce it with .sum(), .max() or a norm"
+        )
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+
+def _norm_order(order, what):
+    if order == "fro":
+        order = 2
+    if order not in (2, 2.0, float("inf")):
+        raise Error(f"{what} of order {order!r}: optjit records the 2-norm and the inf-norm")
+    return order
+
+
+def _norm(x, order):
+    """The norm of order 2 or inf of a stack (over the lists) or of one scalar (its absolute value)."""
+    order = _norm_order(order, "a norm")
+    p = x.program
+    if isinstance(x, _SymScalar):
+        return _SymScalar(p, p.emit("abs", x.id), entry=x.entry, tensor=True)
+    if order == float("inf"):
+        return _SymScalar(p, p.emit("list_max", p.emit("abs", x.id)), tensor=True)
+    # The 2-norm of per-tensor 2-norms is the square root of every tensor's sum of squares, summed: taken from those
+    # sums, it is combined in the pass that computes them (two kernels with the update, not three).
+    squares = x.squares if x.squares is not None else p.emit("mul", x.id, x.id)
+    return _SymScalar(p, p.emit("sqrt", p.emit("list_sum", squares)), tensor=True)
+
+
+def _tensor_reduction(p, x, name, args, kwargs):
+    """A reduction of one element over its tensor (x.sum(), x.max(), x.norm(), torch.linalg.vector_norm(x)): a
+    per-tensor scalar of x's entry."""
+    extra = {k: v for k, v in kwargs.items() if v is not None and v is not False and k not in ("ord", "p")}
+    if extra or (len(args) > (1 if name in ("norm", "linalg_vector_norm") else 0)):
+        raise Error(
+            f"{name} of an element with arguments optjit does not record ({', '.join(extra) or 'dim'}): it reduces "
+            "whole tensors"
+        )
+    if name in ("norm", "linalg_vector_norm"):
+        order = _norm_order(kwargs.get("ord", kwargs.get("p", args[0] if args else 2)), f"{name}")
+        if order == float("inf"):
+            return _SymScalar(p, p.emit("max", p.emit("abs", x.id)), entry=x.entry, tensor=True)
+        squares = p.emit("sum", p.emit("mul", x.id, x.id))
+        return _SymScalar(p, p.emit("sqrt", squares), squares, entry=x.entry, tensor=True)
+    return _SymScalar(p, p.emit("sum" if name == "sum" else "max", x.id), entry=x.entry, tensor=True)
+
+
+def _scalar_op(name, args, kwargs):
+    """The calls on stacks of per-tensor scalars, and the reductions and clamps of scalars, that clip_grad_norm_'s
+    foreach form makes (stack, a norm, sum, max, clamp); None for another call, which the element table records."""
+    x = args[0] if args else None
+    if name == "stack":
+        scalars = list(x) if isinstance(x, (list, tuple)) else []
+        ids = {s.id for s in scalars if isinstance(s, _SymScalar)}
+        if not scalars or len(ids) != 1 or not all(isinstance(s, _SymScalar) for s in scalars):
+            raise Error("torch.stack: optjit stacks one per-tensor scalar of each tensor (such as _foreach_norm's)")
+        _check_whole(scalars[0].program, scalars, "torch.stack")
+        _check_in_order(scalars, "torch.stack")
+        return _SymStack(scalars[0].program, ids.pop(), scalars[0].squares)
+    if name not in _REDUCTIONS:
+        return None
+    if isinstance(x, _SymTensor):
+        return _tensor_reduction(x.program, x, name, args[1:], kwargs)
+    if not isinstance(x, (_SymScalar, _SymStack)):
+        raise Error(f"torch.{name}: optjit records it on list elements, per-tensor scalars and their stacks only")
+    extra = {k: v for k, v in kwargs.items() if v is not None and k not in ("ord", "p", "keepdim")}
+    if len(args) > 2 or extra or kwargs.get("keepdim"):
+        raise Error(f"torch.{name}: arguments optjit does not record ({', '.join(extra) or 'dim'})")
+    if name in ("linalg_vector_norm", "norm"):
+        return _norm(x, kwargs.get("ord", kwargs.get("p", args[1] if len(args) > 1 else 2)))
+    if len(args) == 1:
+        return x if isinstance(x, _SymScalar) else (x.sum() if name == "sum" else x.max())
+    raise Error(f"torch.{name} with a dim: optjit reduces whole tensors and stacks")
+
+
+class _AttributeOutsideVocabulary(Error, AttributeError):
+    """An optjit.Error that is also an AttributeError, so that hasattr() on a symbolic value stays False."""
+
+
+def _refuse_attribute(what, name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise _AttributeOutsideVocabulary(
+        f".{name} of {what} is outside optjit's step-function vocabulary: write the step with torch ops on elements "
+        "or torch._foreach_* ops on whole lists (a step is recorded once for every shape and dtype)"
+    )
+
+
+def _list_id(program, value, what):
+    """The recorded value of a list argument (all its elements share it, each at its own position), of a scalar
+    list, or of a scalar that is the same for every tensor."""
+    if isinstance(value, (list, tuple)):
+        _check_whole(program, value, what)
+        ids = {_operand(program, v) if not isinstance(v, (int, float)) else None for v in value}
+        if len(ids) != 1 or None in ids:
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and len(set(value)) == 1:
+                return program.emit("constant", number=value[0])
+            raise Error(f"{what}: optjit records whole lists, and this list mixes values")
+        _check_in_order(value, what)
+        return ids.pop()
+    if isinstance(value, (_SymScalar, _SymTensor)) and value.entry is not None:
+        raise Error(
+            f"{what}: one tensor's value (element {value.entry} of a list, or arithmetic on it) is used for every "
+            "tensor: optjit records each tensor's step from its own values; pass the whole list, or reduce it over "
+            "the lists with torch.stack(...).sum(), .max() or a norm"
+        )
+    return _operand(program, value)
+
+
+def _element_id(program, value, what):
+    """The recorded value of an operand of an op on elements: an element, a scalar or a number (never a list)."""
+    if isinstance(value, (list, tuple)):
+        raise Error(f"{what} on an element takes elements, scalars and numbers, not a list")
+    return _operand(program, value)
+
+
+def _check_in_order(value, what):
+    """Element k of a list argument must be the list's element k (not a reordered or repeated one)."""
+    entries = [v.entry for v in value if isinstance(v, (_SymScalar, _SymTensor))]
+    if entries and entries != list(range(len(value))) and any(e is not None for e in entries):
+        raise Error(
+            f"{what}: optjit records whole lists in their own order, and this one is reordered or repeats a tensor "
+            f"(its elements are tensors {entries} of their list)"
+        )
+
+
+def _check_whole(program, value, what):
+    if len(value) != program.length:
+        raise Error(
+            f"{what}: optjit records whole lists, and this one has {len(value)} of the {program.length} tensors (a "
+            "slice, or tensors picked out of a list)"
+        )
+
+
+def _result(program, vid, like):
+    """The symbolic list an op on `like` gives: per-tensor scalars stay scalars (a step count plus one)."""
+    if isinstance(like[0], _SymScalar):
+        return [_SymScalar(program, vid, entry=k, tensor=True) for k in range(len(like))]
+    return [_SymTensor(program, vid, k) for k in range(len(like))]
+
+
+def _assign(target, vid):
+    for element in target:
+        element.id = vid
+        if isinstance(element, _SymScalar):
+            element.squares = None  # no longer the 2-norm whose sum of squares it kept
+
+
+# torch's ops by name (torch.add and Tensor.add, torch._foreach_add; the in-place forms without their trailing _):
+# each records its value from the recorded value of `self` and the call's other arguments, which `resolve` turns into
+# recorded values (whole lists for foreach ops, elements and scalars for ops on elements), in torch's order of
+# evaluation (add_scaled, addcmul, addcdiv and lerp are the C++ vocabulary's foreach_add, foreach_addcmul,
+# foreach_addcdiv, foreach_lerp).
+def _binary_op(op):
+    def record(p, resolve, self, other, alpha=None):
+        if alpha is None:
+            return p.emit(op, self, resolve(other, op))
+        if op not in ("add", "sub"):
+            raise TypeError(f"{op} takes no alpha")
+        scale = resolve(alpha, f"{op} alpha")
+        return p.emit("add_scaled", self, resolve(other, op), scale if op == "add" else p.emit("neg", scale))
+
+    return record
+
+
+def _division(p, resolve, self, other, rounding_mode=None):
+    if rounding_mode is not None:
+        raise TypeError(f"rounding_mode={rounding_mode!r}")
+    return p.emit("div", self, resolve(other, "div"))
+
+
+def _pow(p, resolve, self, exponent):
+    """torch's pow with a number exponent: 0.5, -0.5 and -1 are sqrt, rsqrt and reciprocal, and 2, 3 and -2 are
+    products (so sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, as torch gives, where pow would give 0 and inf)."""
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
+        one = p.emit("constant", number=1.0)
+        if exponent == 0.5:
+            return p.emit("sqrt", self)
+        if exponent == -0.5:
+            return p.emit("div", one, p.emit("sqrt", self))
+        if exponent == -1:
+            return p.emit("div", one, self)
+        if exponent == 2:
+            return p.emit("mul", self, self)
+        if exponent == 3:
+            return p.emit("mul", p.emit("mul", self, self), self)
+        if exponent == -2:
+            return p.emit("div", one, p.emit("mul", self, self))
+    return p.emit("pow", self, resolve(exponent, "pow"))
+
+
+def _lerp(p, resolve, self, end, weight):
+    return p.emit("lerp", self, resolve(end, "lerp"), resolve(weight, "lerp weight"))
+
+
+def _addc(op):
+    def record(p, resolve, self, t1, t2, value=1):
+        return p.emit(op, self, resolve(t1, op), resolve(t2, op), resolve(value, op))
+
+    return record
+
+
+def _unary(op):
+    return lambda p, resolve, self: p.emit(op, self)
+
+
+def _reciprocal(p, resolve, self):
+    return p.emit("div", p.emit("constant", number=1.0), self)
+
+
+def _rsqrt(p, resolve, self):
+    return p.emit("div", p.emit("constant", number=1.0), p.emit("sqrt", self))
+
+
+def _square(p, resolve, self):
+    return p.emit("mul", self, self)
+
+
+def _clamp_bound(op):
+    return lambda p, resolve, self, scalar: p.emit(op, self, resolve(scalar, op))
+
+
+def _clamp(p, resolve, self, min=None, max=None):
+    if min is None and max is None:
+        raise TypeError("clamp needs min or max")
+    value = self
+    if min is not None:
+        value = p.emit("maximum", value, resolve(min, "clamp min"))
+    if max is not None:
+        value = p.emit("minimum", value, resolve(max, "clamp max"))
+    return value
+
+
+def _comparison(op, negate=False, or_equal=False):
+    """A comparison as a 0/1 value (torch's bool tensor, as a where() condition or a number). a >= b is a > b or
+    a == b, a != b is 1 - (a == b): both 0 for NaN, as torch gives."""
+
+    def record(p, resolve, self, other):
+        b = resolve(other, op)
+        value = p.emit(op, self, b)
+        if or_equal:
+            value = p.emit("add", value, p.emit("eq", self, b))
+        if negate:
+            value = p.emit("sub", p.emit("constant", number=1.0), value)
+        return value
+
+    return record
+
+
+def _copy(p, resolve, self, source, non_blocking=False):
+    return resolve(source, "copy_")
+
+
+def _fill(p, resolve, self, value):
+    return resolve(value, "fill_")
+
+
+def _zero(p, resolve, self):
+    return p.emit("constant", number=0.0)
+
+
+def _where(p, resolve, condition, if_true, if_false):
+    return p.emit("select", condition, resolve(if_true, "where"), resolve(if_false, "where"))
+
+
+_COMMON_OPS = {
+    "add": _binary_op("add"),
+    "sub": _binary_op("sub"),
+    "mul": _binary_op("mul"),
+    "div": _division,
+    "maximum": _binary_op("maximum"),
+    "minimum": _binary_op("minimum"),
+    "pow": _pow,
+    "clamp_min": _clamp_bound("maximum"),
+    "clamp_max": _clamp_bound("minimum"),
+    "lerp": _lerp,
+    "addcmul": _addc("addcmul"),
+    "addcdiv": _addc("addcdiv"),
+    "sqrt": _unary("sqrt"),
+    "rsqrt": _rsqrt,
+    "neg": _unary("neg"),
+    "abs": _unary("abs"),
+    "sign": _unary("sign"),
+    "exp": _unary("exp"),
+    "log": _unary("log"),
+    "reciprocal": _reciprocal,
+    "copy": _copy,
+    "zero": _zero,
+}
+# torch._foreach_* ops (in-place or not); _foreach_norm and _foreach_max are reductions (_dispatch).
+_FOREACH_OPS = dict(_COMMON_OPS)
+# Ops on elements and scalars: torch functions, tensor methods and operators.
+_ELEMENT_OPS = dict(
+    _COMMON_OPS,
+    subtract=_COMMON_OPS["sub"],
+    multiply=_COMMON_OPS["mul"],
+    true_divide=_division,
+    divide=_division,
+    negative=_COMMON_OPS["neg"],
+    square=_square,
+    clamp=_clamp,
+    clip=_clamp,
+    where=_where,
+    gt=_comparison("gt"),
+    greater=_comparison("gt"),
+    lt=_comparison("lt"),
+    less=_comparison("lt"),
+    ge=_comparison("gt", or_equal=True),
+    greater_equal=_comparison("gt", or_equal=True),
+    le=_comparison("lt", or_equal=True),
+    less_equal=_comparison("lt", or_equal=True),
+    eq=_comparison("eq"),
+    ne=_comparison("eq", negate=True),
+    fill=_fill,
+)
+# Ops that exist only in place (torch has x.copy_(src), x.zero_() and x.fill_(v), no copy(), zero() or fill()).
+_IN_PLACE_ONLY = {"copy", "zero", "fill"}
+# Reductions of a whole tensor (an element's, or a 0-d tensor's own value): per-tensor scalars (_scalar_op).
+_REDUCTIONS = ("linalg_vector_norm", "norm", "sum", "max", "amax")
+
+
+def _element_op(name, args, kwargs):
+    """torch's op `name` on elements and scalars (a torch function, a tensor method, an operator): its symbolic
+    result, an element of its operands' entry."""
+    x = next((a for a in args if isinstance(a, (_SymTensor, _SymScalar))), None)
+    record = _ELEMENT_OPS.get(name)
+    if record is None or x is None:
+        raise Error(f"torch.{name} is outside optjit's step-function vocabulary")
+    program = x.program
+    operands = [a for a in (*args, *kwargs.values()) if isinstance(a, (_SymTensor, _SymScalar))]
+    resolve = functools.partial(_element_id, program)
+    try:
+        vid = record(program, resolve, resolve(args[0], name), *args[1:], **kwargs)
+    except TypeError as e:
+        raise Error(f"torch.{name}: arguments optjit does not record: {e}") from None
+    return _value(program, vid, operands)
+
+
+def _foreach_op(name, args, kwargs):
+    op = name[len("_foreach_") :]
+    inplace = op.endswith("_")
+    op = op.rstrip("_")
+    self_list = args[0]
+    if op == "pow" and not isinstance(self_list, (list, tuple)) and len(args) == 2:
+        return _foreach_scalar_pow(name, self_list, args[1])
+    # A list of tensors, or of per-tensor scalars (scalar state such as a step count, or _foreach_norm's results).
+    if not (isinstance(self_list, (list, tuple)) and self_list and isinstance(self_list[0], (_SymTensor, _SymScalar))):
+        raise Error(f"torch.{name}: its first argument must be one of the step function's lists")
+    program = self_list[0].program
+    _check_whole(program, self_list, f"torch.{name}")
+    self_id = _list_id(program, self_list, name)
+    if op in ("norm", "max") and not inplace:
+        return _foreach_reduction(program, name, op, self_list, self_id, args[1:], kwargs)
+    if op not in _FOREACH_OPS:
+        raise Error(f"torch.{name} is outside optjit's step-function vocabulary")
+    try:
+        vid = _FOREACH_OPS[op](program, functools.partial(_list_id, program), self_id, *args[1:], **kwargs)
+    except TypeError as e:
+        raise Error(f"torch.{name}: arguments optjit does not record: {e}") from None
+    if inplace:
+        _assign(self_list, vid)
+        return self_list
+    return _result(program, vid, self_list)
+
+
+def _foreach_scalar_pow(name, base, exponents):
+    """torch._foreach_pow(number, list): the number to the power of each element."""
+    if not (isinstance(exponents, (list, tuple)) and exponents and isinstance(exponents[0], (_SymTensor, _SymScalar))):
+        raise Error(f"torch.{name}: one of its arguments must be one of the step function's lists")
+    program = exponents[0].program
+    vid = program.emit("pow", _list_id(program, base, name), _list_id(program, exponents, name))
+    return _result(program, vid, exponents)
+
+
+def _foreach_reduction(program, name, op, self_list, self_id, args, kwargs):
+    """torch._foreach_norm (2 or inf) and torch._foreach_max: a per-tensor scalar of each tensor."""
+    length = len(self_list)
+    if op == "max":
+        if args or kwargs:
+            raise Error(f"torch.{name}: arguments optjit does not record")
+        vid = self_id if isinstance(self_list[0], _SymScalar) else program.emit("max", self_id)
+        return [_SymScalar(program, vid, entry=k, tensor=True) for k in range(length)]
+    extra = {k: v for k, v in kwargs.items() if k != "ord" and v is not None}
+    if extra or len(args) > 1:
+        raise Error(f"torch.{name}: arguments optjit does not record ({', '.join(extra) or 'dtype'})")
+    order = kwargs.get("ord", args[0] if args else 2)
+    if order not in (2, 2.0, float("inf")):
+        raise Error(f"torch.{name}(ord={order!r}): optjit records the 2-norm and the inf-norm")
+    if isinstance(self_list[0], _SymScalar):  # each tensor's norm of its one value: its absolute value
+        vid = program.emit("abs", self_id)
+        squares = program.emit("mul", self_id, self_id) if order in (2, 2.0) else None
+        return [_SymScalar(program, vid, squares, entry=k, tensor=True) for k in range(length)]
+    if order in (2, 2.0):
+        squares = program.emit("sum", program.emit("mul", self_id, self_id))
+        vid = program.emit("sqrt", squares)
+        return [_SymScalar(program, vid, squares, entry=k, tensor=True) for k in range(length)]
+    vid = program.emit("max", program.emit("abs", self_id))
+    return [_SymScalar(program, vid, entry=k, tensor=True) for k in range(length)]
+
+
+def _dispatch(func, args, kwargs):
+    """torch's call of `func` (through __torch_function__) on symbolic values, recorded."""
+    name = getattr(func, "__name__", str(func))
+    if name.startswith("_foreach_"):
+        return _foreach_op(name, args, kwargs)
+    if name == "foreach_map":  # torch._higher_order_ops.foreach_map(op, *lists): op on each entry's elements
+        subgraph, *operands = args
+        return subgraph(*operands, **kwargs)
+    symbolic = [a for a in args if isinstance(a, (_SymTensor, _SymScalar, _SymStack))]
+    if name == "stack" and args and isinstance(args[0], (list, tuple)):
+        return _scalar_op(name, args, kwargs)
+    if not symbolic:
+        raise Error(
+            f"{name} is outside optjit's step-function vocabulary (torch ops on list elements, torch._foreach_* ops "
+            "on whole lists)"
+        )
+    if isinstance(args[0], _SymStack) or name in _REDUCTIONS:
+        result = _scalar_op(name, args, kwargs)
+        if result is not None:
+            return result
+    if any(isinstance(a, _SymStack) for a in args):
+        raise Error(f"torch.{name} on a torch.stack of per-tensor scalars is outside optjit's step-function vocabulary")
+    if name.endswith("_") and isinstance(args[0], _Elementwise):  # torch.Tensor.add_(x, y), say
+        method = args[0]._method(name)
+        if method is None:
+            raise Error(f"torch.Tensor.{name} is outside optjit's step-function vocabulary")
+        return method(*args[1:], **kwargs)
+    return _element_op(name, args, kwargs)
