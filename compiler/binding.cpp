@@ -6,6 +6,23 @@
 
 namespace optjit {
 
+namespace {
+
+// A sum over columns (col_sum: torch's sum(dim=-2)) needs a second-to-last dimension, which torch refuses to invent;
+// the kernel's [..., m, n] view would take m = 1 and hand each element back as its column's sum.
+void check_column_sums(const KernelPlan& plan, const std::vector<Shape>& shapes) {
+  const auto& nodes = plan.graph.nodes;
+  if (std::none_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.op == Op::col_sum; }))
+    return;
+  for (std::size_t t = 0; t < shapes.size(); ++t)
+    if (shapes[t].size() < 2)
+      throw Error("kernel " + plan.name + " sums over columns (col_sum, torch's sum(dim=-2)) of tensor " +
+                  std::to_string(t) + " of its list, of shape " + shape_to_string(shapes[t]) +
+                  ", which has no second-to-last dimension (torch refuses it too): step tensors of rank 2 or more");
+}
+
+} // namespace
+
 void Binding::bind(const KernelPlan& plan, const ListArguments& args, const LaunchShape& shape) {
   const int64_t n = args.n_tensors();
   std::vector<std::string> slot_order = plan.abi.tensor_slots;
@@ -44,6 +61,7 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   }
   for (std::size_t t = 0; t < shapes.size() && t < numels.size(); ++t)
     numels[t] = shape_numel(shapes[t]);
+  check_column_sums(plan, shapes);
   std::vector<Extents> extents;
   for (std::size_t t = 0; t < numels.size(); ++t)
     extents.push_back(extents_of(t < shapes.size() ? shapes[t] : Shape{}));

@@ -187,23 +187,18 @@ void Adafactor::trace(Tracer& t, const Structure& s) const {
   step = t.as_stored("step", step); // torch reads the updated step tensor back (step_t.item())
   Sym w = pow(step, t.hyper("beta2_decay"));
   Sym rho = minimum(lr, 1.0 / sqrt(step));
-  Sym root_numel = sqrt(t.wrap(t.builder().add(Node{Op::extent, {}, {}, {}, 0, "numel"})));
+  Sym root_numel = sqrt(t.numel());
   Sym alpha = python_max(t.hyper("eps2"), foreach_norm(params) / root_numel) * rho;
   if (s["weight_decay"])
     params = params * (1.0 - lr * t.hyper("weight_decay"));
   Sym squares = grads * grads;
   Sym second_moment = squares;
   if (s["factored"]) {
-    const auto extent = [&](const char* name) {
-      return t.wrap(t.builder().add(Node{Op::extent, {}, {}, {}, 0, name}));
-    };
-    const auto axis_sum = [&](Op op, Sym x) { return t.wrap(t.builder().reduce(op, x.id())); };
-    Sym m = extent("m"), n = extent("n");
-    Sym row_var = foreach_lerp(t.tensors("row_var"), axis_sum(Op::row_sum, squares) / n, w);
-    Sym col_var = foreach_lerp(t.tensors("col_var"), axis_sum(Op::col_sum, squares) / m, w);
+    Sym row_var = foreach_lerp(t.tensors("row_var"), row_mean(squares), w);
+    Sym col_var = foreach_lerp(t.tensors("col_var"), col_mean(squares), w);
     t.store("row_var", row_var);
     t.store("col_var", col_var);
-    second_moment = row_var * col_var / maximum(axis_sum(Op::col_sum, row_var) / m, eps1);
+    second_moment = row_var * col_var / maximum(col_mean(row_var), eps1);
   } else {
     second_moment = foreach_lerp(t.tensors("variance"), squares, w);
     t.store("variance", second_moment);

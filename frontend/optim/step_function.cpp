@@ -9,6 +9,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -29,6 +30,10 @@ public:
       specs_.push_back({.name = key});
     for (const auto& [key, tensors] : lists.scalars)
       specs_.push_back({.name = key, .kind = StateKind::Scalar});
+    for (const auto& [key, tensors] : lists.rows)
+      specs_.push_back({.name = key, .kind = StateKind::Rows});
+    for (const auto& [key, tensors] : lists.cols)
+      specs_.push_back({.name = key, .kind = StateKind::Cols});
     add_param_groups({ParamGroupSpec{lists.params, {}}});
   }
 
@@ -50,6 +55,13 @@ private:
   std::vector<std::string> hypers_;
   std::vector<StateSpec> specs_;
 };
+
+using NamedLists = std::vector<std::pair<std::string, std::vector<Tensor>>>;
+
+// The state lists of every kind, in the order their specs are declared: tensors, scalars, rows, columns.
+std::array<const NamedLists*, 4> state_lists(const StepLists& lists) {
+  return {&lists.state, &lists.scalars, &lists.rows, &lists.cols};
+}
 
 void check_lists(const std::string& name, const StepLists& lists) {
   check_graph_name(name);
@@ -74,10 +86,9 @@ void check_lists(const std::string& name, const StepLists& lists) {
     if (count != n)
       throw Error(fmt::format("compile_step {}: list '{}' has {} tensors for {} params", name, list, count, n));
   };
-  for (const auto& [key, tensors] : lists.state)
-    check_list(key, tensors.size());
-  for (const auto& [key, tensors] : lists.scalars)
-    check_list(key, tensors.size());
+  for (const auto& kind_lists : state_lists(lists))
+    for (const auto& [key, tensors] : *kind_lists)
+      check_list(key, tensors.size());
   check_distinct_memory(name, lists);
   for (const auto& [key, value] : lists.hypers) {
     if (kFlags.count(key) || key == "param" || key == "grad")
@@ -132,10 +143,9 @@ StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lis
   state->optimizer = std::make_unique<FunctionOptimizer>(name, std::move(body), lists, std::move(defaults));
   for (std::size_t i = 0; i < lists.params.size(); ++i) {
     ParamState adopted;
-    for (const auto& [key, tensors] : lists.state)
-      adopted.emplace_back(key, tensors[i]);
-    for (const auto& [key, tensors] : lists.scalars)
-      adopted.emplace_back(key, tensors[i]);
+    for (const auto& kind_lists : state_lists(lists))
+      for (const auto& [key, tensors] : *kind_lists)
+        adopted.emplace_back(key, tensors[i]);
     if (!adopted.empty())
       state->optimizer->adopt_state(static_cast<int64_t>(i), adopted, Optimizer::StateOrigin::Loaded);
   }
@@ -164,10 +174,9 @@ void check_distinct_memory(const std::string& name, const StepLists& lists) {
   } else {
     add("grad", lists.grads);
   }
-  for (const auto& [key, of_list] : lists.state)
-    add(key, of_list);
-  for (const auto& [key, of_list] : lists.scalars)
-    add(key, of_list);
+  for (const auto& kind_lists : state_lists(lists))
+    for (const auto& [key, of_list] : *kind_lists)
+      add(key, of_list);
   if (const auto pair = first_shared_memory(tensors)) {
     const auto& [a_list, a] = labels[pair->first];
     const auto& [b_list, b] = labels[pair->second];

@@ -14,6 +14,8 @@
 //   step();                       // in place on params and buffers
 //   step.set_hyper("lr", 0.005);  // no recompile
 //
+// Rows and columns state (`rows`, `cols`) reads at each element as its row's or column's value and takes the
+// per-row or per-column values row_sum and col_sum give (frontend/trace/foreach.h): Adafactor's factored moments.
 // The lists are the caller's tensors, used in place and held by the step. The grads are the params' own (a grad
 // that is None skips its param, as in an optimizer step), or `grads`, which become the params' grads.
 #pragma once
@@ -36,6 +38,8 @@ struct StepLists {
   std::vector<Tensor> grads;                                        // slot "grad"; empty: the params' own grads
   std::vector<std::pair<std::string, std::vector<Tensor>>> state;   // per element: one tensor like each param
   std::vector<std::pair<std::string, std::vector<Tensor>>> scalars; // per tensor: one 1-element tensor per param
+  std::vector<std::pair<std::string, std::vector<Tensor>>> rows;    // per row: [..., m, 1] for a param [..., m, n]
+  std::vector<std::pair<std::string, std::vector<Tensor>>> cols;    // per column: [..., 1, n] for a param [..., m, n]
   std::map<std::string, double> hypers;                             // read at every step
 };
 
@@ -62,9 +66,9 @@ private:
   std::unique_ptr<State> state_;
 };
 
-// Checks the lists (one tensor per param in every list, state shaped like its param, scalars of one element,
-// finite hyperparameters, a name that is an identifier) and returns the step; it traces and compiles on its first
-// call. Throws optjit::Error naming the list and the rule.
+// Checks the lists (one tensor per param in every list, state shaped like its param, scalars of one element, rows
+// and columns state of params of rank >= 2, finite hyperparameters, a name that is an identifier) and returns the step;
+// it traces and compiles on its first call. Throws optjit::Error naming the list and the rule.
 StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lists, CompileOptions options = {});
 
 // Throws optjit::Error naming two tensors of the lists that share an element (one tensor in two lists, or views that

@@ -19,6 +19,24 @@ Sym list_sum(Sym a) { return reduce(Op::list_sum, a); }
 Sym list_max(Sym a) { return reduce(Op::list_max, a); }
 Sym group_sum(Sym a) { return reduce(Op::group_sum, a); }
 Sym group_max(Sym a) { return reduce(Op::group_max, a); }
+Sym row_sum(Sym a) { return reduce(Op::row_sum, a); }
+Sym col_sum(Sym a) { return reduce(Op::col_sum, a); }
+Sym row_mean(Sym a) { return row_sum(a) / a.tracer().size(-1); }
+Sym col_mean(Sym a) { return col_sum(a) / a.tracer().size(-2); }
+
+Sym Tracer::extent(const char* which) {
+  Node n;
+  n.op = Op::extent;
+  n.name = which;
+  return wrap(builder_.add(std::move(n)));
+}
+
+Sym Tracer::size(int dim) {
+  if (dim != -1 && dim != -2)
+    throw Error("size(" + std::to_string(dim) +
+                "): a traced step reads size(-1) and size(-2) of each tensor (and numel()), not other dimensions");
+  return extent(dim == -1 ? "n" : "m");
+}
 
 bool Tracer::is_param_through_master(const std::string& slot) const {
   return !master_slot_.empty() && builder_.slot(slot).role == SlotRole::Param;

@@ -68,6 +68,11 @@ public:
   Sym scalar_state(const std::string& slot) { return wrap(builder_.scalar_state(slot)); }
   Sym hyper(const std::string& name) { return wrap(builder_.hyper(name)); }
   Sym constant(double value) { return wrap(builder_.constant(value)); }
+  // Each tensor's sizes, per-tensor values read from its shape (a new shape rebinds, never recompiles): its element
+  // count (torch's numel()), and size(-1) and size(-2), the n and m of a shape [..., m, n] (1 where the tensor has no
+  // such dimension). Other dimensions are an optjit::Error.
+  Sym numel() { return extent("numel"); }
+  Sym size(int dim);
   void store(const std::string& slot, Sym value);
   // Stores a per-tensor state scalar and returns the value as stored: rounded to the slot's storage dtype, as
   // torch reads back a 0-d state tensor it has just updated in place.
@@ -87,6 +92,7 @@ public:
   Graph finish();
 
 private:
+  Sym extent(const char* which);
   bool is_param_through_master(const std::string& slot) const;
   Sym rounded_for(const std::string& slot, Sym value); // what a store to `slot` writes
   GraphBuilder builder_;
@@ -129,6 +135,18 @@ Sym where(Sym condition, Sym if_true, Sym if_false);
 Sym sum(Sym a);          // the sum of the elements (0 for an empty tensor)
 Sym max_of(Sym a);       // the largest element, NaN-propagating (-inf for an empty tensor)
 Sym foreach_norm(Sym a); // torch._foreach_norm(a): the L2 norm of each tensor, sqrt(sum(a * a))
+
+// Sums along one dimension of each tensor of shape [..., m, n], broadcast back over its elements (element values, in
+// the element dtype; accumulated in f64 in element order): row_sum is torch's a.sum(dim=-1, keepdim=True), col_sum
+// a.sum(dim=-2, keepdim=True), and the means divide by size(-1) and size(-2). A rows state ([..., m, 1],
+// StateKind::Rows) reads at each element as its row's value and a columns state ([..., 1, n]) as its column's, so
+// Adafactor's factored second moment is row_var * col_var / col_mean(row_var). Like the per-tensor reductions, a value
+// that uses one runs in the next kernel. col_sum needs tensors of rank >= 2 (binding one of lower rank is an
+// optjit::Error, as torch's sum(dim=-2) refuses it); row_sum of a 1-D tensor is its sum.
+Sym row_sum(Sym a);
+Sym col_sum(Sym a);
+Sym row_mean(Sym a); // a.mean(dim=-1, keepdim=True): row_sum(a) / size(-1)
+Sym col_mean(Sym a); // a.mean(dim=-2, keepdim=True): col_sum(a) / size(-2)
 
 // Reductions over the list: a per-tensor f64 value (such as a reduction's) combined over every param of the step
 // (every group, dtype and device: a step runs as one bucket per (device, dtype, structure), combined together), in

@@ -1,5 +1,6 @@
 // compile_step: step functions over tensor lists (PyTorch's foreach_map form) compiled like optimizer steps: an
-// Adam written as a function equals the built-in bit for bit, hyperparameters never recompile, strided lists run in
+// Adam and Adafactor's factored step (rows and columns state, row and column means) written as functions equal the
+// built-ins bit for bit, hyperparameters never recompile, strided lists run in
 // place, and bad lists or a function reading an undeclared list are refused naming the rule.
 #include "frontend/optim/adam.h"
 #include "frontend/optim/step_function.h"
@@ -355,4 +356,112 @@ TEST_CASE("step function: a function that writes its grads writes them, whatever
     CHECK(params[k].grad().to_vector() == std::vector<double>(24, 0.5 * (1.0 + k)));
     CHECK(params[k].to_vector() == std::vector<double>(24, -0.5 * (1.0 + k)));
   }
+}
+
+namespace {
+
+// Python's max(a, b): b when b > a, else a.
+Sym python_max(Sym a, Sym b) { return where(greater(b, a), b, a); }
+
+// torch.optim.Adafactor's step for params of rank >= 2 (no weight decay, not maximizing), written as a user writes
+// it: the factored second moment in rows and columns state, with the public row and column means.
+void factored_adafactor(Tracer& t) {
+  Sym params = t.tensors("param"), grads = t.tensors("grad");
+  Sym lr = t.hyper("lr"), eps1 = t.hyper("eps1");
+  Sym step = t.store_scalar("step", t.scalar_state("step") + 1.0);
+  Sym w = pow(step, t.hyper("beta2_decay"));
+  Sym rho = minimum(lr, 1.0 / sqrt(step));
+  Sym root_numel = sqrt(t.numel());
+  Sym alpha = python_max(t.hyper("eps2"), foreach_norm(params) / root_numel) * rho;
+  Sym squares = grads * grads;
+  Sym row_var = foreach_lerp(t.tensors("row_var"), row_mean(squares), w);
+  Sym col_var = foreach_lerp(t.tensors("col_var"), col_mean(squares), w);
+  t.store("row_var", row_var);
+  t.store("col_var", col_var);
+  Sym second_moment = row_var * col_var / maximum(col_mean(row_var), eps1);
+  Sym update = grads / sqrt(maximum(second_moment, eps1 * eps1));
+  Sym denom = python_max(t.constant(1.0), foreach_norm(update) / (root_numel * t.hyper("d")));
+  t.store("param", params + update * (-alpha / denom));
+}
+
+std::vector<Tensor> axis_state_like_each(const std::vector<Tensor>& params, int dim) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : params) {
+    Shape shape = p.shape();
+    shape[shape.size() + static_cast<std::size_t>(dim)] = 1;
+    out.push_back(Tensor::zeros(shape, p.dtype()));
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("step function: Adafactor's factored step written with row and column means equals the built-in") {
+  const auto initial = random_params({{40, 30}, {3, 20, 17}, {5, 64}}, Dtype::f32, 11);
+  std::vector<Tensor> params = copy_params(initial), reference = copy_params(initial);
+  const std::vector<Tensor> row_var = axis_state_like_each(params, -1), col_var = axis_state_like_each(params, -2);
+  const std::vector<Tensor> steps = zeros_like_each(params, /*scalar=*/true);
+  const double eps1 = std::numeric_limits<float>::epsilon(); // Adafactor's eps1 = None for f32 params
+  StepFunction step =
+      compile_step("factored_adafactor", factored_adafactor,
+                   {.params = params,
+                    .scalars = {{"step", steps}},
+                    .rows = {{"row_var", row_var}},
+                    .cols = {{"col_var", col_var}},
+                    .hypers = {{"lr", 0.01}, {"beta2_decay", -0.8}, {"eps1", eps1}, {"eps2", 1e-3}, {"d", 1.0}}});
+  auto adafactor = test::make_single_group("adafactor", reference, {{"lr", {0.01}}}, true);
+  CompiledStep adafactor_step = compile(*adafactor);
+  for (int t = 0; t < 3; ++t) {
+    randomize_grads(params, static_cast<uint64_t>(t));
+    randomize_grads(reference, static_cast<uint64_t>(t));
+    step();
+    adafactor_step();
+  }
+  CHECK_KERNELS(step, 4); // as the built-in's factored params
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    CHECK(params[i].to_vector() == reference[i].to_vector());
+    CHECK(row_var[i].to_vector() == find_state(adafactor->visible_state(reference[i]), "row_var").to_vector());
+    CHECK(col_var[i].to_vector() == find_state(adafactor->visible_state(reference[i]), "col_var").to_vector());
+  }
+}
+
+TEST_CASE("step function: rows and columns need a dimension the tensor has, as torch's sums do") {
+  const auto with_vector = [] { return random_params({{6, 5}, {7}}, Dtype::f32, 2); };
+  // Rows state for a 1-D param: it has no rows.
+  std::vector<Tensor> params = with_vector();
+  std::vector<Tensor> rows = {Tensor::zeros({6, 1}, Dtype::f32), Tensor::zeros({1}, Dtype::f32)};
+  check_error_contains(
+      [&] {
+        compile_step("rows", [](Tracer& t) { t.store("param", t.tensors("param") + t.tensors("acc")); },
+                     {.params = params, .rows = {{"acc", rows}}});
+      },
+      "a state of rows or columns needs a param of rank 2 or more, not 1");
+  // A column sum over a 1-D param: refused when the kernel is bound, before anything is written.
+  randomize_grads(params, 1);
+  const std::vector<double> before = params[1].to_vector();
+  StepFunction by_columns =
+      compile_step("by_columns", [](Tracer& t) { t.store("param", t.tensors("param") - col_mean(t.tensors("grad"))); },
+                   {.params = params});
+  check_error_contains([&] { by_columns(); }, "of shape [7], which has no second-to-last dimension");
+  CHECK(params[1].to_vector() == before);
+  // A row sum of a 1-D tensor is its sum, as torch's sum(dim=-1, keepdim=True).
+  std::vector<Tensor> vector = random_params({{7}}, Dtype::f64, 3);
+  randomize_grads(vector, 2);
+  const std::vector<double> p = vector[0].to_vector(), g = vector[0].grad().to_vector();
+  StepFunction by_rows =
+      compile_step("by_rows", [](Tracer& t) { t.store("param", t.tensors("param") - row_sum(t.tensors("grad"))); },
+                   {.params = vector});
+  by_rows();
+  double total = 0;
+  for (double x : g)
+    total += x;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    CHECK(vector[0].to_vector()[i] == doctest::Approx(p[i] - total).epsilon(1e-12));
+  check_error_contains(
+      [&] {
+        StepFunction bad = compile_step("bad", [](Tracer& t) { t.store("param", t.tensors("param") * t.size(0)); },
+                                        {.params = vector});
+        bad();
+      },
+      "size(0): a traced step reads size(-1) and size(-2) of each tensor");
 }
