@@ -1,5 +1,8 @@
 // The process-wide ORC LLJIT for the host CPU: each kernel is its own module under its own resource tracker, so a
-// kernel evicted from the cache gives its machine code back.
+// kernel evicted from the cache gives its machine code back. Kernels compile concurrently (the driver compiles a
+// step's kernels at once): each is emitted and optimized in an LLVMContext of its own, and the JIT, built with
+// concurrent compilation support, compiles each module to machine code on the thread that looks it up, with a
+// target machine of its own (ConcurrentIRCompiler).
 #include "codegen/codegen.h"
 #include "codegen/device_math.h"
 #include "codegen/gpu_emulation.h"
@@ -18,7 +21,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <mutex>
 #include <string_view>
 
 namespace optjit {
@@ -59,7 +61,6 @@ public:
   }
 
   llvm::orc::LLJIT& jit() { return *jit_; }
-  std::mutex& mutex() { return mutex_; }
   std::string next_symbol_prefix() { return "optjit_kernel_" + std::to_string(counter_++); }
   const std::string& cpu_description() const { return description_; }
   // Whether the CPU converts f32 to bf16 in one instruction (AVX512-BF16; OPTJIT_NATIVE_BF16=0 turns it off).
@@ -68,7 +69,9 @@ public:
 private:
   CpuJit() : builder_(detect()) {
     builder_.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    jit_ = check_llvm(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(builder_).create(), "creating the JIT");
+    jit_ = check_llvm(
+        llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(builder_).setSupportConcurrentCompilation(true).create(),
+        "creating the JIT");
     // Kernels call libm (pow, exp, log) from the process.
     jit_->getMainJITDylib().addGenerator(check_llvm(
         llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit_->getDataLayout().getGlobalPrefix()),
@@ -98,14 +101,13 @@ private:
 
   llvm::orc::JITTargetMachineBuilder builder_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
-  std::mutex mutex_;
   std::atomic<uint64_t> counter_{0};
   std::string description_;
   bool native_bf16_ = false;
 };
 
-// A module's machine code in the JIT, under a resource tracker of its own, given back when this is destroyed. Made
-// while the caller holds the JIT's mutex.
+// A module's machine code in the JIT, under a resource tracker of its own, given back when this is destroyed. ORC's
+// session is thread-safe: modules are added, compiled (at their first lookup) and removed from any thread.
 class JitCode {
 public:
   JitCode(std::unique_ptr<llvm::Module> module, std::unique_ptr<llvm::LLVMContext> context, const std::string& what)
@@ -114,10 +116,7 @@ public:
                                                     llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
                "adding " + what + " to the JIT");
   }
-  ~JitCode() {
-    std::lock_guard lock(CpuJit::instance().mutex());
-    llvm::consumeError(tracker_->remove());
-  }
+  ~JitCode() { llvm::consumeError(tracker_->remove()); }
   JitCode(const JitCode&) = delete;
   JitCode& operator=(const JitCode&) = delete;
 
@@ -151,7 +150,6 @@ std::string host_cpu_description() { return CpuJit::instance().cpu_description()
 std::shared_ptr<CpuKernel> compile_cpu_kernel(const KernelPlan& plan) {
   auto start = std::chrono::steady_clock::now();
   CpuJit& jit = CpuJit::instance();
-  std::lock_guard lock(jit.mutex());
   auto context = std::make_unique<llvm::LLVMContext>();
   EmittedKernel names;
   auto module = build_module(plan, *context, jit.next_symbol_prefix(), names);
@@ -200,7 +198,6 @@ void define_emulation_entry(llvm::Module& module, llvm::Function* kernel, const 
 
 std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan& plan) {
   CpuJit& jit = CpuJit::instance();
-  std::lock_guard lock(jit.mutex());
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>(plan.name, *context);
   const std::string prefix = jit.next_symbol_prefix();
@@ -216,7 +213,6 @@ std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan&
 HostDeviceMath device_math_on_host() {
   static const HostDeviceMath math = [] {
     CpuJit& jit = CpuJit::instance();
-    std::lock_guard lock(jit.mutex());
     auto context = std::make_unique<llvm::LLVMContext>();
     auto module = std::make_unique<llvm::Module>("device_math", *context);
     const DeviceMath defined = define_device_math(*module);
@@ -243,7 +239,6 @@ HostDeviceMath device_math_on_host() {
 }
 
 std::string cpu_kernel_llvm_ir(const KernelPlan& plan) {
-  std::lock_guard lock(CpuJit::instance().mutex());
   llvm::LLVMContext context;
   EmittedKernel names;
   auto module = build_module(plan, context, plan.name, names);

@@ -49,6 +49,11 @@ public:
   // The code of `pipeline` for `target`, from the process-wide kernel cache when it holds it (`cache_hit` says).
   virtual std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target,
                                            const CompileOptions& options, bool& cache_hit) const = 0;
+  // The part of compiling one kernel that may run beside other kernels' (the driver prepares every kernel of a step
+  // at once, then loads): the CPU backend compiles the kernel into the kernel cache, the GPU backend its PTX (loading
+  // the module stays with load(), on the thread whose CUDA context it needs). Returns whether the kernel cache held
+  // the kernel already; the interpreter has nothing to compile.
+  virtual bool prepare(const KernelPlan& plan, const Target& target) const = 0;
   // Kernels launched per step.
   virtual int kernel_count(const PipelineResult& pipeline) const { return pipeline.stats.kernels; }
   // The list reductions a run of `pipeline` pauses at (Executable::advance), in order: per pause, each one's kind.

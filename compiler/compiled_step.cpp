@@ -4,8 +4,10 @@
 #include "compiler/host_scalar_state.h"
 #include "compiler/ir/printer.h"
 #include "compiler/pipeline.h"
+#include "runtime/concurrent_jobs.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/thread_pool.h"
 
 #include <spdlog/fmt/fmt.h>
 
@@ -160,6 +162,29 @@ struct CompiledStep::Impl {
     return compile_program();
   }
 
+  // Compiles every kernel of the buckets' pipelines (update, then grad pass, bucket by bucket) into the kernel cache,
+  // several at once (as many as the thread pool's active threads): they are independent LLVM modules. Per kernel, in
+  // that order, whether the cache held it already.
+  std::vector<bool> prepare_kernels(const std::vector<BucketProgram>& buckets) const {
+    struct Job {
+      const KernelPlan* plan;
+      const Target* target;
+    };
+    std::vector<Job> jobs;
+    for (const BucketProgram& bp : buckets) {
+      for (const KernelPlan& plan : bp.pipeline.kernels)
+        jobs.push_back({&plan, &bp.target});
+      if (bp.grad_pass_pipeline)
+        for (const KernelPlan& plan : bp.grad_pass_pipeline->kernels)
+          jobs.push_back({&plan, &bp.target});
+    }
+    std::vector<char> hits(jobs.size(), 0); // not vector<bool>: jobs write their own entries concurrently
+    run_concurrently(jobs.size(), ThreadPool::global().active_threads(), [&](std::size_t i) {
+      hits[i] = backend_for(*jobs[i].target).prepare(*jobs[i].plan, *jobs[i].target);
+    });
+    return {hits.begin(), hits.end()};
+  }
+
   Program& compile_program() {
     auto start = std::chrono::steady_clock::now();
     // A compile that failed (an error in the trace, say) left no program: the next one is still the first.
@@ -170,6 +195,8 @@ struct CompiledStep::Impl {
     }
     auto program = std::make_unique<Program>();
     program->facts = facts;
+    // Traced and planned bucket by bucket (a trace runs the optimizer's own code), then every kernel of the step
+    // compiled at once (Backend::prepare), then loaded from the kernel cache bucket by bucket.
     for (ParamBucket& bucket : source.compile_buckets()) {
       BucketProgram bp;
       bp.target = Target::for_device(bucket.device, options.execution);
@@ -182,22 +209,34 @@ struct CompiledStep::Impl {
         if (slot.role == SlotRole::Grad)
           bp.grad_slot = slot.name;
       OPTJIT_ASSERT(!bp.grad_slot.empty(), "the graph of " + source.name() + " declares no grad slot");
-      bool hit = false;
-      bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, hit);
-      if (bucket.host_scalar_entries != 0)
-        bp.code = with_scalar_state_on_host(std::move(bp.code), bp.pipeline.optimized, bucket.device);
-      (hit ? metrics.cache_hits : metrics.kernels_generated) += static_cast<int64_t>(bp.pipeline.kernels.size());
-      if (source.has_grad_pass()) {
+      if (source.has_grad_pass())
         bp.grad_pass_pipeline = run_pipeline(source.trace_grad_pass(bucket));
-        bp.grad_pass_code = backend_for(bp.target).load(*bp.grad_pass_pipeline, bp.target, options, hit);
-        (hit ? metrics.cache_hits : metrics.kernels_generated) +=
-            static_cast<int64_t>(bp.grad_pass_pipeline->kernels.size());
-      }
-      OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {}, {}, {})", source.name(),
-                 hit ? "from cache" : "compiled", bucket.members.size(), bucket.device.to_string(),
-                 dtype_name(bucket.dtype), bucket.structure_key, bp.target.isa);
       bp.bucket = std::move(bucket);
       program->buckets.push_back(std::move(bp));
+    }
+    const std::vector<bool> hits = prepare_kernels(program->buckets);
+    std::size_t kernel = 0;
+    const auto count = [&](std::size_t kernels) { // the next `kernels` kernels' hits into the metrics; all hits?
+      bool all = true;
+      for (std::size_t end = kernel + kernels; kernel < end; ++kernel) {
+        ++(hits[kernel] ? metrics.cache_hits : metrics.kernels_generated);
+        all = all && hits[kernel];
+      }
+      return all;
+    };
+    for (BucketProgram& bp : program->buckets) {
+      bool unused = false; // prepare_kernels said which kernels the cache held before this compile
+      bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, unused);
+      if (bp.bucket.host_scalar_entries != 0)
+        bp.code = with_scalar_state_on_host(std::move(bp.code), bp.pipeline.optimized, bp.bucket.device);
+      const bool hit = count(bp.pipeline.kernels.size());
+      if (bp.grad_pass_pipeline) {
+        bp.grad_pass_code = backend_for(bp.target).load(*bp.grad_pass_pipeline, bp.target, options, unused);
+        count(bp.grad_pass_pipeline->kernels.size());
+      }
+      OPTJIT_LOG(kernels, "{}: kernel {} for {} params ({}, {}, {}, {})", source.name(),
+                 hit ? "from cache" : "compiled", bp.bucket.members.size(), bp.bucket.device.to_string(),
+                 dtype_name(bp.bucket.dtype), bp.bucket.structure_key, bp.target.isa);
     }
     program->lists_span_buckets = check_list_reductions_match(source.name(), program->buckets);
     ++metrics.compiles;

@@ -110,6 +110,12 @@ private:
 };
 
 class CpuBackend final : public Backend {
+  // `plan`'s kernel from the process-wide cache, compiled into it when it is not there (`hit` says which).
+  static std::shared_ptr<CpuKernel> cached_kernel(const KernelPlan& plan, const Target& target, bool& hit) {
+    return KernelCache<CpuKernel>::global().get_or_compile(
+        target.cache_key() + "|" + print_kernel_plan(plan), [&] { return compile_cpu_kernel(plan); }, hit);
+  }
+
 public:
   std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target, const CompileOptions& options,
                                    bool& cache_hit) const override {
@@ -118,12 +124,17 @@ public:
     cache_hit = true;
     for (const KernelPlan& plan : pipeline.kernels) {
       bool hit = false;
-      std::shared_ptr<CpuKernel> code = KernelCache<CpuKernel>::global().get_or_compile(
-          target.cache_key() + "|" + print_kernel_plan(plan), [&] { return compile_cpu_kernel(plan); }, hit);
+      std::shared_ptr<CpuKernel> code = cached_kernel(plan, target, hit);
       cache_hit = cache_hit && hit;
       kernels.push_back({plan, std::move(code), {}});
     }
     return std::make_unique<CpuExecutable>(std::move(kernels), options.launch);
+  }
+
+  bool prepare(const KernelPlan& plan, const Target& target) const override {
+    bool hit = false;
+    cached_kernel(plan, target, hit);
+    return hit;
   }
 
   std::string code(const PipelineResult& pipeline, const Target&, Stage stage) const override {

@@ -125,6 +125,17 @@ private:
 };
 
 class GpuBackend final : public Backend {
+  static std::string kernel_key(const KernelPlan& plan, const Target& target) {
+    return target.cache_key() + "|" + print_kernel_plan(plan);
+  }
+  // `plan`'s PTX from the process-wide cache of PTX (which prepare() fills from any thread), compiled when it is not
+  // there.
+  static std::shared_ptr<GpuKernelCode> ptx(const KernelPlan& plan, const Target& target, const std::string& key) {
+    bool hit = false;
+    return KernelCache<GpuKernelCode>::global().get_or_compile(
+        key, [&] { return std::make_shared<GpuKernelCode>(compile_gpu_kernel(plan, target.sm)); }, hit);
+  }
+
 public:
   std::unique_ptr<Executable> load(const PipelineResult& pipeline, const Target& target, const CompileOptions& options,
                                    bool& cache_hit) const override {
@@ -133,17 +144,26 @@ public:
     cache_hit = true;
     for (const KernelPlan& plan : pipeline.kernels) {
       bool hit = false;
+      const std::string key = kernel_key(plan, target);
       std::shared_ptr<GpuModule> module = KernelCache<GpuModule>::global().get_or_compile(
-          target.cache_key() + "|" + print_kernel_plan(plan),
+          key,
           [&] {
-            const GpuKernelCode code = compile_gpu_kernel(plan, target.sm);
-            return std::make_shared<GpuModule>(target.device.index, code.ptx, code.entry);
+            const std::shared_ptr<GpuKernelCode> code = ptx(plan, target, key);
+            return std::make_shared<GpuModule>(target.device.index, code->ptx, code->entry);
           },
           hit);
       cache_hit = cache_hit && hit;
       kernels.push_back({plan, std::move(module), {}});
     }
     return std::make_unique<GpuExecutable>(std::move(kernels), target.device.index, options.cuda_graphs);
+  }
+
+  bool prepare(const KernelPlan& plan, const Target& target) const override {
+    const std::string key = kernel_key(plan, target);
+    if (KernelCache<GpuModule>::global().contains(key))
+      return true;
+    ptx(plan, target, key); // any thread: LLVM alone; the driver loads the module in load()
+    return false;
   }
 
   std::string code(const PipelineResult& pipeline, const Target& target, Stage stage) const override {

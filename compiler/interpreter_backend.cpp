@@ -47,6 +47,7 @@ public:
     cache_hit = false;
     return std::make_unique<InterpretedExecutable>(pipeline.traced);
   }
+  bool prepare(const KernelPlan&, const Target&) const override { return false; } // nothing to compile
   // One launch per element op, as eager foreach.
   int kernel_count(const PipelineResult& pipeline) const override { return pipeline.stats.unfused_kernels; }
   // The traced graph pauses at each list reduction, in node order.

@@ -59,6 +59,12 @@ public:
     return kernel;
   }
 
+  // Whether `key` is cached now (neither a hit nor a miss).
+  bool contains(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    return index_.count(key) != 0;
+  }
+
   KernelCacheStats stats() {
     std::lock_guard lock(mutex_);
     KernelCacheStats s = stats_;
