@@ -98,6 +98,9 @@ class StepFunction:
             else:
                 sym_lists.append([_SymTensor(program, vid, k) for k in range(len(params0))])
         initial = [lst[0].id for lst in sym_lists]
+        # The elements as they were given: an op writes them in place. (Putting another value in a list's entry,
+        # params[k] = ..., writes nothing, as in torch.)
+        elements = [list(lst) for lst in sym_lists]
         sym_hypers = {k: _SymScalar(program, program.emit("hyper", name=k)) for k in hypers}
         returned = self.eager(*sym_lists, **sym_hypers)
         if returned is not None:
@@ -106,7 +109,7 @@ class StepFunction:
                 "place, and it returns None (call fn.eager for the value, or keep it in a list)"
             )
         stored = False
-        for name, lst, first in zip(names, sym_lists, initial):
+        for name, lst, first in zip(names, elements, initial):
             if len({element.id for element in lst}) != 1:
                 raise Error(f"step function {self._name} updates part of list '{name}': optjit records whole lists")
             if lst[0].id != first:
@@ -114,8 +117,8 @@ class StepFunction:
                 stored = True
         if not stored:
             raise Error(
-                f"step function {self._name} changes none of its lists: a step writes its params or state with "
-                "in-place foreach ops (torch._foreach_add_, ...)"
+                f"step function {self._name} changes none of its lists: a step writes its params or state in place "
+                "(torch._foreach_add_, p.add_(...), ...)"
             )
         return program.instructions
 
@@ -205,7 +208,8 @@ def _check_sharded_reductions(name, instructions, lists):
 
 
 def step_function(fn=None, *, name=None):
-    """Decorates a step written with torch's foreach calls so that calling it runs optjit's compiled step."""
+    """Decorates a step written with torch's calls on tensor lists (foreach ops, or ops on each list's tensors) so that
+    calling it runs optjit's compiled step."""
     if fn is None:
         return lambda f: StepFunction(f, name)
     return StepFunction(fn, name)

@@ -12,11 +12,17 @@ hold the list's current recorded value, each at its own position (`entry`). Two 
   element they are called on, as they write the tensor in torch.
 
 Values of two different entries never combine: a compiled step computes each tensor from its own values (_entry_of).
+The function sees symbolic values, not torch tensors: a branch on isinstance(x, torch.Tensor), like one on a shape,
+takes the path of what it sees.
 """
 
 import functools
 
 from ._optjit import Error, StepInstruction
+
+
+# Instructions whose value is one per tensor even from element operands: reductions over a tensor or the lists.
+_PER_TENSOR_OPS = {"sum", "max", "list_sum", "list_max"}
 
 
 class _Program:
@@ -26,23 +32,35 @@ class _Program:
     def __init__(self, length):
         self.instructions = []
         self._ids = {}
+        self._elementwise = []  # per instruction: whether its value is one per element (else one per tensor)
         self.length = length  # tensors per list: ops take whole lists
 
     def emit(self, op, *inputs, name="", number=0.0):
-        key = (op, tuple(inputs), name, float(number))
+        key = (op, tuple(inputs), name, float(number).hex())  # by its bits: -0.0 is not 0.0, and NaN is NaN
         if key in self._ids and not op.startswith("store"):
             return self._ids[key]
-        self.instructions.append(StepInstruction(op, [i for i in inputs], name, float(number)))
+        self.instructions.append(StepInstruction(op, list(inputs), name, float(number)))
+        self._elementwise.append(
+            op == "tensors" or (op not in _PER_TENSOR_OPS and any(self._elementwise[i] for i in inputs))
+        )
         self._ids[key] = len(self.instructions) - 1
         return self._ids[key]
 
+    def every_element(self, vid, like):
+        """`vid` as a value of every element: a per-tensor value written to a tensor (x.zero_(), x.copy_(its norm))
+        becomes one by a select on the tensor's own elements (`like`), whose branches are both the value."""
+        return vid if self._elementwise[vid] else self.emit("select", like, vid, vid)
 
-def _operand(program, x):
+
+def _operand(program, x, what=None):
     """The recorded value of an operand: a symbolic element or scalar, or a Python number (a constant)."""
     if isinstance(x, (_SymTensor, _SymScalar)):
         return x.id
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise Error(f"a step function's operand is {x!r}: optjit records tensor lists, hyperparameters and numbers")
+        raise Error(
+            f"{what + ': ' if what else ''}a step function's operand is {x!r}: optjit records tensor lists, "
+            "hyperparameters and numbers"
+        )
     return program.emit("constant", number=x)
 
 
@@ -67,13 +85,13 @@ def _is_tensor(x):
     return isinstance(x, _SymTensor) or (isinstance(x, _SymScalar) and x.tensor)
 
 
-def _value(program, vid, operands, squares=None):
+def _value(program, vid, operands, boolean=False):
     """The symbolic value an op on `operands` gives: an element when one of them is, a scalar otherwise; of their
-    entry, and a tensor in the eager run when one of them is."""
+    entry, and a tensor in the eager run when one of them is. `boolean`: a comparison's 0/1 (torch's bool)."""
     entry = _entry_of(*operands)
     if any(isinstance(x, _SymTensor) for x in operands):
-        return _SymTensor(program, vid, entry)
-    return _SymScalar(program, vid, squares, entry, tensor=any(_is_tensor(x) for x in operands))
+        return _SymTensor(program, vid, entry, boolean)
+    return _SymScalar(program, vid, None, entry, tensor=any(_is_tensor(x) for x in operands), boolean=boolean)
 
 
 class _Elementwise:
@@ -93,6 +111,12 @@ class _Elementwise:
             return result
         _set(self, result)
         return self
+
+    def __getattr__(self, name):
+        method = None if name.startswith("__") else self._method(name)
+        if method is None:
+            _refuse_attribute(self._WHAT, name)
+        return method
 
     def __add__(self, o):
         return self._op("add", o)
@@ -175,11 +199,13 @@ class _Elementwise:
             return lambda *args, **kwargs: _scalar_op(name, (self, *args), kwargs)
         in_place = name.endswith("_")
         base = name[:-1] if in_place else name
-        if base == "where" and not in_place:  # x.where(condition, y) is torch.where(condition, x, y)
+        if name == "where":  # x.where(condition, y) is torch.where(condition, x, y)
             return lambda condition, other: _element_op("where", (condition, self, other), {})
-        if base not in _ELEMENT_OPS or (base in _IN_PLACE_ONLY and not in_place):
+        if in_place:
+            return functools.partial(self._in_place, base) if base in _IN_PLACE_METHODS else None
+        if base not in _ELEMENT_OPS or base in _IN_PLACE_ONLY:
             return None
-        return functools.partial(self._in_place if in_place else self._op, base)
+        return functools.partial(self._op, base)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -187,10 +213,15 @@ class _Elementwise:
 
 
 def _set(target, source):
-    """`target` now holds `source`'s value (an in-place op's result)."""
-    target.id = source.id
-    if isinstance(target, _SymScalar):
+    """`target` now holds `source`'s value (an in-place op's result), and belongs to its entry too. A tensor stays
+    what it was (copy_ of a comparison writes 0 and 1 to a float tensor)."""
+    entry = _entry_of(target, source)
+    if isinstance(target, _SymTensor):
+        target.id = target.program.every_element(source.id, target.id)
+    else:
+        target.id = source.id
         target.squares = source.squares if isinstance(source, _SymScalar) else None
+    target.entry = entry
 
 
 class _SymScalar(_Elementwise):
@@ -199,8 +230,11 @@ class _SymScalar(_Elementwise):
     its sum of squares (`squares`), from which the 2-norm over the lists is taken. `entry` is the list position it
     belongs to (_entry_of); `tensor`, whether it is a torch tensor in the eager run (_is_tensor)."""
 
-    def __init__(self, program, vid, squares=None, entry=None, tensor=False):
+    _WHAT = "a per-tensor scalar or hyperparameter"
+
+    def __init__(self, program, vid, squares=None, entry=None, tensor=False, boolean=False):
         self.program, self.id, self.squares, self.entry, self.tensor = program, vid, squares, entry, tensor
+        self.boolean = boolean
 
     def __bool__(self):
         raise Error("a step function branches on a hyperparameter's value: optjit records one program for every value")
@@ -214,17 +248,12 @@ class _SymScalar(_Elementwise):
 
     __int__ = __index__ = __complex__ = __float__
 
-    def __getattr__(self, name):
-        method = None if name.startswith("__") else self._method(name)
-        if method is None:
-            _refuse_attribute("a per-tensor scalar or hyperparameter", name)
-        return method
 
-
-for _name, _symbol in (("floordiv", "//"), ("mod", "%"), ("divmod", "divmod()")):
+_SCALAR_OPERATORS = (("floordiv", "//"), ("mod", "%"), ("divmod", "divmod()"), ("and", "&"), ("or", "|"), ("xor", "^"))
+for _name, _symbol in _SCALAR_OPERATORS:
     setattr(_SymScalar, f"__{_name}__", lambda self, *a, _s=_symbol: _refuse_scalar_operator(_s))
     setattr(_SymScalar, f"__r{_name}__", lambda self, *a, _s=_symbol: _refuse_scalar_operator(_s))
-for _name in ("round", "trunc", "floor", "ceil"):
+for _name in ("round", "trunc", "floor", "ceil", "invert"):
     setattr(_SymScalar, f"__{_name}__", lambda self, *a, _s=_name: _refuse_scalar_operator(f"{_s}()"))
 
 
@@ -241,14 +270,10 @@ class _SymTensor(_Elementwise):
     on). Tensor methods outside the vocabulary, and those that read the tensor's shape or layout, are errors naming
     themselves: the program is recorded once for every shape."""
 
-    def __init__(self, program, vid, entry):
-        self.program, self.id, self.entry = program, vid, entry
+    _WHAT = "an element of a tensor list"
 
-    def __getattr__(self, name):
-        method = None if name.startswith("__") else self._method(name)
-        if method is None:
-            _refuse_attribute("an element of a tensor list", name)
-        return method
+    def __init__(self, program, vid, entry, boolean=False):
+        self.program, self.id, self.entry, self.boolean = program, vid, entry, boolean
 
 
 
@@ -266,7 +291,8 @@ for _names, _symbol in (
     (("__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"), "// or %"),
     (("__matmul__", "__rmatmul__"), "@"),
     (("__getitem__", "__setitem__"), "[]"),
-    (("__bool__", "__float__"), "bool() or float()"),
+    (("__bool__", "__float__", "__int__", "__index__", "__len__"), "bool(), float(), int() or len()"),
+    (("__invert__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__"), "~, &, | or ^"),
 ):
     for _name in _names:
         setattr(_SymTensor, _name, _refuse_operator(_symbol))
@@ -367,8 +393,10 @@ def _scalar_op(name, args, kwargs):
         raise Error(f"torch.{name}: arguments optjit does not record ({', '.join(extra) or 'dim'})")
     if name in ("linalg_vector_norm", "norm"):
         return _norm(x, kwargs.get("ord", kwargs.get("p", args[1] if len(args) > 1 else 2)))
-    if len(args) == 1:
-        return x if isinstance(x, _SymScalar) else (x.sum() if name == "sum" else x.max())
+    if len(args) == 1:  # of a scalar, its own value (a new tensor in torch: writing it leaves x alone)
+        if isinstance(x, _SymScalar):
+            return _SymScalar(x.program, x.id, x.squares, x.entry, tensor=True, boolean=x.boolean)
+        return x.sum() if name == "sum" else x.max()
     raise Error(f"torch.{name} with a dim: optjit reduces whole tensors and stacks")
 
 
@@ -390,7 +418,7 @@ def _list_id(program, value, what):
     list, or of a scalar that is the same for every tensor."""
     if isinstance(value, (list, tuple)):
         _check_whole(program, value, what)
-        ids = {_operand(program, v) if not isinstance(v, (int, float)) else None for v in value}
+        ids = {_operand(program, v, what) if not isinstance(v, (int, float)) else None for v in value}
         if len(ids) != 1 or None in ids:
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and len(set(value)) == 1:
                 return program.emit("constant", number=value[0])
@@ -403,14 +431,14 @@ def _list_id(program, value, what):
             "tensor: optjit records each tensor's step from its own values; pass the whole list, or reduce it over "
             "the lists with torch.stack(...).sum(), .max() or a norm"
         )
-    return _operand(program, value)
+    return _operand(program, value, what)
 
 
 def _element_id(program, value, what):
     """The recorded value of an operand of an op on elements: an element, a scalar or a number (never a list)."""
     if isinstance(value, (list, tuple)):
         raise Error(f"{what} on an element takes elements, scalars and numbers, not a list")
-    return _operand(program, value)
+    return _operand(program, value, what)
 
 
 def _check_in_order(value, what):
@@ -439,6 +467,9 @@ def _result(program, vid, like):
 
 
 def _assign(target, vid):
+    """The elements of list `target` hold `vid` (an in-place foreach op's result); a tensor list's, every element."""
+    if isinstance(target[0], _SymTensor):
+        vid = target[0].program.every_element(vid, target[0].id)
     for element in target:
         element.id = vid
         if isinstance(element, _SymScalar):
@@ -472,19 +503,18 @@ def _pow(p, resolve, self, exponent):
     """torch's pow with a number exponent: 0.5, -0.5 and -1 are sqrt, rsqrt and reciprocal, and 2, 3 and -2 are
     products (so sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, as torch gives, where pow would give 0 and inf)."""
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
-        one = p.emit("constant", number=1.0)
         if exponent == 0.5:
             return p.emit("sqrt", self)
         if exponent == -0.5:
-            return p.emit("div", one, p.emit("sqrt", self))
+            return _rsqrt(p, resolve, self)
         if exponent == -1:
-            return p.emit("div", one, self)
+            return _reciprocal(p, resolve, self)
         if exponent == 2:
-            return p.emit("mul", self, self)
+            return _square(p, resolve, self)
         if exponent == 3:
-            return p.emit("mul", p.emit("mul", self, self), self)
+            return p.emit("mul", _square(p, resolve, self), self)
         if exponent == -2:
-            return p.emit("div", one, p.emit("mul", self, self))
+            return _reciprocal(p, resolve, _square(p, resolve, self))
     return p.emit("pow", self, resolve(exponent, "pow"))
 
 
@@ -532,7 +562,7 @@ def _clamp(p, resolve, self, min=None, max=None):
 
 def _comparison(op, negate=False, or_equal=False):
     """A comparison as a 0/1 value (torch's bool tensor, as a where() condition or a number). a >= b is a > b or
-    a == b, a != b is 1 - (a == b): both 0 for NaN, as torch gives."""
+    a == b (0 for NaN), a != b is 1 - (a == b) (1 for NaN), as torch gives."""
 
     def record(p, resolve, self, other):
         b = resolve(other, op)
@@ -586,7 +616,7 @@ _COMMON_OPS = {
     "copy": _copy,
     "zero": _zero,
 }
-# torch._foreach_* ops (in-place or not); _foreach_norm and _foreach_max are reductions (_dispatch).
+# torch._foreach_* ops (in-place or not); _foreach_norm and _foreach_max are reductions (_foreach_reduction).
 _FOREACH_OPS = dict(_COMMON_OPS)
 # Ops on elements and scalars: torch functions, tensor methods and operators.
 _ELEMENT_OPS = dict(
@@ -614,6 +644,13 @@ _ELEMENT_OPS = dict(
 )
 # Ops that exist only in place (torch has x.copy_(src), x.zero_() and x.fill_(v), no copy(), zero() or fill()).
 _IN_PLACE_ONLY = {"copy", "zero", "fill"}
+# The in-place tensor methods torch has among the ops (x.add_(), ...; no maximum_ or where_).
+_IN_PLACE_METHODS = {
+    "add", "sub", "mul", "div", "pow", "clamp", "clamp_min", "clamp_max", "clip", "lerp", "addcmul", "addcdiv", "sqrt",
+    "rsqrt", "neg", "abs", "sign", "exp", "log", "reciprocal", "square", "copy", "zero", "fill", "true_divide",
+    "divide", "multiply", "subtract", "negative",
+}  # fmt: skip
+_COMPARISONS = {"gt", "greater", "lt", "less", "ge", "greater_equal", "le", "less_equal", "eq", "ne"}
 # Reductions of a whole tensor (an element's, or a 0-d tensor's own value): per-tensor scalars (_scalar_op).
 _REDUCTIONS = ("linalg_vector_norm", "norm", "sum", "max", "amax")
 
@@ -627,12 +664,34 @@ def _element_op(name, args, kwargs):
         raise Error(f"torch.{name} is outside optjit's step-function vocabulary")
     program = x.program
     operands = [a for a in (*args, *kwargs.values()) if isinstance(a, (_SymTensor, _SymScalar))]
+    booleans = [a.boolean for a in operands]
+    _check_booleans(name, args, booleans)
+    both_boolean = len(booleans) == 2 and all(booleans) and len(args) == 2 and not kwargs
+    if name in ("add", "mul") and both_boolean:  # torch's bool + bool is a logical or, bool * bool an and
+        name = "maximum" if name == "add" else "mul"
+        record = _ELEMENT_OPS[name]
     resolve = functools.partial(_element_id, program)
     try:
         vid = record(program, resolve, resolve(args[0], name), *args[1:], **kwargs)
     except TypeError as e:
         raise Error(f"torch.{name}: arguments optjit does not record: {e}") from None
-    return _value(program, vid, operands)
+    return _value(program, vid, operands, boolean=name in _COMPARISONS or (name in ("maximum", "mul") and both_boolean))
+
+
+def _check_booleans(name, args, booleans):
+    """torch's rules for bool tensors (comparisons) that a 0/1 value would not keep: no negation or subtraction, and
+    where() takes a bool condition."""
+    if name in ("neg", "negative") and any(booleans):
+        raise Error(f"torch.{name} of a comparison (a bool tensor): torch does not negate bool tensors")
+    if name in ("sub", "subtract") and any(booleans):
+        raise Error(f"torch.{name} with a comparison (a bool tensor): torch does not subtract bool tensors")
+    if name == "where":
+        condition = args[0] if args else None
+        if not (_is_tensor(condition) and condition.boolean):
+            raise Error(
+                f"torch.where's condition is {'a number' if not _is_tensor(condition) else 'not a comparison'}: torch "
+                "takes a bool tensor (a comparison of tensors)"
+            )
 
 
 def _foreach_op(name, args, kwargs):
@@ -700,11 +759,16 @@ def _foreach_reduction(program, name, op, self_list, self_id, args, kwargs):
 def _dispatch(func, args, kwargs):
     """torch's call of `func` (through __torch_function__) on symbolic values, recorded."""
     name = getattr(func, "__name__", str(func))
+    if "input" in kwargs:  # torch.add(input=p, other=g)
+        kwargs = dict(kwargs)
+        args = (kwargs.pop("input"), *args)
     if name.startswith("_foreach_"):
         return _foreach_op(name, args, kwargs)
     if name == "foreach_map":  # torch._higher_order_ops.foreach_map(op, *lists): op on each entry's elements
         subgraph, *operands = args
         return subgraph(*operands, **kwargs)
+    if name in ("max", "min") and len(args) == 2 and isinstance(args[1], (_SymTensor, _SymScalar)) and not kwargs:
+        return _element_op("maximum" if name == "max" else "minimum", args, {})  # torch.max(a, b): elementwise
     symbolic = [a for a in args if isinstance(a, (_SymTensor, _SymScalar, _SymStack))]
     if name == "stack" and args and isinstance(args[0], (list, tuple)):
         return _scalar_op(name, args, kwargs)

@@ -8,14 +8,6 @@
 namespace optjit::python {
 namespace {
 
-// `value` as the value of every element of tensor slot `slot`: a per-tensor value (x.zero_(), x.fill_(v), a copy of a
-// scalar) becomes an element value by a select on the slot's own elements, whose branches are both the value.
-Sym every_element(Tracer& t, const std::string& slot, Sym value) {
-  if (t.builder().node(value.id()).level == Level::Element)
-    return value;
-  return where(t.tensors(slot), value, value);
-}
-
 // Replays `program` into the tracer of a bucket: each instruction's result is a Sym of the list graph.
 void replay(const std::vector<StepInstruction>& program, Tracer& t) {
   static const std::map<std::string, Op> binary = {
@@ -64,7 +56,7 @@ void replay(const std::vector<StepInstruction>& program, Tracer& t) {
     else if (i.op == "list_max")
       values.push_back(list_max(in(i, 0)));
     else if (i.op == "store")
-      t.store(i.name, every_element(t, i.name, in(i, 0)));
+      t.store(i.name, in(i, 0));
     else if (i.op == "store_scalar")
       t.store_scalar(i.name, in(i, 0));
     else

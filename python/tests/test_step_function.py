@@ -697,3 +697,87 @@ def test_element_ops_that_mix_tensors_or_read_a_list_are_refused():
 
     with pytest.raises(optjit.Error, match="sum of an element with arguments optjit does not record"):
         by_dim(*_lists(torch.float32, 3, 2), lr=0.1)
+
+
+def _edge_lists():
+    p = torch.tensor([[1.0, -1.0, 0.0], [2.0, -0.5, 3.0]])
+    g = torch.tensor([[1.0, 1.0, -1.0], [-2.0, 0.25, 0.0]])
+    return [[p, p[0].clone()], [g, g[1].clone()]]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda p, g, lr: p.copy_(((p > 0) + (g > 0)) * lr),  # bool + bool is an or
+        lambda p, g, lr: p.copy_(((p > 0) * (g >= 0)) * lr + torch.where(p != g, g, -p)),
+        lambda p, g, lr: p.mul_(-0.0).add_(g.mul(0.0)),  # -0.0 and 0.0 are two constants
+        lambda p, g, lr: (g.fill_(2.0), p.add_(g.sum() * lr), p.sub_(g.norm())),  # a filled tensor's reductions
+        lambda p, g, lr: p.copy_(g.norm()).mul_(torch.max(p, g)),  # a per-tensor value written to a tensor
+        lambda p, g, lr: (lambda x: (x.add_(g), p.mul_(lr)))(p),  # x = p; x += g writes p
+    ],
+    ids=["bool_or", "bool_and_where", "signed_zeros", "fill_then_reduce", "copy_a_norm", "alias"],
+)
+def test_element_steps_keep_torchs_semantics_at_the_edges(body):
+    @optjit.step_function
+    def fn(params, grads, *, lr):
+        for p, g in zip(params, grads):
+            body(p, g, lr)
+
+    ours, theirs = _edge_lists(), _edge_lists()
+    fn(*ours, lr=0.1)
+    fn.eager(*theirs, lr=0.1)
+    for lst, ref in zip(ours, theirs):
+        for a, b in zip(lst, ref):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+            assert torch.equal(torch.signbit(a), torch.signbit(b)), (a, b)
+
+
+def test_element_steps_that_torch_refuses_or_that_mix_entries_are_errors():
+    def refused(body, message):
+        @optjit.step_function
+        def fn(params, grads, *, lr):
+            body(params, grads, lr)
+
+        with pytest.raises(optjit.Error, match=message):
+            fn(*_edge_lists(), lr=0.1)
+
+    def each(f):
+        return lambda params, grads, lr: [f(p, g, lr) for p, g in zip(params, grads)]
+
+    refused(each(lambda p, g, lr: p.copy_(-(p > 0))), "torch does not negate bool tensors")
+    refused(each(lambda p, g, lr: p.copy_((p > 0) - (g > 0))), "torch does not subtract bool tensors")
+    refused(each(lambda p, g, lr: p.copy_(torch.where(g, p, 0.0))), "torch.where's condition is not a comparison")
+    refused(each(lambda p, g, lr: p.maximum_(g)), r"\.maximum_ of an element of a tensor list is outside")
+    refused(each(lambda p, g, lr: p.copy_(~(p > 0))), r"the operator ~, &, \| or \^ on an element")
+
+    def total_times_first(params, grads, lr):  # a value of every entry, written with one entry's
+        total = torch.stack(torch._foreach_norm(grads)).sum()
+        total.mul_(params[0].norm())
+        for p in params:
+            p.add_(total * lr)
+
+    refused(total_times_first, "combines the values of different tensors of a list")
+
+    def rebinds(params, grads, lr):  # putting another value in a list's entry writes no tensor, as in torch
+        for k in range(len(params)):
+            params[k] = params[k] - lr * grads[k]
+
+    refused(rebinds, "changes none of its lists")
+
+
+def test_a_scalars_sum_is_a_new_value_that_writing_leaves_the_scalar_alone():
+    @optjit.step_function
+    def fn(params, grads, steps, *, lr):
+        for p, s in zip(params, steps):
+            t = s.sum()
+            t += 1
+            p.add_(t * lr)
+
+    params, grads = _lists(torch.float32, 4, 2)
+    steps = [torch.tensor(1.0) for _ in params]
+    eager = _clone([params, grads, steps])
+    fn(params, grads, steps, lr=0.1)
+    fn.eager(*eager, lr=0.1)
+    assert [float(s) for s in steps] == [1.0] * len(params)
+    for a, b in zip(params, eager[0]):
+        assert_close(a, b, torch.float32, "params")
