@@ -150,6 +150,13 @@ void Adafactor::param_structure(const Tensor& param, Structure& s) const { s.set
 void Adafactor::check_grad(int64_t flat) const {
   if (is_complex(flat_param(flat).dtype()))
     throw Error("Adafactor does not support complex parameters");
+  // torch's step divides the param's norm by sqrt(numel) as Python floats, and raises ZeroDivisionError for an empty
+  // param (after stepping the params before it); refused here before any param steps.
+  if (flat_param(flat).numel() == 0)
+    throw Error("Adafactor cannot step param " + std::to_string(flat) + " of shape " +
+                shape_to_string(flat_param(flat).shape()) +
+                ": it has no elements, and its relative step size divides by the param's RMS over them (torch's step "
+                "raises ZeroDivisionError)");
   Optimizer::check_grad(flat);
 }
 

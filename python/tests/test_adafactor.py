@@ -175,6 +175,26 @@ def test_adafactor_refuses_complex_params_as_torch_does():
         step()
 
 
+def test_an_empty_param_is_refused_before_anything_steps():
+    """torch divides by the RMS of an empty param's elements and raises ZeroDivisionError, after stepping the params
+    before it; optjit refuses the step before any param changes or gets state."""
+
+    def with_grads():
+        params = [torch.nn.Parameter(torch.ones(4)), torch.nn.Parameter(torch.zeros(0, 3))]
+        for p in params:
+            p.grad = torch.ones_like(p)
+        return params
+
+    with pytest.raises(ZeroDivisionError):
+        torch.optim.Adafactor(with_grads(), lr=0.1).step()
+    params = with_grads()
+    opt = torch.optim.Adafactor(params, lr=0.1)
+    with pytest.raises(optjit.Error, match=r"cannot step param 1 of shape \[0, 3\]: it has no elements"):
+        optjit.compile(opt)()
+    assert torch.equal(params[0].detach(), torch.ones(4))
+    assert all(len(opt.state[p]) == 0 for p in params)
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("shape", [(4,), (3, 4)], ids=["variance", "factored"])
 def test_a_non_finite_grad_spreads_as_in_torch(bad, shape):

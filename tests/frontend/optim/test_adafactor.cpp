@@ -195,6 +195,20 @@ TEST_CASE("adafactor: torch's messages, complex refused at the step, eps1 None b
   complex.set_grad(Tensor::zeros({3}, Dtype::c64));
   Adafactor refused({complex});
   test::check_error([&] { refused.step(); }, "Adafactor does not support complex parameters");
+  // An empty param: torch raises ZeroDivisionError after stepping the params before it; refused before any steps.
+  for (bool compiled : {false, true}) {
+    std::vector<Tensor> with_empty = random_params({{4}, {0, 3}}, Dtype::f32, 6);
+    randomize_grads(with_empty, 1);
+    const std::vector<double> before = with_empty[0].to_vector();
+    Adafactor empty(with_empty, {.foreach = compiled});
+    std::optional<CompiledStep> compiled_step;
+    if (compiled)
+      compiled_step.emplace(compile(empty));
+    test::check_error_contains([&] { compiled_step ? (*compiled_step)() : empty.step(); },
+                               "Adafactor cannot step param 1 of shape [0, 3]: it has no elements");
+    CHECK(with_empty[0].to_vector() == before);
+    CHECK(empty.visible_state(with_empty[0]).empty());
+  }
 
   Adafactor opt(params, {.lr = 0.1});
   CHECK(opt.param_groups()[0].get("eps1") == kOptionNone);
