@@ -11,6 +11,7 @@
 #include "tools/commands.h"
 #include "tools/count_configs.h"
 #include "tools/timing.h"
+#include "tools/torch_anchors.h"
 #include "tools/traffic_probe.h"
 
 #include <nlohmann/json.hpp>
@@ -152,6 +153,27 @@ json bench_shape(const ShapeCase& c) {
           {"goal", c.goal}};
 }
 
+// torch's clip_grad_norm_(foreach=True) + Adam(fused=True) on the tensors of the clipped row (tools/bench_torch.py,
+// the same thread count), beside optjit's fused step; appended to `rows` as metrics.
+void print_torch_clip_anchor(const json& row, bool as_json, json& rows) {
+  const std::string shape = row["shape"];
+  const int threads = row["threads"];
+  const json torch = torch_anchors("--cpu-clip " + shape + " --threads " + std::to_string(threads));
+  if (!torch.contains(shape)) {
+    if (!as_json)
+      std::printf("\ntorch beside Adam +clip skipped: %s\n", torch.value("skipped", "no result").c_str());
+    return;
+  }
+  const double clip_fused = torch[shape]["clip_fused_ms"], fused = torch[shape]["fused_ms"];
+  const double ms = row["ms"];
+  if (!as_json)
+    std::printf("\ntorch on Adam +clip's tensors (%s, %d threads): clip_grad_norm_(foreach) + Adam(fused) %.3f ms, "
+                "Adam(fused) alone %.3f ms; optjit's clipped step %.3f ms, %.2fx torch's\n",
+                shape.c_str(), threads, clip_fused, fused, ms, ms / clip_fused);
+  rows.push_back({{"metric", "torch_clip_grad_norm_fused_adam_ms"}, {"shape", shape}, {"value", clip_fused}});
+  rows.push_back({{"metric", "torch_fused_adam_ms"}, {"shape", shape}, {"value", fused}});
+}
+
 void print_row(const json& row) {
   const double goal = row["goal"].get<double>();
   std::printf("%-9s %-30s %-13s %7d %5lld %9.3f %9.3f %7.1f %7.2f %6s\n", row["optimizer"].get<std::string>().c_str(),
@@ -249,6 +271,9 @@ int run_bench(const BenchOptions& options) {
       print_row(row);
     rows.push_back(std::move(row));
   }
+  for (const json& row : rows) // PyTorch beside the clipped step: clip_grad_norm_ then its fused Adam, same tensors
+    if (row["options"].get<std::string>().find("+clip") != std::string::npos)
+      print_torch_clip_anchor(row, options.json, rows);
   if (!options.json)
     std::printf("\ncold compile (kernel cache cleared), goal < 100 ms and flat in the param count:\n");
   for (int64_t n : {4, 1000, 10000}) {

@@ -8,12 +8,12 @@
 #include "runtime/error.h"
 #include "tools/commands.h"
 #include "tools/device_timing.h"
+#include "tools/torch_anchors.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 namespace optjit {
@@ -57,21 +57,6 @@ json bench_adam(int device, const Shape2& s, double bandwidth, bool graphs) {
 }
 
 // PyTorch's numbers for the same shapes, or an empty object with the reason.
-json torch_anchors(const std::string& script) {
-  const std::string command = "python3 " + script + " 2>/dev/null";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe)
-    return {{"skipped", "could not run python3"}};
-  std::string out;
-  char buffer[4096];
-  while (std::size_t n = fread(buffer, 1, sizeof buffer, pipe))
-    out.append(buffer, n);
-  const int status = pclose(pipe);
-  if (status != 0 || out.empty())
-    return {{"skipped", "python3 with torch and a GPU not available"}};
-  return json::parse(out, nullptr, /*allow_exceptions=*/false);
-}
-
 } // namespace
 
 int run_bench_cuda(const BenchOptions& options) {
@@ -83,8 +68,7 @@ int run_bench_cuda(const BenchOptions& options) {
   for (bool graphs : {false, true})
     for (const Shape2& s : shapes)
       rows.push_back(bench_adam(device, s, bandwidth, graphs));
-  const char* script = std::getenv("OPTJIT_TORCH_BENCH");
-  json torch = torch_anchors(script && *script ? script : OPTJIT_SOURCE_DIR "/tools/bench_torch.py");
+  json torch = torch_anchors("--device cuda");
   if (options.json) {
     std::printf(
         "%s\n",

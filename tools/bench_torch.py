@@ -1,11 +1,19 @@
-"""PyTorch's anchors for `optjit bench --device cuda`: Adam(fused=True) and Adam(foreach=True), fp32, on the
-same shapes, timed with CUDA events (median of 7 batches of 20 steps). Prints one JSON object keyed by shape.
-Not part of the build or the tests: run only where torch and a GPU are present."""
+"""PyTorch's anchors for `optjit bench`, printed as one JSON object keyed by shape. Not part of the build or the
+tests: optjit bench runs it where a Python with torch is found (OPTJIT_TORCH_PYTHON).
+
+    bench_torch.py --device cuda              Adam(fused=True) and Adam(foreach=True), f32, on optjit bench --device
+                                              cuda's shapes, timed with CUDA events (median of 7 batches of 20 steps)
+    bench_torch.py --cpu-clip 1000x10000 --threads 2
+                                              on the CPU: clip_grad_norm_(foreach=True) then Adam(fused=True), and
+                                              Adam(fused=True) alone, f32, with `threads` threads (medians)"""
+import argparse
 import json
+import time
+
 import torch
 
 
-def step_ms(params, **options):
+def cuda_step_ms(params, **options):
     opt = torch.optim.Adam(params, lr=1e-3, **options)
     for _ in range(3):
         opt.step()
@@ -21,7 +29,7 @@ def step_ms(params, **options):
     return sorted(times)[len(times) // 2]
 
 
-def main():
+def cuda_anchors():
     if not torch.cuda.is_available():
         raise SystemExit(1)
     out = {}
@@ -29,10 +37,48 @@ def main():
         params = [torch.ones(numel, device="cuda", requires_grad=True) for _ in range(count)]
         for p in params:
             p.grad = torch.full_like(p, 1e-3)
-        out[f"{count}x{numel}"] = {"fused_ms": step_ms(params, fused=True), "foreach_ms": step_ms(params, foreach=True)}
+        out[f"{count}x{numel}"] = {
+            "fused_ms": cuda_step_ms(params, fused=True),
+            "foreach_ms": cuda_step_ms(params, foreach=True),
+        }
         del params
         torch.cuda.empty_cache()
-    print(json.dumps(out))
+    return out
+
+
+def cpu_median_ms(step, repeats=15):
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def cpu_clip_anchors(shape, threads):
+    count, numel = (int(n) for n in shape.split("x"))
+    torch.set_num_threads(threads)
+    params = [torch.ones(numel, requires_grad=True) for _ in range(count)]
+    for p in params:
+        p.grad = torch.full_like(p, 1e-3)
+    opt = torch.optim.Adam(params, lr=1e-3, fused=True)
+
+    def clipped():
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        opt.step()
+
+    return {shape: {"clip_fused_ms": cpu_median_ms(clipped), "fused_ms": cpu_median_ms(opt.step)}}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--cpu-clip", metavar="COUNTxNUMEL")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    print(json.dumps(cpu_clip_anchors(args.cpu_clip, args.threads) if args.cpu_clip else cuda_anchors()))
 
 
 if __name__ == "__main__":
