@@ -1,6 +1,9 @@
 // Compiled steps from several threads at once. Each compiled step belongs to one optimizer and is called from one
 // thread at a time, but different optimizers' steps may run concurrently: they share the kernel cache, the JIT and
-// the CPU thread pool. tools/tsan.sh runs this file under ThreadSanitizer too (ctest: tsan.concurrent_steps).
+// the CPU thread pool; and each compile runs its kernels' compiles on threads of its own. tools/tsan.sh runs this file
+// under ThreadSanitizer too (ctest: tsan.concurrent_steps).
+#include "codegen/codegen.h"
+#include "compiler/kernel_cache.h"
 #include "helpers.h"
 
 #include <atomic>
@@ -48,6 +51,8 @@ TEST_CASE("threads: two compiled steps on disjoint params, stepped from two thre
   const std::vector<Pair> pairs = {
       {{"Adam", "Adam"}, {{{"amsgrad", {1}}}, {{"amsgrad", {1}}}}}, // one kernel, shared through the cache
       {{"AdamW", "RMSprop"}, {{{"weight_decay", {0.1}}}, {{"centered", {1}}, {"momentum", {0.9}}}}},
+      // Plans of several kernels, each compiling its kernels at once (Backend::prepare) beside the other thread's.
+      {{"Adafactor", "LAMB"}, {{{"weight_decay", {0.1}}}, {{"weight_decay", {0.01}}}}},
   };
   for (const Pair& pair : pairs) {
     INFO(pair.name[0] << " and " << pair.name[1]);
@@ -55,6 +60,7 @@ TEST_CASE("threads: two compiled steps on disjoint params, stepped from two thre
     for (int which = 0; which < 2; ++which)
       run_one(pair, which, serial[which], nullptr);
 
+    KernelCache<CpuKernel>::global().clear(); // the threads compile every kernel again, at the same time
     std::barrier<> sync(2);
     std::exception_ptr failure[2];
     std::vector<std::thread> threads;
