@@ -59,7 +59,7 @@ class StepFunction:
         functools.update_wrapper(self, fn)
         self.eager = fn
         self._name = _graph_name(name or getattr(fn, "__name__", None) or type(fn).__name__)
-        self._program = None  # (instructions, list names, scalar list names)
+        self._program = None  # (instructions, list names, list kinds)
         self._cxx = None
         self._key = None
 
@@ -81,19 +81,38 @@ class StepFunction:
         return names
 
     @staticmethod
-    def _scalar_lists(names, lists):
-        """The state lists of per-tensor scalars: 0-d tensors beside params that are not all 0-d."""
-        if all(t.dim() == 0 for t in lists[0]):
-            return frozenset()
-        return frozenset(names[k] for k in range(2, len(lists)) if all(t.dim() == 0 for t in lists[k]))
+    def _list_kinds(names, lists):
+        """The state lists that do not hold one tensor like each param, by name: "scalar" for per-tensor scalars
+        (0-d tensors beside params that are not all 0-d), "rows" for one value per row ([..., m, 1] beside params
+        [..., m, n]) and "cols" for one per column ([..., 1, n]), as Adafactor's factored state."""
+        params, kinds = lists[0], {}
 
-    def _record(self, names, scalar, lists, hypers):
+        def axis_list(state, dim):  # every tensor one per row (dim -1) or column (dim -2) of its param, not all alike
+            fits = [
+                p.dim() >= 2 and tuple(t.shape) == tuple(1 if d == p.dim() + dim else n for d, n in enumerate(p.shape))
+                for p, t in zip(params, state)
+            ]
+            return all(fits) and any(p.shape[dim] != 1 for p in params)
+
+        for k in range(2, len(lists)):
+            if all(t.dim() == 0 for t in lists[k]) and not all(p.dim() == 0 for p in params):
+                kinds[names[k]] = "scalar"
+            elif axis_list(lists[k], -1):
+                kinds[names[k]] = "rows"
+            elif axis_list(lists[k], -2):
+                kinds[names[k]] = "cols"
+        return kinds
+
+    def _record(self, names, kinds, lists, hypers):
         params0 = lists[0]
         program = _Program(len(params0))
         sym_lists = []
         for name in names:
-            vid = program.emit("scalar_state" if name in scalar else "tensors", name=name)
-            if name in scalar:
+            if kinds.get(name) == "scalar":
+                vid = program.emit("scalar_state", name=name)
+            else:
+                vid = program.emit("tensors", name=name, kind=kinds.get(name, "el"))
+            if kinds.get(name) == "scalar":
                 sym_lists.append([_SymScalar(program, vid, entry=k, tensor=True) for k in range(len(params0))])
             else:
                 sym_lists.append([_SymTensor(program, vid, k) for k in range(len(params0))])
@@ -113,7 +132,7 @@ class StepFunction:
             if len({element.id for element in lst}) != 1:
                 raise Error(f"step function {self._name} updates part of list '{name}': optjit records whole lists")
             if lst[0].id != first:
-                program.emit("store_scalar" if name in scalar else "store", lst[0].id, name=name)
+                program.emit("store_scalar" if kinds.get(name) == "scalar" else "store", lst[0].id, name=name)
                 stored = True
         if not stored:
             raise Error(
@@ -142,21 +161,23 @@ class StepFunction:
 
         held = tensors(lists[:1] + lists[2:])
         if self._key is not None and held == self._key[1] and len(lists) == len(self._key[0][0]):
-            names, scalar = self._key[0][0], self._key[0][1]  # the same tensors: the same slots and scalar lists
+            names, kinds = self._key[0][0], dict(self._key[0][1])  # the same tensors: the same slots and kinds
         else:
             names = self._list_names(len(lists))
-            scalar = self._scalar_lists(names, lists)
-        # What the recorded program depends on (the lists, their scalar ones and the hyperparameters' names), then
+            kinds = self._list_kinds(names, lists)
+        # What the recorded program depends on (the lists, their kinds and the hyperparameters' names), then
         # the tensors; the grads apart: new grad tensors every call (after each backward) only repoint the compiled
         # step's grads. Nothing is kept from a call that failed before its step ran.
         # (The lists' length too: Python code in the function may read it, len(params), and the recording keeps it.)
-        key = ((tuple(names), scalar, tuple(sorted(hypers)), len(lists[0])), held, tensors(lists[1:2]))
+        recorded_for = (tuple(names), tuple(sorted(kinds.items())), tuple(sorted(hypers)), len(lists[0]))
+        key = (recorded_for, held, tensors(lists[1:2]))
         if self._cxx is None or key[:2] != self._key[:2]:
             program = self._program
             if program is None or key[0] != self._key[0]:
-                instructions = self._record(names, scalar, lists, hypers)
-                program = (instructions, names, sorted(scalar))
-            instructions, names, scalar_names = program
+                instructions = self._record(names, kinds, lists, hypers)
+                program = (instructions, names, kinds)
+            instructions, names, kinds = program
+            of_kind = {kind: [n for n in names if kinds.get(n) == kind] for kind in ("scalar", "rows", "cols")}
             _check_sharded_reductions(self._name, instructions, lists)
             self._cxx = None
             self._streams = _cuda_streams([t for lst in lists for t in lst])
@@ -165,7 +186,9 @@ class StepFunction:
                     self._name,
                     instructions,
                     list(zip(names, lists)),
-                    scalar_names,
+                    of_kind["scalar"],
+                    of_kind["rows"],
+                    of_kind["cols"],
                     {k: float(v) for k, v in hypers.items()},
                 )
             self._program = program

@@ -21,8 +21,31 @@ import functools
 from ._optjit import Error, StepInstruction
 
 
-# Instructions whose value is one per tensor even from element operands: reductions over a tensor or the lists.
-_PER_TENSOR_OPS = {"sum", "max", "list_sum", "list_max"}
+# What a recorded value holds, by the shape torch gives it for a param [..., m, n]: "el" one value per element,
+# "rows" one per row ([..., m, 1]), "cols" one per column ([..., 1, n]), "mat" one per matrix ([..., 1, 1]), "pt" one
+# per tensor (a 0-d tensor or a number). Every value but "pt" reads at each element as its row's, column's or matrix's
+# value (the IR broadcasts rows and columns state so), so ops combine them as torch broadcasts them.
+_PER_TENSOR_OPS = {"sum", "max", "list_sum", "list_max", "constant", "hyper", "scalar_state", "extent"}
+# A sum along dim -1 (row_sum) or -2 (col_sum) of a value of each kind; a value of size 1 there is its own sum.
+_AXIS_SUM_KIND = {"row_sum": {"el": "rows", "cols": "mat"}, "col_sum": {"el": "cols", "rows": "mat"}}
+# The kinds a state slot of each kind takes (what fits its shape, as torch's in-place ops require).
+_FITS = {
+    "el": {"el", "rows", "cols", "mat", "pt"},
+    "rows": {"rows", "mat", "pt"},
+    "cols": {"cols", "mat", "pt"},
+    "mat": {"mat", "pt"},
+}
+
+
+def _broadcast_kind(kinds):
+    """The kind of an elementwise op's value on operands of `kinds`, as torch broadcasts their shapes."""
+    present = set(kinds) - {"pt"}
+    if "el" in present or {"rows", "cols"} <= present:
+        return "el"
+    for kind in ("rows", "cols", "mat"):
+        if kind in present:
+            return kind
+    return "pt"
 
 
 class _Program:
@@ -32,24 +55,39 @@ class _Program:
     def __init__(self, length):
         self.instructions = []
         self._ids = {}
-        self._elementwise = []  # per instruction: whether its value is one per element (else one per tensor)
+        self.kinds = []  # per instruction: what its value holds (_broadcast_kind)
         self.length = length  # tensors per list: ops take whole lists
 
-    def emit(self, op, *inputs, name="", number=0.0):
+    def emit(self, op, *inputs, name="", number=0.0, kind=None):
         key = (op, tuple(inputs), name, float(number).hex())  # by its bits: -0.0 is not 0.0, and NaN is NaN
         if key in self._ids and not op.startswith("store"):
             return self._ids[key]
+        if kind is None:  # a list's tensors say theirs
+            if op in _PER_TENSOR_OPS:
+                kind = "pt"
+            elif op in _AXIS_SUM_KIND:
+                kind = _AXIS_SUM_KIND[op][self.kinds[inputs[0]]]
+            else:
+                kind = _broadcast_kind(self.kinds[i] for i in inputs)
         self.instructions.append(StepInstruction(op, list(inputs), name, float(number)))
-        self._elementwise.append(
-            op == "tensors" or (op not in _PER_TENSOR_OPS and any(self._elementwise[i] for i in inputs))
-        )
+        self.kinds.append(kind)
         self._ids[key] = len(self.instructions) - 1
         return self._ids[key]
 
-    def every_element(self, vid, like):
-        """`vid` as a value of every element: a per-tensor value written to a tensor (x.zero_(), x.copy_(its norm))
-        becomes one by a select on the tensor's own elements (`like`), whose branches are both the value."""
-        return vid if self._elementwise[vid] else self.emit("select", like, vid, vid)
+    def written(self, vid, like, shape):
+        """`vid` written in place to a tensor of `shape` (a kind) whose value is `like`: a per-tensor value
+        (x.zero_(), x.copy_(its norm)) becomes one of every element by a select on the tensor's own elements, whose
+        branches are both the value. A value the shape cannot hold (a whole matrix into rows state) is refused, as
+        torch's in-place ops refuse it."""
+        if self.kinds[vid] not in _FITS[shape]:
+            raise Error(
+                f"a step function writes a value of one per {_KIND_TEXT[self.kinds[vid]]} into a tensor of one per "
+                f"{_KIND_TEXT[shape]}: its shape does not fit, as torch's in-place ops refuse"
+            )
+        return vid if self.kinds[vid] != "pt" else self.emit("select", like, vid, vid)
+
+
+_KIND_TEXT = {"el": "element", "rows": "row", "cols": "column", "mat": "matrix", "pt": "tensor"}
 
 
 def _operand(program, x, what=None):
@@ -197,6 +235,14 @@ class _Elementwise:
             return None
         if name in _REDUCTIONS:
             return lambda *args, **kwargs: _scalar_op(name, (self, *args), kwargs)
+        if isinstance(self, _SymTensor) and name in ("size", "numel", "shape", "matmul"):
+            if name == "shape":
+                return _SymShape(self)
+            if name == "matmul":
+                return lambda other: _matmul(self, other)
+            if name == "size":
+                return lambda dim: _size(self.program, self, dim)
+            return lambda: _size(self.program, self, None)
         in_place = name.endswith("_")
         base = name[:-1] if in_place else name
         if name == "where":  # x.where(condition, y) is torch.where(condition, x, y)
@@ -217,7 +263,7 @@ def _set(target, source):
     what it was (copy_ of a comparison writes 0 and 1 to a float tensor)."""
     entry = _entry_of(target, source)
     if isinstance(target, _SymTensor):
-        target.id = target.program.every_element(source.id, target.id)
+        target.id = target.program.written(source.id, target.id, target.holds)
     else:
         target.id = source.id
         target.squares = source.squares if isinstance(source, _SymScalar) else None
@@ -274,6 +320,11 @@ class _SymTensor(_Elementwise):
 
     def __init__(self, program, vid, entry, boolean=False):
         self.program, self.id, self.entry, self.boolean = program, vid, entry, boolean
+        # What the tensor holds by its shape (a kind, _broadcast_kind): its list's, or its value's when an op made it.
+        self.holds = program.kinds[vid]
+
+    def __matmul__(self, other):
+        return _matmul(self, other)
 
 
 
@@ -289,7 +340,7 @@ def _refuse_operator(symbol):
 
 for _names, _symbol in (
     (("__floordiv__", "__rfloordiv__", "__mod__", "__rmod__"), "// or %"),
-    (("__matmul__", "__rmatmul__"), "@"),
+    (("__rmatmul__",), "@"),
     (("__getitem__", "__setitem__"), "[]"),
     (("__bool__", "__float__", "__int__", "__index__", "__len__"), "bool(), float(), int() or len()"),
     (("__invert__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__"), "~, &, | or ^"),
@@ -352,22 +403,120 @@ def _norm(x, order):
     return _SymScalar(p, p.emit("sqrt", p.emit("list_sum", squares)), tensor=True)
 
 
+# The positional parameters of the reductions, after the tensor (torch's order).
+_REDUCTION_PARAMETERS = {
+    "sum": ("dim", "keepdim"),
+    "mean": ("dim", "keepdim"),
+    "max": (),
+    "amax": ("dim", "keepdim"),
+    "norm": ("p", "dim", "keepdim"),
+    "linalg_vector_norm": ("ord", "dim", "keepdim"),
+}
+
+
 def _tensor_reduction(p, x, name, args, kwargs):
-    """A reduction of one element over its tensor (x.sum(), x.max(), x.norm(), torch.linalg.vector_norm(x)): a
-    per-tensor scalar of x's entry."""
-    extra = {k: v for k, v in kwargs.items() if v is not None and v is not False and k not in ("ord", "p")}
-    if extra or (len(args) > (1 if name in ("norm", "linalg_vector_norm") else 0)):
+    """A reduction of one element (x.sum(), x.max(), x.norm(), torch.linalg.vector_norm(x), x.mean()): over its
+    whole tensor, a per-tensor scalar of x's entry; along dim -1 or -2 with keepdim=True, Adafactor's row and column
+    sums, means and norms, an element value of one per row or column."""
+    parameters = _REDUCTION_PARAMETERS[name]
+    if len(args) > len(parameters):
+        raise Error(f"{name} of an element with arguments optjit does not record: {args!r}")
+    given = dict(zip(parameters, args), **kwargs)
+    extra = {k for k, v in given.items() if k not in ("ord", "p", "dim", "keepdim") and v is not None}
+    if extra:
+        raise Error(f"{name} of an element with arguments optjit does not record ({', '.join(sorted(extra))})")
+    order = _norm_order(given.get("ord", given.get("p", 2)), name) if name in ("norm", "linalg_vector_norm") else None
+    if given.get("dim") is not None:
+        return _axis_reduction(p, x, name, order, given)
+    kind = p.kinds[x.id]
+    takes_any_kind = name in ("max", "amax") or order == float("inf")  # a largest value is the same broadcast or not
+    if kind not in ("el", "pt") and not takes_any_kind:
         raise Error(
-            f"{name} of an element with arguments optjit does not record ({', '.join(extra) or 'dim'}): it reduces "
-            "whole tensors"
+            f"{name} over a whole tensor of one value per {_KIND_TEXT[kind]}: optjit reduces whole element tensors "
+            "(sum, mean, max, norm); reduce rows and columns along their other dimension first (dim=-1 or -2, "
+            "keepdim=True)"
         )
-    if name in ("norm", "linalg_vector_norm"):
-        order = _norm_order(kwargs.get("ord", kwargs.get("p", args[0] if args else 2)), f"{name}")
-        if order == float("inf"):
-            return _SymScalar(p, p.emit("max", p.emit("abs", x.id)), entry=x.entry, tensor=True)
+    if order == float("inf"):
+        return _SymScalar(p, p.emit("max", p.emit("abs", x.id)), entry=x.entry, tensor=True)
+    if order is not None:
         squares = p.emit("sum", p.emit("mul", x.id, x.id))
         return _SymScalar(p, p.emit("sqrt", squares), squares, entry=x.entry, tensor=True)
+    if name == "mean":
+        vid = p.emit("div", p.emit("sum", x.id), p.emit("extent", name="numel"))
+        return _SymScalar(p, vid, entry=x.entry, tensor=True)
     return _SymScalar(p, p.emit("sum" if name == "sum" else "max", x.id), entry=x.entry, tensor=True)
+
+
+def _axis_reduction(p, x, name, order, given):
+    """A sum, mean or 2-norm of element `x` along dim -1 (each row) or -2 (each column), kept as a dimension of 1."""
+    dim = given["dim"]
+    dim = dim[0] if isinstance(dim, (tuple, list)) and len(dim) == 1 else dim
+    if name not in ("sum", "mean", "norm", "linalg_vector_norm") or dim not in (-1, -2) or order == float("inf"):
+        raise Error(
+            f"{name} along dim={given['dim']!r}: optjit records the sum, mean and 2-norm along dim -1 or -2 (each row "
+            "or each column, as Adafactor takes them)"
+        )
+    if not given.get("keepdim"):
+        raise Error(
+            f"{name} along dim {dim} without keepdim=True: optjit records values that keep their tensor's dimensions "
+            "(a row's sum is [..., m, 1]); pass keepdim=True"
+        )
+    value = x.id if name in ("sum", "mean") else p.emit("mul", x.id, x.id)
+    op = "row_sum" if dim == -1 else "col_sum"
+    if p.kinds[value] in _AXIS_SUM_KIND[op]:  # else its size there is 1: the value is its own sum
+        value = p.emit(op, value)
+        if name == "mean":
+            value = p.emit("div", value, _size(p, x, dim).id)
+    if name in ("norm", "linalg_vector_norm"):
+        value = p.emit("sqrt", value)
+    return _SymTensor(p, value, x.entry)
+
+
+def _size(p, x, dim):
+    """x.size(dim) for dim -1 or -2, and x.numel() for dim None: a number per tensor (1 along a dimension x holds
+    one value of, such as a row's sum along dim -1)."""
+    kind = p.kinds[x.id]
+    if kind == "pt":
+        raise Error("the size of a 0-d element: it has no dimensions (torch's size(-1) raises)")
+    one = p.emit("constant", number=1.0)
+    if dim is None:
+        numel = p.emit("extent", name="numel")
+        for axis, collapsed in (("n", ("rows", "mat")), ("m", ("cols", "mat"))):
+            if kind in collapsed:
+                numel = p.emit("div", numel, p.emit("extent", name=axis))
+        return _SymScalar(p, numel, entry=x.entry)
+    if dim not in (-1, -2):
+        raise Error(f"size({dim!r}): optjit records size(-1), size(-2) and numel() (a step is recorded for every rank)")
+    collapsed = ("rows", "mat") if dim == -1 else ("cols", "mat")
+    return _SymScalar(p, one if kind in collapsed else p.emit("extent", name="n" if dim == -1 else "m"), entry=x.entry)
+
+
+def _matmul(a, b):
+    """a @ b: the one product of rows and columns torch's matmul makes elementwise, [..., m, 1] @ [..., 1, n], the
+    outer product Adafactor takes of its row and column state."""
+    kinds = [x.program.kinds[x.id] if isinstance(x, _SymTensor) else None for x in (a, b)]
+    if kinds != ["rows", "cols"]:
+        raise Error(
+            "the operator @ on elements: optjit records only a column of rows times a row of columns ([..., m, 1] @ "
+            "[..., 1, n], an outer product); other products are outside its step-function vocabulary"
+        )
+    return _element_op("mul", (a, b), {})
+
+
+class _SymShape:
+    """x.shape: shape[-1] and shape[-2] are sizes; anything that depends on the rank is refused."""
+
+    def __init__(self, x):
+        self._x = x
+
+    def __getitem__(self, dim):
+        return _size(self._x.program, self._x, dim)
+
+    def __len__(self):
+        raise Error("len(x.shape), the rank of an element: optjit records one step for every rank")
+
+    def __iter__(self):
+        raise Error("unpacking x.shape, the rank of an element: optjit records one step for every rank")
 
 
 def _scalar_op(name, args, kwargs):
@@ -396,6 +545,8 @@ def _scalar_op(name, args, kwargs):
     if len(args) == 1:  # of a scalar, its own value (a new tensor in torch: writing it leaves x alone)
         if isinstance(x, _SymScalar):
             return _SymScalar(x.program, x.id, x.squares, x.entry, tensor=True, boolean=x.boolean)
+        if name == "mean":
+            raise Error("torch.mean of a torch.stack of per-tensor scalars: write .sum() / len(params)")
         return x.sum() if name == "sum" else x.max()
     raise Error(f"torch.{name} with a dim: optjit reduces whole tensors and stacks")
 
@@ -469,7 +620,7 @@ def _result(program, vid, like):
 def _assign(target, vid):
     """The elements of list `target` hold `vid` (an in-place foreach op's result); a tensor list's, every element."""
     if isinstance(target[0], _SymTensor):
-        vid = target[0].program.every_element(vid, target[0].id)
+        vid = target[0].program.written(vid, target[0].id, target[0].holds)
     for element in target:
         element.id = vid
         if isinstance(element, _SymScalar):
@@ -652,7 +803,7 @@ _IN_PLACE_METHODS = {
 }  # fmt: skip
 _COMPARISONS = {"gt", "greater", "lt", "less", "ge", "greater_equal", "le", "less_equal", "eq", "ne"}
 # Reductions of a whole tensor (an element's, or a 0-d tensor's own value): per-tensor scalars (_scalar_op).
-_REDUCTIONS = ("linalg_vector_norm", "norm", "sum", "max", "amax")
+_REDUCTIONS = ("linalg_vector_norm", "norm", "sum", "max", "amax", "mean")
 
 
 def _element_op(name, args, kwargs):
@@ -733,6 +884,12 @@ def _foreach_scalar_pow(name, base, exponents):
 def _foreach_reduction(program, name, op, self_list, self_id, args, kwargs):
     """torch._foreach_norm (2 or inf) and torch._foreach_max: a per-tensor scalar of each tensor."""
     length = len(self_list)
+    kind = program.kinds[self_id]
+    if kind not in ("el", "pt") and not (op == "max" or kwargs.get("ord", args[0] if args else 2) == float("inf")):
+        raise Error(
+            f"torch.{name} of tensors of one value per {_KIND_TEXT[kind]}: optjit reduces whole element tensors; "
+            "reduce rows and columns along their other dimension first (dim=-1 or -2, keepdim=True)"
+        )
     if op == "max":
         if args or kwargs:
             raise Error(f"torch.{name}: arguments optjit does not record")
@@ -767,6 +924,8 @@ def _dispatch(func, args, kwargs):
     if name == "foreach_map":  # torch._higher_order_ops.foreach_map(op, *lists): op on each entry's elements
         subgraph, *operands = args
         return subgraph(*operands, **kwargs)
+    if name == "matmul" and len(args) == 2:
+        return _matmul(*args)
     if name in ("max", "min") and len(args) == 2 and isinstance(args[1], (_SymTensor, _SymScalar)) and not kwargs:
         return _element_op("maximum" if name == "max" else "minimum", args, {})  # torch.max(a, b): elementwise
     symbolic = [a for a in args if isinstance(a, (_SymTensor, _SymScalar, _SymStack))]

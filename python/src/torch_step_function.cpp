@@ -47,6 +47,12 @@ void replay(const std::vector<StepInstruction>& program, Tracer& t) {
       values.push_back(where(in(i, 0), in(i, 1), in(i, 2)));
     else if (i.op == "sum")
       values.push_back(sum(in(i, 0)));
+    else if (i.op == "row_sum")
+      values.push_back(row_sum(in(i, 0)));
+    else if (i.op == "col_sum")
+      values.push_back(col_sum(in(i, 0)));
+    else if (i.op == "extent")
+      values.push_back(i.name == "numel" ? t.numel() : t.size(i.name == "n" ? -1 : -2));
     else if (i.op == "max")
       values.push_back(max_of(in(i, 0)));
     else if (i.op == "norm")
@@ -71,7 +77,12 @@ void replay(const std::vector<StepInstruction>& program, Tracer& t) {
 TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepInstruction> program,
                                      const std::vector<std::pair<std::string, nb::list>>& lists,
                                      const std::vector<std::string>& scalar_lists,
+                                     const std::vector<std::string>& rows_lists,
+                                     const std::vector<std::string>& cols_lists,
                                      const std::map<std::string, double>& hypers) {
+  const auto among = [](const std::vector<std::string>& names, const std::string& slot) {
+    return std::find(names.begin(), names.end(), slot) != names.end();
+  };
   StepLists step_lists;
   step_lists.hypers = hypers;
   for (const auto& [slot, tensors] : lists) {
@@ -86,8 +97,12 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
       step_lists.params = std::move(views);
     else if (slot == "grad")
       step_lists.grads = std::move(views);
-    else if (std::find(scalar_lists.begin(), scalar_lists.end(), slot) != scalar_lists.end())
+    else if (among(scalar_lists, slot))
       step_lists.scalars.emplace_back(slot, std::move(views));
+    else if (among(rows_lists, slot))
+      step_lists.rows.emplace_back(slot, std::move(views));
+    else if (among(cols_lists, slot))
+      step_lists.cols.emplace_back(slot, std::move(views));
     else
       step_lists.state.emplace_back(slot, std::move(views));
   }

@@ -19,7 +19,8 @@ namespace optjit::python {
 // hyperparameter) and `number` (a constant) where the op takes them. Ops: tensors, scalar_state, hyper, constant,
 // the unary and binary ops of the IR by name (add, sub, mul, div, maximum, minimum, pow, lt, gt, eq, neg, sqrt, abs,
 // sign, exp, log), torch's foreach forms add_scaled (self + alpha * other), lerp, addcmul and addcdiv, select, sum,
-// max, norm, and the effects store and store_scalar (their result is the stored value).
+// max, norm, row_sum and col_sum (sums along dim -1 and -2, broadcast), extent ("numel", "n" for size(-1), "m" for
+// size(-2)), and the effects store and store_scalar (their result is the stored value).
 struct StepInstruction {
   std::string op;
   std::vector<int> inputs;
@@ -30,10 +31,12 @@ struct StepInstruction {
 class TorchStepFunction {
 public:
   // `lists`: the slot names with their torch tensor lists, "param" and "grad" first; `scalar_lists`: the names of
-  // lists of per-tensor scalars (one 1-element tensor per param); `hypers`: every hyperparameter's first value.
+  // lists of per-tensor scalars (one 1-element tensor per param); `rows_lists` and `cols_lists`: of lists of rows
+  // ([..., m, 1]) and columns ([..., 1, n]) state; `hypers`: every hyperparameter's first value.
   TorchStepFunction(const std::string& name, std::vector<StepInstruction> program,
                     const std::vector<std::pair<std::string, nb::list>>& lists,
-                    const std::vector<std::string>& scalar_lists, const std::map<std::string, double>& hypers);
+                    const std::vector<std::string>& scalar_lists, const std::vector<std::string>& rows_lists,
+                    const std::vector<std::string>& cols_lists, const std::map<std::string, double>& hypers);
 
   // One step with these hyperparameters, in place on the tensors, without the GIL.
   void call(const std::map<std::string, double>& hypers);

@@ -310,7 +310,7 @@ def test_what_a_step_function_cannot_record_is_an_error_naming_it():
         (first_only, {}, "records whole lists, and this one has 1 of the 2 tensors"),
         (by_flag, {"maximize": 1}, "branches on a hyperparameter"),
         (by_method, {}, r"\.erfinv_ of an element of a tensor list is outside"),
-        (by_operator, {}, r"the operator @ on an element of a list is outside"),
+        (by_operator, {}, r"the operator @ on elements: optjit records only a column of rows times a row of columns"),
         (by_shape, {}, r"\.dim of an element of a tensor list is outside"),
         (by_position, {}, "updates part of list 'param'"),
         (writes_nothing, {}, "changes none of its lists"),
@@ -695,7 +695,7 @@ def test_element_ops_that_mix_tensors_or_read_a_list_are_refused():
         for p, g in zip(params, grads):
             p.add_(g.sum(dim=0), alpha=-lr)
 
-    with pytest.raises(optjit.Error, match="sum of an element with arguments optjit does not record"):
+    with pytest.raises(optjit.Error, match="sum along dim=0: optjit records the sum, mean and 2-norm"):
         by_dim(*_lists(torch.float32, 3, 2), lr=0.1)
 
 
@@ -781,3 +781,75 @@ def test_a_scalars_sum_is_a_new_value_that_writing_leaves_the_scalar_alone():
     assert [float(s) for s in steps] == [1.0] * len(params)
     for a, b in zip(params, eager[0]):
         assert_close(a, b, torch.float32, "params")
+
+
+@optjit.step_function
+def factored_adafactor(params, grads, steps, row_vars, col_vars, *, lr, beta2_decay, eps1, eps2, d):
+    """torch.optim.Adafactor's single-tensor step for params of rank >= 2, one tensor at a time as torch writes it
+    (Python's min and max of its .item() numbers as clamps): row and column state, their norms and means along dim -1
+    and -2, the outer product row_var @ col_var."""
+    for p, g, s, row_var, col_var in zip(params, grads, steps, row_vars, col_vars):
+        s += 1
+        one_minus_beta2_t = s**beta2_decay
+        rho_t = torch.clamp(1 / s**0.5, max=lr)
+        alpha = torch.clamp(p.norm(2) / p.numel() ** 0.5, min=eps2) * rho_t
+        row_mean = torch.norm(g, dim=-1, keepdim=True).square_().div_(g.size(-1))
+        row_var.lerp_(row_mean, one_minus_beta2_t)
+        col_mean = torch.norm(g, dim=-2, keepdim=True).square_().div_(g.size(-2))
+        col_var.lerp_(col_mean, one_minus_beta2_t)
+        var_estimate = row_var @ col_var
+        var_estimate.div_(row_var.mean(dim=-2, keepdim=True).clamp_(min=eps1))
+        update = var_estimate.clamp_(min=eps1 * eps1).rsqrt_()
+        update.mul_(g)
+        denom = torch.clamp(update.norm(2) / (update.numel() ** 0.5 * d), min=1.0)
+        p.add_(update, alpha=-alpha / denom)
+
+
+def test_adafactor_written_with_row_and_column_state_matches_torch_optim_adafactor():
+    shapes = ((33, 7), (4, 5, 6), (20, 64))
+    params = _lists(torch.float32, 14, 1, shapes=shapes)[0]
+    reference = [torch.nn.Parameter(p.clone()) for p in params]
+    opt = torch.optim.Adafactor(reference, lr=0.01, foreach=False)
+    steps = [torch.tensor(0.0) for _ in params]
+    row_vars = [torch.zeros(p.shape[:-1] + (1,)) for p in params]
+    col_vars = [torch.zeros(p.shape[:-2] + (1, p.shape[-1])) for p in params]
+    eager = _clone([params, params, steps, row_vars, col_vars])
+    hypers = dict(lr=0.01, beta2_decay=-0.8, eps1=torch.finfo(torch.float32).eps, eps2=1e-3, d=1.0)
+    for step in range(3):
+        grads = _lists(torch.float32, 50 + step, 1, shapes=shapes)[0]
+        for r, g in zip(reference, grads):
+            r.grad = g.clone()
+        opt.step()
+        factored_adafactor(params, grads, steps, row_vars, col_vars, **hypers)
+        factored_adafactor.eager(eager[0], [g.clone() for g in grads], *eager[2:], **hypers)
+        for k, (a, b, c) in enumerate(zip(params, eager[0], reference)):
+            assert_close(a, b, torch.float32, f"step {step} params[{k}] vs the function run by torch")
+            assert_close(a, c.detach(), torch.float32, f"step {step} params[{k}] vs torch.optim.Adafactor")
+        for k, (r, c) in enumerate(zip(row_vars, reference)):
+            assert_close(r, opt.state[c]["row_var"], torch.float32, f"step {step} row_var[{k}]")
+            assert_close(col_vars[k], opt.state[c]["col_var"], torch.float32, f"step {step} col_var[{k}]")
+    assert_kernels(factored_adafactor, 4)  # as torch.optim.Adafactor's factored params compile
+    assert factored_adafactor._cxx.compiles() == 1
+
+
+def test_rows_and_columns_that_torch_would_not_broadcast_are_refused():
+    shapes = ((6, 5), (3, 4))
+
+    def lists():
+        params = _lists(torch.float32, 15, 2, shapes=shapes)
+        return params + [[torch.zeros(s[0], 1) for s in shapes]]
+
+    def refused(body, message):
+        @optjit.step_function
+        def fn(params, grads, row_vars, *, lr):
+            for p, g, r in zip(params, grads, row_vars):
+                body(p, g, r, lr)
+
+        with pytest.raises(optjit.Error, match=message):
+            fn(*lists(), lr=0.1)
+
+    refused(lambda p, g, r, lr: r.add_(g), "writes a value of one per element into a tensor of one per row")
+    refused(lambda p, g, r, lr: p.add_(r.sum() * lr), "sum over a whole tensor of one value per row")
+    refused(lambda p, g, r, lr: p.add_(g.sum(dim=-1) * lr), "without keepdim=True")
+    refused(lambda p, g, r, lr: p.add_(g @ r), "the operator @ on elements")
+    refused(lambda p, g, r, lr: p.add_(g.size(0)), r"size\(0\): optjit records size\(-1\), size\(-2\) and numel\(\)")
