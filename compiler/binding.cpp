@@ -17,7 +17,7 @@ void check_column_sums(const KernelPlan& plan, const std::vector<Shape>& shapes)
   for (std::size_t t = 0; t < shapes.size(); ++t)
     if (shapes[t].size() < 2)
       throw Error("kernel " + plan.name + " sums over columns (col_sum, torch's sum(dim=-2)) of tensor " +
-                  std::to_string(t) + " of its list, of shape " + shape_to_string(shapes[t]) +
+                  std::to_string(t) + " of its list (its bucket of params), of shape " + shape_to_string(shapes[t]) +
                   ", which has no second-to-last dimension (torch refuses it too): step tensors of rank 2 or more");
 }
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <set>
 
 namespace optjit {
 
@@ -178,9 +179,19 @@ struct CompiledStep::Impl {
         for (const KernelPlan& plan : bp.grad_pass_pipeline->kernels)
           jobs.push_back({&plan, &bp.target});
     }
+    // A kernel twice in the step (two buckets of the same plan) compiles once; the second finds it in the cache.
     std::vector<char> hits(jobs.size(), 0); // not vector<bool>: jobs write their own entries concurrently
-    run_concurrently(jobs.size(), ThreadPool::global().active_threads(), [&](std::size_t i) {
-      hits[i] = backend_for(*jobs[i].target).prepare(*jobs[i].plan, *jobs[i].target);
+    std::vector<std::size_t> unique;
+    std::set<std::string> keys;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      if (keys.insert(jobs[i].target->cache_key() + "|" + print_kernel_plan(*jobs[i].plan)).second)
+        unique.push_back(i);
+      else
+        hits[i] = 1;
+    }
+    run_concurrently(unique.size(), ThreadPool::global().active_threads(), [&](std::size_t u) {
+      const Job& job = jobs[unique[u]];
+      hits[unique[u]] = backend_for(*job.target).prepare(*job.plan, *job.target);
     });
     return {hits.begin(), hits.end()};
   }

@@ -160,7 +160,7 @@ public:
 
   bool prepare(const KernelPlan& plan, const Target& target) const override {
     const std::string key = kernel_key(plan, target);
-    if (KernelCache<GpuModule>::global().contains(key))
+    if (KernelCache<GpuModule>::global().touch(key))
       return true;
     ptx(plan, target, key); // any thread: LLVM alone; the driver loads the module in load()
     return false;

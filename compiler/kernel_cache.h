@@ -1,6 +1,7 @@
-// The process-wide kernel cache: compiled kernels keyed by the text of their kernel plan and the target, so
-// optimizers of the same structure share code (the text holds no addresses, sizes or hyperparameter values). It
-// never holds user tensors. It is bounded (OPTJIT_KERNEL_CACHE_SIZE, default 256) and logs when it evicts, which
+// The process-wide kernel caches, one per kind of code (CPU kernels; GPU modules, and their PTX, which compiles
+// apart from the module load): compiled kernels keyed by the text of their kernel plan and the target, so
+// optimizers of the same structure share code (the text holds no addresses, sizes or hyperparameter values). They
+// never hold user tensors. Each is bounded (OPTJIT_KERNEL_CACHE_SIZE, default 256) and logs when it evicts, which
 // means a workload is thrashing it.
 #pragma once
 
@@ -59,10 +60,15 @@ public:
     return kernel;
   }
 
-  // Whether `key` is cached now (neither a hit nor a miss).
-  bool contains(const std::string& key) {
+  // Whether `key` is cached now (neither a hit nor a miss); if so it becomes the most recently used, so that a
+  // kernel a compile found here is still here when the compile loads it.
+  bool touch(const std::string& key) {
     std::lock_guard lock(mutex_);
-    return index_.count(key) != 0;
+    const auto it = index_.find(key);
+    if (it == index_.end())
+      return false;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return true;
   }
 
   KernelCacheStats stats() {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -27,8 +26,8 @@ void run_concurrently(std::size_t n, int threads, const std::function<void(std::
   for (std::size_t w = 0; w < extra; ++w) {
     try {
       workers.emplace_back(work);
-    } catch (const std::system_error&) {
-      break; // no thread to be had: the ones running take the remaining jobs
+    } catch (...) {
+      break; // no thread to be had (system_error, bad_alloc): the ones running take the remaining jobs
     }
   }
   work();

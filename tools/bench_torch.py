@@ -31,7 +31,7 @@ def cuda_step_ms(params, **options):
 
 def cuda_anchors():
     if not torch.cuda.is_available():
-        raise SystemExit(1)
+        raise SystemExit("bench_torch.py --device cuda: torch sees no CUDA GPU here")
     out = {}
     for count, numel in [(1, 100_000_000), (1000, 100_000), (10000, 1000)]:
         params = [torch.ones(numel, device="cuda", requires_grad=True) for _ in range(count)]
@@ -74,7 +74,7 @@ def cpu_clip_anchors(shape, threads):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda", choices=["cuda"], help="the GPU anchors (the default)")
     parser.add_argument("--cpu-clip", metavar="COUNTxNUMEL")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()

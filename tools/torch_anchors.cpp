@@ -8,9 +8,11 @@ namespace optjit {
 nlohmann::json torch_anchors(const std::string& arguments) {
   const char* python = std::getenv("OPTJIT_TORCH_PYTHON");
   const char* script = std::getenv("OPTJIT_TORCH_BENCH");
-  const std::string command = std::string(python && *python ? python : "python3") + " " +
-                              (script && *script ? script : OPTJIT_SOURCE_DIR "/tools/bench_torch.py") + " " +
-                              arguments + " 2>/dev/null";
+  // Quoted (paths may hold spaces); the script's errors go to stderr, where the user sees why anchors were skipped.
+  const auto quoted = [](const std::string& text) { return "'" + text + "'"; };
+  const std::string command = quoted(python && *python ? python : "python3") + " " +
+                              quoted(script && *script ? script : OPTJIT_SOURCE_DIR "/tools/bench_torch.py") + " " +
+                              arguments;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe)
     return {{"skipped", "could not run " + command}};

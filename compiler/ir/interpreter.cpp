@@ -163,9 +163,10 @@ Tensor broadcast_axis(const Tensor& axis, const Shape& shape, SlotKind kind, Dty
   return Tensor::from_values(shape, out, dtype);
 }
 
-// The sums over the rows (or columns) of `x`, in element order in f64, broadcast back over its elements.
+// The sums over the rows (or columns) of `x`, in element order in f64, broadcast back over its elements. A tensor of
+// rank < 2 is one row (torch's sum(dim=-1) of it is its sum, as the compiled kernels take it); it has no columns.
 Tensor axis_sum(const Tensor& x, SlotKind kind, Dtype dtype) {
-  const Extents m = matrix_of(x.shape(), kind == SlotKind::Rows ? "row_sum" : "col_sum");
+  const Extents m = kind == SlotKind::Rows ? extents_of(x.shape()) : matrix_of(x.shape(), "col_sum");
   const std::vector<double> values = x.to_vector();
   std::vector<double> sums(static_cast<std::size_t>(kind == SlotKind::Rows ? m.batches * m.m : m.batches * m.n), 0.0);
   for (int64_t e = 0; e < static_cast<int64_t>(values.size()); ++e)

@@ -973,7 +973,7 @@ bool Optimizer::needs_staging(int64_t flat) const {
   if (!p.impl()->grad)
     return false;
   // Rows and columns are found by element order: such a param's kernels walk contiguous tensors.
-  if (param_traced_structure_has_axes(flat) && !(p.is_contiguous() && p.grad().is_contiguous()))
+  if (walks_rows_and_columns(flat) && !(p.is_contiguous() && p.grad().is_contiguous()))
     return true;
   return !LayoutStaging::walkable_flat(p, p.grad(), flat_state(flat));
 }

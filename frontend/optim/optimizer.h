@@ -314,6 +314,9 @@ public:
   Structure param_traced_structure(int64_t flat) const;
   // Whether param `flat`'s step keeps rows or columns (its kernels then walk contiguous tensors).
   bool param_traced_structure_has_axes(int64_t flat) const;
+  // Whether param `flat`'s kernels find rows and columns by element order (its rows or columns state, or a step
+  // that sums along them), so that a param that is not contiguous steps through contiguous copies.
+  virtual bool walks_rows_and_columns(int64_t flat) const { return param_traced_structure_has_axes(flat); }
   // The state a param of a group with these flags keeps: the subclass's state_specs(), then `master_param` (an f32
   // copy of a bf16 or f16 param the step updates, rounding the param from it) when master_weights is on, and the
   // hidden `_rounding_stream` (the param's index) when stochastic_rounding is on.

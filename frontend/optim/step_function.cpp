@@ -34,6 +34,7 @@ public:
       specs_.push_back({.name = key, .kind = StateKind::Rows});
     for (const auto& [key, tensors] : lists.cols)
       specs_.push_back({.name = key, .kind = StateKind::Cols});
+    has_axis_state_ = !lists.rows.empty() || !lists.cols.empty();
     add_param_groups({ParamGroupSpec{lists.params, {}}});
   }
 
@@ -43,7 +44,13 @@ public:
   void trace(Tracer& tracer, const Structure&) const override {
     body_(tracer);
     stores_grads_ = stores_grads_ || tracer.builder().stores_to("grad");
+    for (ValueId id = 0; id < tracer.builder().size(); ++id)
+      if (const Op op = tracer.builder().node(id).op; op == Op::row_sum || op == Op::col_sum)
+        sums_axes_ = true;
   }
+  // Rows and columns state, or a trace that sums along rows or columns (known once the step is compiled, before it
+  // binds): element order decides which row an element is in.
+  bool walks_rows_and_columns(int64_t) const override { return has_axis_state_ || sums_axes_; }
   void validate_options(const OptionMap&) const override {} // finiteness is checked at every step
 
 protected:
@@ -52,6 +59,8 @@ protected:
 private:
   StepFunctionBody body_;
   mutable bool stores_grads_ = false; // a trace stored to the grad list (known once the step is compiled)
+  mutable bool sums_axes_ = false;    // a trace summed along rows or columns (likewise)
+  bool has_axis_state_ = false;       // rows or columns state lists
   std::vector<std::string> hypers_;
   std::vector<StateSpec> specs_;
 };

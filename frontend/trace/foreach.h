@@ -68,9 +68,9 @@ public:
   Sym scalar_state(const std::string& slot) { return wrap(builder_.scalar_state(slot)); }
   Sym hyper(const std::string& name) { return wrap(builder_.hyper(name)); }
   Sym constant(double value) { return wrap(builder_.constant(value)); }
-  // Each tensor's sizes, per-tensor values read from its shape (a new shape rebinds, never recompiles): its element
-  // count (torch's numel()), and size(-1) and size(-2), the n and m of a shape [..., m, n] (1 where the tensor has no
-  // such dimension). Other dimensions are an optjit::Error.
+  // The sizes of each tensor of the lists (the params' shape), per-tensor values read from its shape (a new shape
+  // rebinds, never recompiles): its element count (torch's numel()), and size(-1) and size(-2), the n and m of a
+  // shape [..., m, n] (1 where the tensor has no such dimension). Other dimensions are an optjit::Error.
   Sym numel() { return extent("numel"); }
   Sym size(int dim);
   void store(const std::string& slot, Sym value);
@@ -140,9 +140,10 @@ Sym foreach_norm(Sym a); // torch._foreach_norm(a): the L2 norm of each tensor, 
 // the element dtype; accumulated in f64 in element order): row_sum is torch's a.sum(dim=-1, keepdim=True), col_sum
 // a.sum(dim=-2, keepdim=True), and the means divide by size(-1) and size(-2). A rows state ([..., m, 1],
 // StateKind::Rows) reads at each element as its row's value and a columns state ([..., 1, n]) as its column's, so
-// Adafactor's factored second moment is row_var * col_var / col_mean(row_var). Like the per-tensor reductions, a value
-// that uses one runs in the next kernel. col_sum needs tensors of rank >= 2 (binding one of lower rank is an
-// optjit::Error, as torch's sum(dim=-2) refuses it); row_sum of a 1-D tensor is its sum.
+// Adafactor's factored second moment is row_var * col_var / col_mean(row_var). The sums add element values: row_sum of
+// a rows state is n times it, where torch's sum(dim=-1) of the [..., m, 1] tensor is the tensor itself. Like the
+// per-tensor reductions, a value that uses one runs in the next kernel. col_sum needs tensors of rank >= 2 (binding one
+// of lower rank is an optjit::Error, as torch's sum(dim=-2) refuses it); row_sum of a 1-D tensor is its sum.
 Sym row_sum(Sym a);
 Sym col_sum(Sym a);
 Sym row_mean(Sym a); // a.mean(dim=-1, keepdim=True): row_sum(a) / size(-1)

@@ -853,3 +853,25 @@ def test_rows_and_columns_that_torch_would_not_broadcast_are_refused():
     refused(lambda p, g, r, lr: p.add_(g.sum(dim=-1) * lr), "without keepdim=True")
     refused(lambda p, g, r, lr: p.add_(g @ r), "the operator @ on elements")
     refused(lambda p, g, r, lr: p.add_(g.size(0)), r"size\(0\): optjit records size\(-1\), size\(-2\) and numel\(\)")
+
+
+def test_row_and_column_sums_of_transposed_params_follow_their_logical_shape():
+    """A .t() view's rows are its logical rows, not its memory's: it steps through contiguous copies."""
+
+    @optjit.step_function
+    def normalized(params, grads, *, lr):
+        for p, g in zip(params, grads):
+            p.sub_(g / g.norm(dim=-1, keepdim=True) * lr + g.mean(dim=-2, keepdim=True))
+
+    def lists():
+        generator = torch.Generator().manual_seed(16)
+        params = [torch.randn(7, 5, generator=generator).t(), torch.randn(4, 6, generator=generator)]
+        grads = [torch.randn(7, 5, generator=generator).t(), torch.randn(4, 6, generator=generator).t().contiguous().t()]
+        return [params, grads]
+
+    ours, theirs = lists(), lists()
+    normalized(*ours, lr=0.1)
+    normalized.eager(*theirs, lr=0.1)
+    for a, b in zip(ours[0], theirs[0]):
+        assert_close(a, b, torch.float32, "params")
+    assert not ours[0][0].is_contiguous()  # stepped in place, in its own layout

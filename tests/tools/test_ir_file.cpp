@@ -59,8 +59,9 @@ TEST_CASE("ir files: a missing file and a bad line are named") {
 }
 
 TEST_CASE("ir files: rows and columns, infinities, carry stores and a graph that stores nothing run or are named") {
-  // Row sums need the params' shapes (and rows of rank-2 params); an lr of inf gives the same inf both ways, which
-  // agrees; a carry store nothing reads is harmless; a graph without stores has nothing to run.
+  // Row sums need the params' shapes (a 1-D param is one row), column sums params of rank 2 or more; an lr of inf gives
+  // the same inf both ways, which agrees; a carry store nothing reads is harmless; a graph without stores has nothing
+  // to run.
   TempIr rows("rows", "graph @rows f32 {\n"
                       "  slot \"param\" : param tensor f32\n"
                       "  slot \"grad\" : grad tensor f32\n"
@@ -71,8 +72,19 @@ TEST_CASE("ir files: rows and columns, infinities, carry stores and a graph that
                       "  store \"param\" %3\n"
                       "}\n");
   CHECK(run_ir_file({.file = rows.path.string(), .params = "4x3,2x5x2"}) == 0);
-  check_error_contains([&] { run_ir_file({.file = rows.path.string(), .params = "4"}); },
-                       "rows and columns need a tensor of rank 2 or more");
+  CHECK(run_ir_file({.file = rows.path.string(), .params = "4,2x3"}) == 0); // a 1-D tensor is one row, both ways
+  TempIr columns("columns", "graph @columns f32 {\n"
+                            "  slot \"param\" : param tensor f32\n"
+                            "  slot \"grad\" : grad tensor f32\n"
+                            "  %0 = tensor \"param\" : el f32\n"
+                            "  %1 = tensor \"grad\" : el f32\n"
+                            "  %2 = col_sum %1 : el f32\n"
+                            "  %3 = sub %0, %2 : el f32\n"
+                            "  store \"param\" %3\n"
+                            "}\n");
+  CHECK(run_ir_file({.file = columns.path.string(), .params = "4x3"}) == 0);
+  check_error_contains([&] { run_ir_file({.file = columns.path.string(), .params = "4"}); },
+                       "of shape [4], which has no second-to-last dimension");
   TempIr scale("inf", kScale);
   CHECK(run_ir_file({.file = scale.path.string(), .params = "8", .set = "lr=inf", .steps = 1}) == 0);
   TempIr carry("carry", "graph @carry f32 {\n"
