@@ -1,14 +1,15 @@
 // The process-wide ORC LLJIT for the host CPU: each kernel is its own module under its own resource tracker, so a
 // kernel evicted from the cache gives its machine code back. Kernels compile concurrently (the driver compiles a
 // step's kernels at once): each is emitted and optimized in an LLVMContext of its own, and the JIT, built with
-// concurrent compilation support, compiles each module to machine code on the thread that looks it up, with a
-// target machine of its own (ConcurrentIRCompiler).
+// concurrent compilation support, compiles each module to machine code on the thread that looks it up. Target
+// machines come from a pool, one per compile running at once (TargetMachinePool).
 #include "codegen/codegen.h"
 #include "codegen/device_math.h"
 #include "codegen/gpu_emulation.h"
 #include "codegen/kernel_emitter.h"
 #include "runtime/log.h"
 
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -21,10 +22,59 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <string_view>
+#include <vector>
 
 namespace optjit {
 namespace {
+
+// Host target machines, each used by one thread at a time and kept for the next compile: creating one costs about 4
+// ms, a fifth of a kernel's compile, and a kernel needs one to optimize and one to emit code.
+class TargetMachinePool {
+public:
+  explicit TargetMachinePool(llvm::orc::JITTargetMachineBuilder builder) : builder_(std::move(builder)) {}
+
+  // fn(machine) with a machine no other thread uses meanwhile; fn's result (an llvm::Error when none can be made).
+  template <class Fn> auto with(Fn&& fn) -> decltype(fn(std::declval<llvm::TargetMachine&>())) {
+    std::unique_ptr<llvm::TargetMachine> machine;
+    {
+      std::lock_guard lock(mutex_);
+      if (!free_.empty()) {
+        machine = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (!machine) {
+      auto made = builder_.createTargetMachine();
+      if (!made)
+        return made.takeError();
+      machine = std::move(*made);
+    }
+    auto result = fn(*machine);
+    std::lock_guard lock(mutex_);
+    free_.push_back(std::move(machine));
+    return result;
+  }
+
+private:
+  llvm::orc::JITTargetMachineBuilder builder_;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<llvm::TargetMachine>> free_;
+};
+
+// ORC's compile function (a module to an object file) on the pool's machines, from any thread.
+class PooledCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
+public:
+  PooledCompiler(TargetMachinePool& pool, const llvm::TargetOptions& options)
+      : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(options)), pool_(pool) {}
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& module) override {
+    return pool_.with([&](llvm::TargetMachine& machine) { return llvm::orc::SimpleCompiler(machine)(module); });
+  }
+
+private:
+  TargetMachinePool& pool_;
+};
 
 class CpuJit {
 public:
@@ -33,12 +83,24 @@ public:
     return *jit;
   }
 
-  std::unique_ptr<llvm::TargetMachine> target_machine() {
-    return check_llvm(builder_.createTargetMachine(), "creating the host target machine");
+  void optimize(llvm::Module& module) {
+    check_llvm(machines_.with([&](llvm::TargetMachine& machine) -> llvm::Expected<bool> {
+      optimize_with(module, machine);
+      return true;
+    }),
+               "creating the host target machine");
   }
 
-  void optimize(llvm::Module& module) {
-    auto tm = target_machine();
+  llvm::orc::LLJIT& jit() { return *jit_; }
+  std::string next_symbol_prefix() { return "optjit_kernel_" + std::to_string(counter_++); }
+  const std::string& cpu_description() const { return description_; }
+  // Whether the CPU converts f32 to bf16 in one instruction (AVX512-BF16; OPTJIT_NATIVE_BF16=0 turns it off).
+  bool native_bf16() const { return native_bf16_; }
+
+private:
+  // The O3 pipeline for the host, with `machine`'s layout and features on every function.
+  static void optimize_with(llvm::Module& module, llvm::TargetMachine& machine) {
+    llvm::TargetMachine* tm = &machine;
     module.setDataLayout(tm->createDataLayout());
     module.setTargetTriple(tm->getTargetTriple().str());
     for (llvm::Function& fn : module) {
@@ -51,7 +113,7 @@ public:
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm.get());
+    llvm::PassBuilder pb(tm);
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
     pb.registerFunctionAnalyses(fam);
@@ -60,17 +122,16 @@ public:
     pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
   }
 
-  llvm::orc::LLJIT& jit() { return *jit_; }
-  std::string next_symbol_prefix() { return "optjit_kernel_" + std::to_string(counter_++); }
-  const std::string& cpu_description() const { return description_; }
-  // Whether the CPU converts f32 to bf16 in one instruction (AVX512-BF16; OPTJIT_NATIVE_BF16=0 turns it off).
-  bool native_bf16() const { return native_bf16_; }
-
-private:
-  CpuJit() : builder_(detect()) {
-    builder_.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  CpuJit() : builder_(detect()), machines_(builder_) {
     jit_ = check_llvm(
-        llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(builder_).setSupportConcurrentCompilation(true).create(),
+        llvm::orc::LLJITBuilder()
+            .setJITTargetMachineBuilder(builder_)
+            .setSupportConcurrentCompilation(true)
+            .setCompileFunctionCreator([this](llvm::orc::JITTargetMachineBuilder builder)
+                                           -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+              return std::make_unique<PooledCompiler>(machines_, builder.getOptions());
+            })
+            .create(),
         "creating the JIT");
     // Kernels call libm (pow, exp, log) from the process.
     jit_->getMainJITDylib().addGenerator(check_llvm(
@@ -96,10 +157,14 @@ private:
   static llvm::orc::JITTargetMachineBuilder detect() {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
-    return check_llvm(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
+    llvm::orc::JITTargetMachineBuilder host =
+        check_llvm(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
+    host.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    return host;
   }
 
   llvm::orc::JITTargetMachineBuilder builder_;
+  TargetMachinePool machines_; // after builder_: made from it
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   std::atomic<uint64_t> counter_{0};
   std::string description_;
