@@ -105,7 +105,7 @@ class StepFunction:
 
     def _record(self, names, kinds, lists, hypers):
         params0 = lists[0]
-        program = _Program(len(params0))
+        program = _Program(len(params0), min(p.dim() for p in params0))
         sym_lists = []
         for name in names:
             if kinds.get(name) == "scalar":
@@ -169,7 +169,9 @@ class StepFunction:
         # the tensors; the grads apart: new grad tensors every call (after each backward) only repoint the compiled
         # step's grads. Nothing is kept from a call that failed before its step ran.
         # (The lists' length too: Python code in the function may read it, len(params), and the recording keeps it.)
-        recorded_for = (tuple(names), tuple(sorted(kinds.items())), tuple(sorted(hypers)), len(lists[0]))
+        # (The params' lowest rank too: size(-2) of a 1-D param is refused when recorded.)
+        ranks = min(t.dim() for t in lists[0])
+        recorded_for = (tuple(names), tuple(sorted(kinds.items())), tuple(sorted(hypers)), len(lists[0]), ranks)
         key = (recorded_for, held, tensors(lists[1:2]))
         if self._cxx is None or key[:2] != self._key[:2]:
             program = self._program

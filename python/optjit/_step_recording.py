@@ -52,11 +52,12 @@ class _Program:
     """The recorded instructions. A value is recorded once: the same op on the same operands gives the same id, so
     a value written per element of a list (`[1 - beta1 ** s for s in steps]`) is one value of the whole list."""
 
-    def __init__(self, length):
+    def __init__(self, length, min_rank=2):
         self.instructions = []
         self._ids = {}
         self.kinds = []  # per instruction: what its value holds (_broadcast_kind)
         self.length = length  # tensors per list: ops take whole lists
+        self.min_rank = min_rank  # the lowest rank of the params: size(-2) needs 2
 
     def emit(self, op, *inputs, name="", number=0.0, kind=None):
         key = (op, tuple(inputs), name, float(number).hex())  # by its bits: -0.0 is not 0.0, and NaN is NaN
@@ -75,16 +76,17 @@ class _Program:
         return self._ids[key]
 
     def written(self, vid, like, shape):
-        """`vid` written in place to a tensor of `shape` (a kind) whose value is `like`: a per-tensor value
-        (x.zero_(), x.copy_(its norm)) becomes one of every element by a select on the tensor's own elements, whose
-        branches are both the value. A value the shape cannot hold (a whole matrix into rows state) is refused, as
-        torch's in-place ops refuse it."""
+        """`vid` written in place to a tensor of `shape` (a kind) whose value is `like`: a narrower value (x.zero_(),
+        x.copy_(its norm), a row's value copied into a matrix) becomes one of the tensor's shape by a select on the
+        tensor's own value, whose branches are both the value, so that what reads the tensor later (sums along its
+        dimensions, its sizes) sees its shape. A value the shape cannot hold (a whole matrix into rows state) is
+        refused, as torch's in-place ops refuse it."""
         if self.kinds[vid] not in _FITS[shape]:
             raise Error(
                 f"a step function writes a value of one per {_KIND_TEXT[self.kinds[vid]]} into a tensor of one per "
                 f"{_KIND_TEXT[shape]}: its shape does not fit, as torch's in-place ops refuse"
             )
-        return vid if self.kinds[vid] != "pt" else self.emit("select", like, vid, vid)
+        return vid if self.kinds[vid] == shape else self.emit("select", like, vid, vid)
 
 
 _KIND_TEXT = {"el": "element", "rows": "row", "cols": "column", "mat": "matrix", "pt": "tensor"}
@@ -264,6 +266,11 @@ def _set(target, source):
     entry = _entry_of(target, source)
     if isinstance(target, _SymTensor):
         target.id = target.program.written(source.id, target.id, target.holds)
+    elif isinstance(source, _SymTensor):
+        raise Error(
+            "a step function writes a tensor's elements into a 0-d tensor (a per-tensor scalar) in place: its shape "
+            "does not fit, as torch's in-place ops refuse"
+        )
     else:
         target.id = source.id
         target.squares = source.squares if isinstance(source, _SymScalar) else None
@@ -487,6 +494,11 @@ def _size(p, x, dim):
         return _SymScalar(p, numel, entry=x.entry)
     if dim not in (-1, -2):
         raise Error(f"size({dim!r}): optjit records size(-1), size(-2) and numel() (a step is recorded for every rank)")
+    if p.min_rank < -dim:
+        raise Error(
+            f"size({dim}) of an element of a list with a param of rank {p.min_rank}: it has no such dimension (torch "
+            "raises)"
+        )
     collapsed = ("rows", "mat") if dim == -1 else ("cols", "mat")
     return _SymScalar(p, one if kind in collapsed else p.emit("extent", name="n" if dim == -1 else "m"), entry=x.entry)
 
@@ -732,6 +744,8 @@ def _copy(p, resolve, self, source, non_blocking=False):
 
 
 def _fill(p, resolve, self, value):
+    if isinstance(value, _SymTensor):
+        raise TypeError("fill_ takes a number or a 0-d tensor, not a tensor's elements")
     return resolve(value, "fill_")
 
 

@@ -875,3 +875,55 @@ def test_row_and_column_sums_of_transposed_params_follow_their_logical_shape():
     for a, b in zip(ours[0], theirs[0]):
         assert_close(a, b, torch.float32, "params")
     assert not ours[0][0].is_contiguous()  # stepped in place, in its own layout
+
+
+def test_a_narrower_value_written_into_a_tensor_keeps_the_tensors_shape():
+    """A row's values copied into a matrix, or a matrix's into rows state, broadcast as torch's copy_ does: later sums
+    along its dimensions, its numel and sizes are the tensor's."""
+
+    @optjit.step_function
+    def copied(params, grads, row_vars, bufs, *, lr):
+        for p, g, r, b in zip(params, grads, row_vars, bufs):
+            b.copy_(r)
+            r.copy_(g.sum(dim=-1, keepdim=True).sum(dim=-2, keepdim=True))
+            p.add_(b.sum(dim=-1, keepdim=True) * lr + b.numel() + b.size(-1) + r.sum(dim=-2, keepdim=True) * lr)
+
+    @optjit.step_function
+    def copied_by_foreach(params, grads, row_vars, bufs, *, lr):
+        torch._foreach_copy_(bufs, row_vars)
+        for p, b in zip(params, bufs):
+            p.add_(b.mean(dim=-1, keepdim=True) * lr + b.norm())
+
+    def lists():
+        generator = torch.Generator().manual_seed(17)
+        shapes = ((4, 5), (2, 3, 6))
+        params = [torch.randn(s, generator=generator) for s in shapes]
+        grads = [torch.randn(s, generator=generator) for s in shapes]
+        rows = [torch.randn(s[:-1] + (1,), generator=generator) for s in shapes]
+        return [params, grads, rows, [torch.zeros(s) for s in shapes]]
+
+    for fn in (copied, copied_by_foreach):
+        ours, theirs = lists(), lists()
+        fn(*ours, lr=0.1)
+        fn.eager(*theirs, lr=0.1)
+        for lst, ref in zip(ours, theirs):
+            for a, b in zip(lst, ref):
+                assert_close(a, b, torch.float32, fn.__name__)
+
+
+def test_writes_and_sizes_torch_refuses_are_refused():
+    def refused(body, message, shapes=((4, 5), (3, 6))):
+        @optjit.step_function
+        def fn(params, grads, *, lr):
+            for p, g in zip(params, grads):
+                body(p, g, lr)
+
+        generator = torch.Generator().manual_seed(18)
+        lists = [[torch.randn(s, generator=generator) for s in shapes] for _ in range(2)]
+        with pytest.raises(optjit.Error, match=message):
+            fn(*lists, lr=0.1)
+
+    refused(lambda p, g, lr: p.add_(g.sum().add_(g)), "writes a tensor's elements into a 0-d tensor")
+    refused(lambda p, g, lr: p.fill_(g), "fill_ takes a number or a 0-d tensor")
+    refused(lambda p, g, lr: p.add_(g.size(-2) * lr), r"size\(-2\) of an element of a list with a param of rank 1",
+            shapes=((5,), (3, 6)))
