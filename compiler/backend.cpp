@@ -1,4 +1,5 @@
 #include "compiler/backend.h"
+#include "compiler/ir/printer.h"
 #include "runtime/error.h"
 
 namespace optjit {
@@ -13,6 +14,10 @@ const Backend& backend_for(const Target& target) {
     return gpu_backend();
   }
   OPTJIT_ASSERT(false, "unknown device kind");
+}
+
+std::string kernel_cache_key(const KernelPlan& plan, const Target& target) {
+  return target.cache_key() + "|" + print_kernel_plan(plan);
 }
 
 // A compiled plan pauses after each kernel that stores list reductions, with them in its carried_out order.

@@ -64,6 +64,9 @@ public:
 };
 
 const Backend& backend_for(const Target& target);
+// The key of `plan`'s compiled kernel for `target` in the process-wide kernel caches: the target and the plan's text
+// (no addresses, sizes or hyperparameter values), so that kernels of the same structure are one.
+std::string kernel_cache_key(const KernelPlan& plan, const Target& target);
 const Backend& cpu_backend();
 const Backend& gpu_backend();
 const Backend& interpreter_backend();

@@ -184,7 +184,7 @@ struct CompiledStep::Impl {
     std::vector<std::size_t> unique;
     std::set<std::string> keys;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
-      if (keys.insert(jobs[i].target->cache_key() + "|" + print_kernel_plan(*jobs[i].plan)).second)
+      if (keys.insert(kernel_cache_key(*jobs[i].plan, *jobs[i].target)).second)
         unique.push_back(i);
       else
         hits[i] = 1;

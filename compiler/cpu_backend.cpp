@@ -113,7 +113,7 @@ class CpuBackend final : public Backend {
   // `plan`'s kernel from the process-wide cache, compiled into it when it is not there (`hit` says which).
   static std::shared_ptr<CpuKernel> cached_kernel(const KernelPlan& plan, const Target& target, bool& hit) {
     return KernelCache<CpuKernel>::global().get_or_compile(
-        target.cache_key() + "|" + print_kernel_plan(plan), [&] { return compile_cpu_kernel(plan); }, hit);
+        kernel_cache_key(plan, target), [&] { return compile_cpu_kernel(plan); }, hit);
   }
 
 public:

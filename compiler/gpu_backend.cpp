@@ -125,9 +125,6 @@ private:
 };
 
 class GpuBackend final : public Backend {
-  static std::string kernel_key(const KernelPlan& plan, const Target& target) {
-    return target.cache_key() + "|" + print_kernel_plan(plan);
-  }
   // `plan`'s PTX from the process-wide cache of PTX (which prepare() fills from any thread), compiled when it is not
   // there.
   static std::shared_ptr<GpuKernelCode> ptx(const KernelPlan& plan, const Target& target, const std::string& key) {
@@ -144,7 +141,7 @@ public:
     cache_hit = true;
     for (const KernelPlan& plan : pipeline.kernels) {
       bool hit = false;
-      const std::string key = kernel_key(plan, target);
+      const std::string key = kernel_cache_key(plan, target);
       std::shared_ptr<GpuModule> module = KernelCache<GpuModule>::global().get_or_compile(
           key,
           [&] {
@@ -159,7 +156,7 @@ public:
   }
 
   bool prepare(const KernelPlan& plan, const Target& target) const override {
-    const std::string key = kernel_key(plan, target);
+    const std::string key = kernel_cache_key(plan, target);
     if (KernelCache<GpuModule>::global().touch(key))
       return true;
     ptx(plan, target, key); // any thread: LLVM alone; the driver loads the module in load()
