@@ -873,7 +873,7 @@ def _foreach_op(name, args, kwargs):
     _check_whole(program, self_list, f"torch.{name}")
     self_id = _list_id(program, self_list, name)
     if op in ("norm", "max") and not inplace:
-        return _foreach_reduction(program, name, op, self_list, self_id, args[1:], kwargs)
+        return _foreach_reduction(program, name, op, self_list, args[1:], kwargs)
     if op not in _FOREACH_OPS:
         raise Error(f"torch.{name} is outside optjit's step-function vocabulary")
     try:
@@ -895,36 +895,22 @@ def _foreach_scalar_pow(name, base, exponents):
     return _result(program, vid, exponents)
 
 
-def _foreach_reduction(program, name, op, self_list, self_id, args, kwargs):
-    """torch._foreach_norm (2 or inf) and torch._foreach_max: a per-tensor scalar of each tensor."""
-    length = len(self_list)
-    kind = program.kinds[self_id]
-    if kind not in ("el", "pt") and not (op == "max" or kwargs.get("ord", args[0] if args else 2) == float("inf")):
-        raise Error(
-            f"torch.{name} of tensors of one value per {_KIND_TEXT[kind]}: optjit reduces whole element tensors; "
-            "reduce rows and columns along their other dimension first (dim=-1 or -2, keepdim=True)"
-        )
-    if op == "max":
-        if args or kwargs:
-            raise Error(f"torch.{name}: arguments optjit does not record")
-        vid = self_id if isinstance(self_list[0], _SymScalar) else program.emit("max", self_id)
-        return [_SymScalar(program, vid, entry=k, tensor=True) for k in range(length)]
+def _foreach_reduction(program, name, op, self_list, args, kwargs):
+    """torch._foreach_norm (2 or inf) and torch._foreach_max: each tensor's norm or largest element, as
+    torch.linalg.vector_norm(x, ord) and x.max() of its element give it (_scalar_op), a per-tensor scalar of each."""
     extra = {k: v for k, v in kwargs.items() if k != "ord" and v is not None}
+    if op == "max" and (args or kwargs):
+        raise Error(f"torch.{name}: arguments optjit does not record")
     if extra or len(args) > 1:
         raise Error(f"torch.{name}: arguments optjit does not record ({', '.join(extra) or 'dtype'})")
     order = kwargs.get("ord", args[0] if args else 2)
-    if order not in (2, 2.0, float("inf")):
+    if op == "norm" and order not in (2, 2.0, float("inf")):
         raise Error(f"torch.{name}(ord={order!r}): optjit records the 2-norm and the inf-norm")
-    if isinstance(self_list[0], _SymScalar):  # each tensor's norm of its one value: its absolute value
-        vid = program.emit("abs", self_id)
-        squares = program.emit("mul", self_id, self_id) if order in (2, 2.0) else None
-        return [_SymScalar(program, vid, squares, entry=k, tensor=True) for k in range(length)]
-    if order in (2, 2.0):
-        squares = program.emit("sum", program.emit("mul", self_id, self_id))
-        vid = program.emit("sqrt", squares)
-        return [_SymScalar(program, vid, squares, entry=k, tensor=True) for k in range(length)]
-    vid = program.emit("max", program.emit("abs", self_id))
-    return [_SymScalar(program, vid, entry=k, tensor=True) for k in range(length)]
+    if op == "norm":
+        of_first = _scalar_op("linalg_vector_norm", (self_list[0], order), {})
+    else:
+        of_first = _scalar_op("max", (self_list[0],), {})
+    return [_SymScalar(program, of_first.id, of_first.squares, entry=k, tensor=True) for k in range(len(self_list))]
 
 
 def _dispatch(func, args, kwargs):
