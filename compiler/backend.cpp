@@ -20,17 +20,15 @@ std::string kernel_cache_key(const KernelPlan& plan, const Target& target) {
   return target.cache_key() + "|" + print_kernel_plan(plan);
 }
 
-// A compiled plan pauses after each kernel that stores list reductions, with them in its carried_out order.
-std::vector<std::vector<CarryKind>> Backend::list_pauses(const PipelineResult& pipeline) const {
-  std::vector<std::vector<CarryKind>> pauses;
-  for (const KernelPlan& kernel : pipeline.kernels) {
-    std::vector<CarryKind> kinds;
-    for (std::size_t c : list_carry_columns(kernel))
-      kinds.push_back(kernel.carry_kinds[c]);
-    if (!kinds.empty())
-      pauses.push_back(std::move(kinds));
-  }
-  return pauses;
+// A compiled plan pauses after each kernel that stores list reductions (or, over shards, per-tensor reductions), with
+// them in its carried_out order.
+std::vector<std::vector<PausedCarry>> Backend::pauses(const PipelineResult& pipeline, Executable::Pauses pauses) const {
+  std::vector<std::vector<PausedCarry>> all;
+  for (const KernelPlan& kernel : pipeline.kernels)
+    if (std::vector<PausedCarry> paused = paused_carries(kernel, pauses == Executable::Pauses::ShardReductionsToo);
+        !paused.empty())
+      all.push_back(std::move(paused));
+  return all;
 }
 
 } // namespace optjit

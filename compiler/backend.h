@@ -27,15 +27,18 @@ public:
   // Runs the step's kernels, in order, over the bound arguments; a list reduction combines over this list alone.
   void launch() {
     std::vector<ListPartials> pending;
-    start();
+    start(Pauses::ListReductions);
     while (advance(pending))
       combine_each_over_list(pending);
   }
+  // Where a run in phases pauses: at list reductions, or, in a run over shards of tensors that other processes hold
+  // the rest of (CompileOptions::shard_reducer), at per-tensor reductions too, whose values are partials then.
+  enum class Pauses { ListReductions, ShardReductionsToo };
   // The same run in phases, so that list reductions can combine over several executables' lists (the driver's
   // buckets): start(), then advance() until it returns false. Each advance runs up to the next list reductions
   // (returning true, with each one's per-entry operands in `pending`, which the caller combines in place before the
   // next advance, which goes on with them) or to the end (returning false).
-  virtual void start() = 0;
+  virtual void start(Pauses pauses) = 0;
   virtual bool advance(std::vector<ListPartials>& pending) = 0;
   // After a launch: the plan's carried value `name` (a carry store of the traced graph itself), one per list entry.
   virtual std::vector<double> carried(const std::string& name) const = 0;
@@ -56,9 +59,9 @@ public:
   virtual bool prepare(const KernelPlan& plan, const Target& target) const = 0;
   // Kernels launched per step.
   virtual int kernel_count(const PipelineResult& pipeline) const { return pipeline.stats.kernels; }
-  // The list reductions a run of `pipeline` pauses at (Executable::advance), in order: per pause, each one's kind.
-  // Buckets whose lists combine together must pause alike.
-  virtual std::vector<std::vector<CarryKind>> list_pauses(const PipelineResult& pipeline) const;
+  // The carries a run of `pipeline` pauses at (Executable::advance), in order: per pause, each one's kind and how it
+  // combines over shards (`pauses` as the run's). Buckets whose lists combine together must pause alike.
+  virtual std::vector<std::vector<PausedCarry>> pauses(const PipelineResult& pipeline, Executable::Pauses pauses) const;
   // The code as text: Stage::LLVM or Stage::PTX (throws optjit::Error for a stage the backend has no code for).
   virtual std::string code(const PipelineResult& pipeline, const Target& target, Stage stage) const = 0;
 };

@@ -1,11 +1,14 @@
 // How the driver compiles and launches a step: the stages it can show, and the options a user chooses.
 #pragma once
 
+#include "compiler/ir/kernel_plan.h"
 #include "compiler/target.h"
 #include "runtime/work_items.h"
 
 #include <cstddef>
+#include <functional>
 #include <string_view>
+#include <vector>
 
 namespace optjit {
 
@@ -21,6 +24,13 @@ struct CompileOptions {
   std::size_t max_variants = 8; // compiled variants kept per step (guard sets seen); the oldest goes first
   bool cuda_graphs = false;     // GPU buckets: replay a captured CUDA graph of the step, re-captured on rebind
   Execution execution = Execution::Compiled; // Interpreted: the eager path (traced graphs run op by op)
+  // A step over shards: each process holds a part of every tensor (FSDP2's DTensors, stepped through their local
+  // tensors) and steps its part. A reduction over a tensor (a norm, a sum, a max) then spans the processes: the
+  // step pauses when one has been computed and calls `shard_reducer(values, how)` with this process's per-tensor
+  // partials of every such reduction combined `how` (summed, or the largest taken), which it must replace in place
+  // with their combination over every process (an all-reduce, the same number of calls and values in each process).
+  // Steps that read a tensor's size or its rows or columns, which span the shards too, are refused.
+  std::function<void(std::vector<double>& values, ShardCombine how)> shard_reducer;
 };
 
 } // namespace optjit

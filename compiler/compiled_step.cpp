@@ -49,9 +49,10 @@ struct Program {
   std::vector<uint64_t> bound_param_layout; // per flat param: the layouts the binding holds
   std::vector<uint64_t> bound_grad_layout;
   std::vector<std::pair<int, int64_t>> entry_of_flat; // per flat param: (bucket, list entry), bucket -1 if none
-  // The traced program has list reductions and several buckets: they run in phases, each list reduction combined
-  // over every bucket's tensors (a list is every param of the step, whatever its dtype or device).
-  bool lists_span_buckets = false;
+  // The buckets run in phases (launch_in_phases): the traced program has list reductions and several buckets, each
+  // list reduction combined over every bucket's tensors (a list is every param of the step, whatever its dtype or
+  // device), or it steps shards and reduces (CompileOptions::shard_reducer).
+  bool runs_in_phases = false;
 };
 
 // "the f32 params on cpu", and the flags of its structure key that `other`'s lacks ("with normed=1").
@@ -70,33 +71,60 @@ std::string describe_bucket(const ParamBucket& bucket, const ParamBucket& other)
   return text + flags;
 }
 
-std::string describe_pauses(const std::vector<std::vector<CarryKind>>& pauses) {
+std::string describe_pauses(const std::vector<std::vector<PausedCarry>>& pauses) {
   std::string text;
-  for (const std::vector<CarryKind>& pause : pauses)
-    for (CarryKind kind : pause)
-      text += std::string(text.empty() ? "" : ", ") + std::string(op_name(list_reduction_op(kind)));
+  for (const std::vector<PausedCarry>& pause : pauses)
+    for (const PausedCarry& paused : pause) {
+      std::string_view what = is_list_carry(paused.kind)           ? op_name(list_reduction_op(paused.kind))
+                              : paused.shards == ShardCombine::Sum ? "reduce_sum"
+                                                                   : "reduce_max";
+      text += std::string(text.empty() ? "" : ", ") + std::string(what);
+    }
   return text.empty() ? "none" : text;
 }
 
 // Every bucket of a step whose lists span buckets must reach the same list reductions in the same order, since each
-// is combined over all of them; checked when the program is compiled, before anything runs.
-bool check_list_reductions_match(const std::string& name, const std::vector<BucketProgram>& buckets) {
-  std::vector<std::vector<std::vector<CarryKind>>> pauses;
+// is combined over all of them, and so must the buckets of a step over shards (every process combines its
+// reductions in one call per pause); checked when the program is compiled, before anything runs. Returns whether the
+// buckets run in phases.
+bool check_pauses_match(const std::string& name, const std::vector<BucketProgram>& buckets, Executable::Pauses kind) {
+  std::vector<std::vector<std::vector<PausedCarry>>> pauses;
   bool any = false;
   for (const BucketProgram& bp : buckets) {
-    pauses.push_back(backend_for(bp.target).list_pauses(bp.pipeline));
+    pauses.push_back(backend_for(bp.target).pauses(bp.pipeline, kind));
     any = any || !pauses.back().empty();
   }
-  if (!any || buckets.size() < 2)
+  if (!any || (buckets.size() < 2 && kind == Executable::Pauses::ListReductions))
     return false;
   for (std::size_t b = 1; b < buckets.size(); ++b)
     if (pauses[b] != pauses[0])
-      throw Error(fmt::format("{}: a list reduction (list_sum, list_max) combines over every param of the step, so "
-                              "every bucket must trace the same ones in the same order, but {} reach {} and {} "
-                              "reach {}: give the groups the options that change what the step traces alike",
+      throw Error(fmt::format("{}: a list reduction (list_sum, list_max) combines over every param of the step, and "
+                              "a step over shards combines its reductions over every process, so every bucket must "
+                              "trace the same ones in the same order, but {} reach {} and {} reach {}: give the "
+                              "groups the options that change what the step traces alike",
                               name, describe_bucket(buckets[0].bucket, buckets[b].bucket), describe_pauses(pauses[0]),
                               describe_bucket(buckets[b].bucket, buckets[0].bucket), describe_pauses(pauses[b])));
   return true;
+}
+
+// A step over shards (CompileOptions::shard_reducer) combines its per-tensor reductions over the processes; a
+// tensor's size and its rows and columns span the shards as well, and this process sees its own shard's alone:
+// throws optjit::Error naming the first node or slot that reads them.
+void check_shardable(const std::string& name, const Graph& graph) {
+  const auto refuse = [&](const std::string& what) {
+    throw Error(fmt::format("{}: a step over shards (each process steps its part of every tensor, as under FSDP2) "
+                            "combines its sums and maxima over the processes, but {} spans the shards too, and "
+                            "each process sees its own shard's alone: step such tensors whole",
+                            name, what));
+  };
+  for (const Slot& slot : graph.slots)
+    if (slot.kind == SlotKind::Rows || slot.kind == SlotKind::Cols)
+      refuse(fmt::format("'{}', a {} state,", slot.name, slot.kind == SlotKind::Rows ? "rows" : "columns"));
+  for (ValueId id = 0; id < graph.size(); ++id)
+    if (const Op op = graph.node(id).op; op == Op::extent)
+      refuse("a tensor's size (numel, size(-1), size(-2))");
+    else if (op_has_trait(op, kAxis))
+      refuse(fmt::format("{} (a sum along rows or columns)", op_name(op)));
 }
 
 // What changed in a step's arguments since the program's binding.
@@ -212,6 +240,8 @@ struct CompiledStep::Impl {
       BucketProgram bp;
       bp.target = Target::for_device(bucket.device, options.execution);
       bp.pipeline = run_pipeline(source.trace_bucket(bucket));
+      if (options.shard_reducer)
+        check_shardable(source.name(), bp.pipeline.traced);
       if (bp.pipeline.traced.stores.empty())
         throw Error(fmt::format("{}: the step stores nothing, so there is nothing to run (a step writes its params "
                                 "or its state)",
@@ -249,7 +279,7 @@ struct CompiledStep::Impl {
                  hit ? "from cache" : "compiled", bp.bucket.members.size(), bp.bucket.device.to_string(),
                  dtype_name(bp.bucket.dtype), bp.bucket.structure_key, bp.target.isa);
     }
-    program->lists_span_buckets = check_list_reductions_match(source.name(), program->buckets);
+    program->runs_in_phases = check_pauses_match(source.name(), program->buckets, pauses());
     ++metrics.compiles;
     if (recompile_reason) {
       ++metrics.recompiles;
@@ -406,7 +436,7 @@ struct CompiledStep::Impl {
     for (BucketProgram& bp : program.buckets)
       if (bp.launched)
         bp.code->set_hyper(hyper);
-    if (program.lists_span_buckets)
+    if (program.runs_in_phases)
       launch_in_phases(program);
     else
       for (BucketProgram& bp : program.buckets)
@@ -420,8 +450,15 @@ struct CompiledStep::Impl {
     ++metrics.steps;
   }
 
-  // Every bucket's kernels, phase by phase: at each list reduction, every bucket's tensors' values are combined in
-  // bucket order, then list order (deterministic for any thread count), and each bucket goes on with the total.
+  // How the buckets' runs pause: at per-tensor reductions too when the step is over shards.
+  Executable::Pauses pauses() const {
+    return options.shard_reducer ? Executable::Pauses::ShardReductionsToo : Executable::Pauses::ListReductions;
+  }
+
+  // Every bucket's kernels, phase by phase. At each pause, first the per-tensor reductions of a step over shards:
+  // every bucket's partials of a kind (sums, then maxima) in one shard_reducer call, combined over the processes;
+  // then each list reduction, every bucket's tensors' values combined in bucket order, then list order
+  // (deterministic for any thread count), and each bucket goes on with the total.
   void launch_in_phases(Program& program) {
     std::vector<Executable*> running;
     int64_t captured = 0;
@@ -429,7 +466,7 @@ struct CompiledStep::Impl {
       if (bp.launched) {
         running.push_back(bp.code.get());
         captured -= bp.code->graph_captures();
-        bp.code->start();
+        bp.code->start(pauses());
       }
     std::vector<std::vector<ListPartials>> pending(running.size());
     std::vector<double> all;
@@ -439,12 +476,16 @@ struct CompiledStep::Impl {
       for (std::size_t b = 0; b < running.size(); ++b) {
         const bool p = running[b]->advance(pending[b]);
         OPTJIT_ASSERT((b == 0 || p == paused) && pending[b].size() == pending[0].size(),
-                      "buckets paused at different list reductions");
+                      "buckets paused at different reductions");
         paused = p;
       }
       if (!paused)
         break;
+      for (ShardCombine how : {ShardCombine::Sum, ShardCombine::Max})
+        combine_over_shards(pending, how, all);
       for (std::size_t r = 0; r < pending[0].size(); ++r) {
+        if (!is_list_carry(pending[0][r].kind))
+          continue;
         all.clear();
         groups.clear();
         for (const std::vector<ListPartials>& bucket : pending) {
@@ -462,6 +503,29 @@ struct CompiledStep::Impl {
     for (Executable* code : running)
       captured += code->graph_captures();
     metrics.graph_captures += captured;
+  }
+
+  // The partials of a pause that combine over the shards `how`, every bucket's in bucket then pause order, through one
+  // shard_reducer call (none when there are none, in every process alike: the pauses are the program's), and back.
+  void combine_over_shards(std::vector<std::vector<ListPartials>>& pending, ShardCombine how,
+                           std::vector<double>& all) const {
+    all.clear();
+    for (const std::vector<ListPartials>& bucket : pending)
+      for (const ListPartials& p : bucket)
+        if (p.shards == how)
+          all.insert(all.end(), p.values.begin(), p.values.end());
+    if (all.empty())
+      return;
+    const std::size_t count = all.size();
+    options.shard_reducer(all, how);
+    if (all.size() != count)
+      throw Error(fmt::format("{}: the shard reducer returned {} values for {}", source.name(), all.size(), count));
+    std::size_t at = 0;
+    for (std::vector<ListPartials>& bucket : pending)
+      for (ListPartials& p : bucket)
+        if (p.shards == how)
+          for (double& value : p.values)
+            value = all[at++];
   }
 
   // Every bucket's grad pass, then the totals over all of them: every tensor's norm contribution combined in bucket

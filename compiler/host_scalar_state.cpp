@@ -166,10 +166,10 @@ public:
   }
   // The values from before the step go to the device, then the host's state takes the step's updates, as torch's
   // non-capturable steps increment `step` on the host before they launch.
-  void start() override {
+  void start(Pauses pauses) override {
     mirror_->upload(host_.slot_tensors);
     interpret(*updates_, host_);
-    device_code_->start();
+    device_code_->start(pauses);
   }
   bool advance(std::vector<ListPartials>& pending) override { return device_code_->advance(pending); }
   std::vector<double> carried(const std::string& name) const override { return device_code_->carried(name); }

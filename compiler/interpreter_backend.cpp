@@ -23,7 +23,7 @@ public:
         tensor;
   }
   void set_hyper(const std::vector<double>& values_by_group) override { args_.hyper = values_by_group; }
-  void start() override { run_.emplace(graph_, args_, &carried_); }
+  void start(Pauses pauses) override { run_.emplace(graph_, args_, &carried_, pauses == Pauses::ShardReductionsToo); }
   bool advance(std::vector<ListPartials>& pending) override { return run_->advance(pending); }
   std::vector<double> carried(const std::string& name) const override {
     auto it = carried_.per_tensor.find(name);
@@ -50,13 +50,16 @@ public:
   bool prepare(const KernelPlan&, const Target&) const override { return false; } // nothing to compile
   // One launch per element op, as eager foreach.
   int kernel_count(const PipelineResult& pipeline) const override { return pipeline.stats.unfused_kernels; }
-  // The traced graph pauses at each list reduction, in node order.
-  std::vector<std::vector<CarryKind>> list_pauses(const PipelineResult& pipeline) const override {
-    std::vector<std::vector<CarryKind>> pauses;
+  // The traced graph pauses at each list reduction, in node order (over shards, after each per-tensor reduction too).
+  std::vector<std::vector<PausedCarry>> pauses(const PipelineResult& pipeline,
+                                               Executable::Pauses pauses) const override {
+    std::vector<std::vector<PausedCarry>> all;
     for (const Node& n : pipeline.traced.nodes)
       if (op_has_trait(n.op, kListReduction))
-        pauses.push_back({list_carry_kind(n.op)});
-    return pauses;
+        all.push_back({{0, list_carry_kind(n.op), ShardCombine::None}});
+      else if (pauses == Executable::Pauses::ShardReductionsToo && (n.op == Op::reduce_sum || n.op == Op::reduce_max))
+        all.push_back({{0, CarryKind::PerTensor, n.op == Op::reduce_sum ? ShardCombine::Sum : ShardCombine::Max}});
+    return all;
   }
   std::string code(const PipelineResult&, const Target&, Stage) const override {
     throw Error("the interpreter compiles no code: ask for the traced, optimized or fused stage");

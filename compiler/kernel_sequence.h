@@ -1,9 +1,10 @@
 // KernelSequence: what the CPU and GPU executables share. Both run a plan's kernels in order over one carry buffer
-// and pause after each kernel that stores list reductions (Executable::advance), handing out each one's per-tensor
-// operands and taking the combined values back. The backend says how to launch a kernel and how to move carry
-// columns between its buffer and the host: `Derived` has launch_kernel(Kernel&), read_columns(const KernelPlan&,
-// const std::vector<std::size_t>& columns, std::vector<ListPartials>& into) and
-// write_columns(const std::vector<std::size_t>& columns, const std::vector<ListPartials>& from).
+// and pause after each kernel that stores list reductions (in a run over shards, per-tensor reductions too:
+// Executable::advance), handing out each one's per-tensor operands and taking the combined values back. The backend
+// says how to launch a kernel and how to move carry columns between its buffer and the host: `Derived` has
+// launch_kernel(Kernel&), read_columns(const KernelPlan&, const std::vector<std::size_t>& columns,
+// std::vector<ListPartials>& into) and write_columns(const std::vector<std::size_t>& columns, const
+// std::vector<ListPartials>& from).
 #pragma once
 
 #include "compiler/backend.h"
@@ -17,9 +18,10 @@ namespace optjit {
 
 template <class Derived, class Kernel> class KernelSequence : public Executable {
 public:
-  void start() final {
+  void start(Pauses pauses) final {
     next_ = 0;
     paused_.clear();
+    over_shards_ = pauses == Pauses::ShardReductionsToo;
   }
 
   bool advance(std::vector<ListPartials>& pending) final {
@@ -33,9 +35,13 @@ public:
     while (next_ < kernels_.size()) {
       Kernel& k = kernels_[next_++];
       self.launch_kernel(k);
-      paused_ = list_carry_columns(k.plan);
-      if (!paused_.empty()) {
+      const std::vector<PausedCarry> paused = paused_carries(k.plan, over_shards_);
+      if (!paused.empty()) {
+        for (const PausedCarry& p : paused)
+          paused_.push_back(p.column);
         self.read_columns(k.plan, paused_, pending);
+        for (std::size_t i = 0; i < paused.size(); ++i)
+          pending[i].shards = paused[i].shards;
         return true;
       }
     }
@@ -49,7 +55,8 @@ protected:
 
 private:
   std::size_t next_ = 0;            // the next kernel to launch
-  std::vector<std::size_t> paused_; // the carry columns of the list reductions of the current pause
+  std::vector<std::size_t> paused_; // the carry columns of the current pause
+  bool over_shards_ = false;        // pausing at per-tensor reductions too (Pauses::ShardReductionsToo)
 };
 
 } // namespace optjit

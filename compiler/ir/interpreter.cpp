@@ -389,20 +389,21 @@ void Interpretation::State::store() {
   }
 }
 
-Interpretation::Interpretation(const Graph& graph, const ListArguments& args, CarriedValues* carried)
+Interpretation::Interpretation(const Graph& graph, const ListArguments& args, CarriedValues* carried, bool over_shards)
     : state_(new State{.graph = graph,
                        .args = args,
                        .carried = carried,
                        .n_tensors = args.n_tensors(),
                        .values = std::vector<Value>(static_cast<std::size_t>(graph.size())),
-                       .items = {}}) {}
+                       .items = {}}),
+      over_shards_(over_shards) {}
 
 Interpretation::~Interpretation() = default;
 
 bool Interpretation::advance(std::vector<ListPartials>& pending) {
   State& st = *state_;
-  if (st.paused >= 0) {
-    OPTJIT_ASSERT(pending.size() == 1, "advance() was not handed back the list reduction it paused at");
+  if (st.paused >= 0) { // the combined values are the paused node's
+    OPTJIT_ASSERT(pending.size() == 1, "advance() was not handed back the reduction it paused at");
     st.values[static_cast<std::size_t>(st.paused)] = std::move(pending[0].values);
     st.paused = -1;
   }
@@ -418,6 +419,12 @@ bool Interpretation::advance(std::vector<ListPartials>& pending) {
       return true;
     }
     st.evaluate(id);
+    if (over_shards_ && (n.op == Op::reduce_sum || n.op == Op::reduce_max)) {
+      pending.push_back({CarryKind::PerTensor, std::get<PerTensorValues>(st.values[static_cast<std::size_t>(id)]),
+                         &st.args.group_of, n.op == Op::reduce_sum ? ShardCombine::Sum : ShardCombine::Max});
+      st.paused = id;
+      return true;
+    }
   }
   st.store();
   return false;

@@ -28,15 +28,19 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
 // path of a step whose buckets share a list): advance() evaluates up to the next list reduction (true, with its
 // operand per list entry in `pending`, which the caller combines in place before the next advance, which goes on
 // with it) or to the end, then performs the stores (false). The graph, arguments and carried values must outlive it.
+// `over_shards` (a run over shards of tensors other processes hold the rest of): it also pauses after each per-tensor
+// reduction (reduce_sum, reduce_max), with its values as this process's partials (ListPartials::shards).
 class Interpretation {
 public:
-  Interpretation(const Graph& graph, const ListArguments& args, CarriedValues* carried = nullptr);
+  Interpretation(const Graph& graph, const ListArguments& args, CarriedValues* carried = nullptr,
+                 bool over_shards = false);
   ~Interpretation();
   bool advance(std::vector<ListPartials>& pending);
 
 private:
   struct State;
   std::unique_ptr<State> state_;
+  bool over_shards_;
 };
 // Runs a plan's kernels in order, each interpreted, handing carried values on: the meaning of a kernel plan.
 void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArguments& args);

@@ -208,9 +208,29 @@ std::vector<std::size_t> list_carry_columns(const KernelPlan& plan) {
   return columns;
 }
 
+std::vector<PausedCarry> paused_carries(const KernelPlan& plan, bool over_shards) {
+  std::vector<PausedCarry> paused;
+  for (const std::string& name : plan.abi.carried_out) {
+    const std::size_t c = carry_index(plan, name);
+    ShardCombine shards = ShardCombine::None;
+    if (over_shards)
+      for (const Store& s : plan.graph.stores)
+        if (s.kind == StoreKind::Carry && s.name == name && s.value >= plan.reductions_begin) {
+          const Op op = plan.graph.node(s.value).op;
+          OPTJIT_ASSERT(op == Op::reduce_sum || op == Op::reduce_max,
+                        "kernel " + plan.name + " carries " + std::string(op_name(op)) + " over shards");
+          shards = op == Op::reduce_sum ? ShardCombine::Sum : ShardCombine::Max;
+        }
+    if (is_list_carry(plan.carry_kinds[c]) || shards != ShardCombine::None)
+      paused.push_back({c, plan.carry_kinds[c], shards});
+  }
+  return paused;
+}
+
 void combine_each_over_list(std::vector<ListPartials>& pending) {
   for (ListPartials& p : pending)
-    combine_over_list(p.kind, p.values.data(), p.values.size(), p.groups ? p.groups->data() : nullptr);
+    if (is_list_carry(p.kind))
+      combine_over_list(p.kind, p.values.data(), p.values.size(), p.groups ? p.groups->data() : nullptr);
 }
 
 std::size_t carry_index(const KernelPlan& plan, const std::string& name) {

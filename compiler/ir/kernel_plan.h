@@ -42,13 +42,22 @@ Op list_reduction_op(CarryKind kind);
 // the whole list, or over the entries of each param group (`groups`: each entry's group) for a group carry.
 void combine_over_list(CarryKind kind, double* values, std::size_t count, const int64_t* groups);
 
+// How one process's per-tensor value of a reduction combines with the other processes' when each holds a shard of
+// every tensor (FSDP2's DTensors, stepped through their local tensors): summed (reduce_sum), or the largest taken
+// (reduce_max). None: the value is not a reduction of the tensor's elements and is whole already.
+enum class ShardCombine : uint8_t { None, Sum, Max };
+
 // A list reduction a run has reached: each list entry's operand, which the caller combines in place (over this list
 // alone, or over the lists of every bucket of a step, which then hands each its part back), and each entry's param
-// group (the run's bound arguments', alive while it is paused; a list carry alone may go without).
+// group (the run's bound arguments', alive while it is paused; a list carry alone may go without). A run over shards
+// (Executable::Pauses::ShardReductionsToo) also pauses at per-tensor reductions (kind PerTensor, combined over no
+// list): values whose `shards` is not None are this process's partials, which the caller combines over the
+// processes first, in place.
 struct ListPartials {
   CarryKind kind;
   std::vector<double> values;
   const std::vector<int64_t>* groups = nullptr;
+  ShardCombine shards = ShardCombine::None;
 };
 // Combines each of `pending` over its own list alone.
 void combine_each_over_list(std::vector<ListPartials>& pending);
@@ -88,6 +97,16 @@ std::size_t carry_index(const KernelPlan& plan, const std::string& name);
 // The carry positions of the list reductions the kernel stores, in its carried_out order: what the host combines
 // over the list when it has ended.
 std::vector<std::size_t> list_carry_columns(const KernelPlan& plan);
+// A carry a run pauses at when the kernel has ended, and how the host combines it.
+struct PausedCarry {
+  std::size_t column = 0;
+  CarryKind kind = CarryKind::PerTensor;
+  ShardCombine shards = ShardCombine::None; // how it combines over the shards of a run over shards
+  bool operator==(const PausedCarry&) const = default;
+};
+// The carries the kernel stores that a run pauses at, in its carried_out order: its list reductions, and in a run over
+// shards (`over_shards`) also its per-tensor reductions, whose values each process holds for its own shards alone.
+std::vector<PausedCarry> paused_carries(const KernelPlan& plan, bool over_shards);
 // How many of the kernel's reductions reduce to one value per tensor (the others sum along rows or columns): the
 // partials each work item writes.
 int per_tensor_reductions(const KernelPlan& plan);
