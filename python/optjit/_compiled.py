@@ -378,7 +378,7 @@ def _reseed_changed_masters(opt, record):
     with torch.no_grad():
         for p, master in _master_params(opt):
             seen = versions.get(id(p))
-            if seen is not None and seen[0]() is p and seen[1:] != (p._version, p.data_ptr()):
+            if seen is not None and seen[0]() is p and seen[1:] != (p._version, _local(p).data_ptr()):
                 master.copy_(p)
 
 
@@ -386,7 +386,7 @@ def _remember_master_versions(opt, record):
     # Updated, not replaced: a group whose master weights are off for a while keeps its entries, so that turning them
     # on again finds its params changed.
     record.master_versions.update(
-        {id(p): (weakref.ref(p), p._version, p.data_ptr()) for p, _ in _master_params(opt)}
+        {id(p): (weakref.ref(p), p._version, _local(p).data_ptr()) for p, _ in _master_params(opt)}
     )
 
 
@@ -434,6 +434,12 @@ def _norm_tensor(norm, params):
     return torch.tensor(norm, dtype=dtype, device=first.device)
 
 
+def _local(tensor):
+    """The tensor whose memory holds `tensor`'s elements in this process: a DTensor's local tensor (a DTensor's own
+    data_ptr() is 0 and its shape the global one), or the tensor itself."""
+    return getattr(tensor, "_local_tensor", tensor)
+
+
 def _sharded(params):
     """The params that are shards of DTensors (FSDP2's), which optjit steps through their local tensors."""
     try:
@@ -444,8 +450,9 @@ def _sharded(params):
 
 
 def _all_reduce_over_shards(params, what):
-    """`reduce(value, op)`: an all-reduce of one number over the mesh dimensions the params are sharded along (as
-    torch reduces a Partial DTensor), or None when no param is a shard (DDP's replicas hold whole grads)."""
+    """`reduce(values, op)`: an all-reduce of a list of numbers over the mesh dimensions the params are sharded along
+    (as torch reduces a Partial DTensor), returning the reduced list, or None when no param is a shard (DDP's replicas
+    hold whole grads)."""
     sharded = _sharded(params)
     if not sharded:
         return None
@@ -458,7 +465,7 @@ def _all_reduce_over_shards(params, what):
     mesh, dims = sharded[0].device_mesh, sharded_dims(sharded[0])
     if len(sharded) != len(params) or any(p.device_mesh != mesh or sharded_dims(p) != dims for p in sharded):
 
-        def refuse(number, op):  # raised by the step that needs the reduction, before it changes anything
+        def refuse(values, op):  # raised by the step that needs the reduction
             raise Error(
                 f"{what} over params that are not all split along the same dimensions of one device mesh (a "
                 "replicated param among sharded ones, or two meshes): optjit reduces one number over one mesh"
@@ -467,11 +474,11 @@ def _all_reduce_over_shards(params, what):
         return refuse
     device = sharded[0].to_local().device
 
-    def reduce(number, op):
-        value = torch.tensor([number], dtype=torch.float64, device=device)
+    def reduce(values, op):
+        value = torch.tensor(values, dtype=torch.float64, device=device)
         for d in dims:
             dist.all_reduce(value, op=op, group=mesh.get_group(d))
-        return value.item()
+        return value.tolist()
 
     return reduce
 
@@ -484,7 +491,7 @@ def _grad_norm_reducer(params):
         return None
     import torch.distributed as dist
 
-    return lambda partial, l2: reduce(partial, dist.ReduceOp.SUM if l2 else dist.ReduceOp.MAX)
+    return lambda partial, l2: reduce([partial], dist.ReduceOp.SUM if l2 else dist.ReduceOp.MAX)[0]
 
 
 def _inf_check_reducer(params):
@@ -495,7 +502,19 @@ def _inf_check_reducer(params):
         return None
     import torch.distributed as dist
 
-    return lambda found: reduce(1.0 if found else 0.0, dist.ReduceOp.MAX) != 0
+    return lambda found: reduce([1.0 if found else 0.0], dist.ReduceOp.MAX)[0] != 0
+
+
+def _shard_reducer(params, what):
+    """For a step over FSDP2's shards: `reduce(values, "sum" | "max")`, each process's per-tensor partials of the step's
+    norms, sums and maxima combined over the mesh, as torch reduces the Partial DTensors they make; None for tensors
+    that are not shards."""
+    reduce = _all_reduce_over_shards(params, what)
+    if reduce is None:
+        return None
+    import torch.distributed as dist
+
+    return lambda values, how: reduce(values, dist.ReduceOp.SUM if how == "sum" else dist.ReduceOp.MAX)
 
 
 def _check_sharded_reductions(cls, params):

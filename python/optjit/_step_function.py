@@ -40,14 +40,19 @@ two kernels: the norms, then the update.
     def clipped_sgd(params, grads, *, lr, max_norm):
         total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-        torch._foreach_add_(params, torch._foreach_mul(grads, coef), alpha=-lr)"""
+        torch._foreach_add_(params, torch._foreach_mul(grads, coef), alpha=-lr)
+
+Over FSDP2's DTensors each process steps its local shards, and a norm, sum or max is the whole tensor's: each
+process's partials are all-reduced over the mesh when the kernel computing them has ended, as torch reduces the
+Partial DTensors of an eager run. A size (numel(), size(), a mean) or rows and columns state spans the shards too and
+is refused."""
 
 import functools
 import inspect
 
 import torch
 
-from ._compiled import _cuda_streams, _increment_versions, _sharded
+from ._compiled import _cuda_streams, _increment_versions, _local, _shard_reducer
 from ._optjit import Error, TorchStepFunction
 from ._step_recording import _Program, _SymScalar, _SymTensor
 
@@ -154,9 +159,12 @@ class StepFunction:
                 raise Error(f"step function {self._name}: hyperparameter {k} is {v!r}, not a number")
         def tensors(group):
             # Everything a view of the tensor depends on: a grad is not held between calls, so a new one at a freed
-            # one's address is the same view only if its layout is the same too.
+            # one's address is the same view only if its layout is the same too. (A DTensor's view is of its local
+            # tensor: its own address is 0, and a new grad DTensor may take a freed one's id.)
             return tuple(
-                (id(t), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device) for lst in group for t in lst
+                (id(t), m.data_ptr(), tuple(m.shape), m.stride(), m.dtype, m.device)
+                for lst in group
+                for t, m in ((t, _local(t)) for t in lst)
             )
 
         held = tensors(lists[:1] + lists[2:])
@@ -180,7 +188,6 @@ class StepFunction:
                 program = (instructions, names, kinds)
             instructions, names, kinds = program
             of_kind = {kind: [n for n in names if kinds.get(n) == kind] for kind in ("scalar", "rows", "cols")}
-            _check_sharded_reductions(self._name, instructions, lists)
             self._cxx = None
             self._streams = _cuda_streams([t for lst in lists for t in lst])
             with self._streams.lend():
@@ -192,6 +199,7 @@ class StepFunction:
                     of_kind["rows"],
                     of_kind["cols"],
                     {k: float(v) for k, v in hypers.items()},
+                    _shard_reducer(lists[0], f"step function {self._name}'s reductions"),
                 )
             self._program = program
             stored = {i.name for i in instructions if i.op.startswith("store")}
@@ -220,16 +228,6 @@ def _graph_name(name):
     """A step function's name as the identifier its graph is named by ("<lambda>" becomes "lambda")."""
     text = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)).strip("_") or "step"
     return text if not text[0].isdigit() else f"step_{text}"
-
-
-def _check_sharded_reductions(name, instructions, lists):
-    """Norms and other reductions of DTensor shards (FSDP2) would reduce each process's local shard alone: refused."""
-    reduces = any(i.op in ("sum", "max", "list_sum", "list_max") for i in instructions)
-    if reduces and _sharded([t for lst in lists for t in lst]):
-        raise Error(
-            f"step function {name} reduces (a norm, a sum or a max) over DTensor shards (FSDP2): optjit would reduce "
-            "each process's local shard alone, not the whole tensor; step it with torch, or unshard the tensors"
-        )
 
 
 def step_function(fn=None, *, name=None):

@@ -71,9 +71,9 @@ NB_MODULE(_optjit, m) {
       .def(nb::init<const std::string&, std::vector<StepInstruction>,
                     const std::vector<std::pair<std::string, nb::list>>&, const std::vector<std::string>&,
                     const std::vector<std::string>&, const std::vector<std::string>&,
-                    const std::map<std::string, double>&>(),
+                    const std::map<std::string, double>&, nb::object>(),
            nb::arg("name"), nb::arg("program"), nb::arg("lists"), nb::arg("scalar_lists"), nb::arg("rows_lists"),
-           nb::arg("cols_lists"), nb::arg("hypers"))
+           nb::arg("cols_lists"), nb::arg("hypers"), nb::arg("shard_reducer").none())
       .def("__call__", &TorchStepFunction::call, nb::arg("hypers"))
       .def("set_grads", &TorchStepFunction::set_grads, nb::arg("grads"))
       .def("kernel_count", &TorchStepFunction::kernel_count)

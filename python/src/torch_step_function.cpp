@@ -2,6 +2,7 @@
 #include "runtime/error.h"
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <utility>
 
@@ -79,7 +80,8 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
                                      const std::vector<std::string>& scalar_lists,
                                      const std::vector<std::string>& rows_lists,
                                      const std::vector<std::string>& cols_lists,
-                                     const std::map<std::string, double>& hypers) {
+                                     const std::map<std::string, double>& hypers, nb::object shard_reducer)
+    : shard_reducer_(std::move(shard_reducer)) {
   const auto among = [](const std::vector<std::string>& names, const std::string& slot) {
     return std::find(names.begin(), names.end(), slot) != names.end();
   };
@@ -108,8 +110,15 @@ TorchStepFunction::TorchStepFunction(const std::string& name, std::vector<StepIn
   }
   name_ = name;
   lists_ = step_lists;
+  CompileOptions options;
+  if (!shard_reducer_.is_none())
+    options.shard_reducer = [this](std::vector<double>& values, ShardCombine how) {
+      nb::gil_scoped_acquire gil; // the step runs without it
+      values = nb::cast<std::vector<double>>(shard_reducer_(values, how == ShardCombine::Sum ? "sum" : "max"));
+    };
   step_.emplace(compile_step(
-      name, [program = std::move(program)](Tracer& t) { replay(program, t); }, std::move(step_lists)));
+      name, [program = std::move(program)](Tracer& t) { replay(program, t); }, std::move(step_lists),
+      std::move(options)));
 }
 
 void TorchStepFunction::set_grads(nb::list grads) {

@@ -32,11 +32,14 @@ class TorchStepFunction {
 public:
   // `lists`: the slot names with their torch tensor lists, "param" and "grad" first; `scalar_lists`: the names of
   // lists of per-tensor scalars (one 1-element tensor per param); `rows_lists` and `cols_lists`: of lists of rows
-  // ([..., m, 1]) and columns ([..., 1, n]) state; `hypers`: every hyperparameter's first value.
+  // ([..., m, 1]) and columns ([..., 1, n]) state; `hypers`: every hyperparameter's first value. `shard_reducer`
+  // (None, or for tensors that are shards, FSDP2's DTensors) is CompileOptions::shard_reducer in Python:
+  // shard_reducer(values, "sum" | "max") returns the list `values` combined over every process.
   TorchStepFunction(const std::string& name, std::vector<StepInstruction> program,
                     const std::vector<std::pair<std::string, nb::list>>& lists,
                     const std::vector<std::string>& scalar_lists, const std::vector<std::string>& rows_lists,
-                    const std::vector<std::string>& cols_lists, const std::map<std::string, double>& hypers);
+                    const std::vector<std::string>& cols_lists, const std::map<std::string, double>& hypers,
+                    nb::object shard_reducer);
 
   // One step with these hyperparameters, in place on the tensors, without the GIL.
   void call(const std::map<std::string, double>& hypers);
@@ -53,6 +56,7 @@ private:
   // the next backward). Between calls nothing reads the grads' views, and a call with grads of another address or
   // layout sets them again first (set_grads; the Python side compares address, shape, strides, dtype and device).
   std::vector<nb::object> held_;
+  nb::object shard_reducer_; // held here: the step's CompileOptions::shard_reducer calls it
   std::string name_;
   // The views of every list (its params the step's own: their grads are what it reads), checked again with new grads
   // (check_distinct_memory).

@@ -7,6 +7,7 @@
 - A checkpoint taken with torch.distributed.checkpoint's get_optimizer_state_dict from a plain torch run loads with
   set_optimizer_state_dict into a compiled run (torch steps the optimizer once with lr 0 to create its state, then
   loads), which continues the plain run's trajectory.
+- A step function's norms over FSDP2 shards: each process's partials are all-reduced over the mesh between kernels.
 - DDP: plain tensors whose grads are all-reduced in backward; the compiled step needs nothing special.
 
 Each scenario is one torch.multiprocessing.spawn, so that torch is imported twice per scenario, not per case."""
@@ -159,7 +160,8 @@ def _fsdp_clipping(rank, mesh):
     """max_grad_norm over FSDP2 shards: the norm is the whole model's (each process's partial all-reduced over the
     mesh), as clip_grad_norm_ computes it on DTensors, with clipping active; also with weights split along their
     columns (Shard(1)) beside biases split along dim 0. (The 2-norm: torch's own inf-norm raises on rank 1's empty
-    shard of the last bias.) Adafactor, whose reductions span the shards, is refused."""
+    shard of the last bias.) Adafactor, whose reductions span the shards, is refused (torch 2.15's own Adafactor
+    raises over FSDP2 shards: its column sums make Partial DTensors that its in-place ops refuse)."""
     for norm_type, placement_fn in ((2.0, None), (2.0, _weights_on_dim_1)):
         max_norm = 0.05
         reference = _fsdp_model(mesh, placement_fn)
@@ -194,17 +196,86 @@ def _fsdp_clipping(rank, mesh):
     else:
         raise AssertionError("Adafactor over FSDP2 shards was not refused")
 
-    @optjit.step_function
-    def normalized(params, grads, *, lr):
-        torch._foreach_add_(params, torch._foreach_div(grads, torch._foreach_norm(grads)), alpha=-lr)
 
-    params = [p.detach() for p in model.parameters()]
+@optjit.step_function
+def _trust_clipped(params, grads, *, lr, max_norm):
+    """Clipping by the global grad norm and LAMB's per-tensor trust ratio: norms that span the shards."""
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    trust = torch._foreach_div(torch._foreach_norm(params), torch._foreach_add(torch._foreach_norm(grads), 1e-6))
+    updates = torch._foreach_mul(grads, trust)
+    torch._foreach_mul_(updates, coef)
+    torch._foreach_add_(params, updates, alpha=-lr)
+
+
+def _fsdp_step_function_norms(rank, mesh):
+    """A step function's norms over FSDP2 shards are the whole tensors' (each process's partials all-reduced over the
+    mesh, as torch reduces the Partial DTensors its eager run makes): 10 steps compiled equal fn.eager's on the same
+    DTensors, with clipping active, also with weights split along their columns. A mean, whose size spans the shards,
+    is refused."""
+    for placement_fn in (None, _weights_on_dim_1):
+        runs = []
+        for compiled in (False, True):
+            model = _fsdp_model(mesh, placement_fn)
+            params = [p.detach() for p in model.parameters()]
+            step = _trust_clipped if compiled else _trust_clipped.eager
+            for t in range(STEPS):
+                x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * rank + t))
+                model(x).square().mean().backward()
+                with torch.no_grad():
+                    step(params, [p.grad for p in model.parameters()], lr=0.05, max_norm=0.05)
+                model.zero_grad()
+            runs.append(model)
+        what = f"rank {rank}, FSDP2 step function{' with weights on dim 1' if placement_fn else ''}"
+        for i, (p, q) in enumerate(zip(runs[1].parameters(), runs[0].parameters())):
+            torch.testing.assert_close(
+                _local(p.detach()), _local(q.detach()), rtol=1e-5, atol=1e-6, msg=lambda m: f"{what}: param {i}: {m}"
+            )
+        assert _trust_clipped.kernel_count == 2, what
+
+    # New grad DTensors each step, the last ones freed while their local tensors live on: a new grad may take a freed
+    # one's id(), and a DTensor's own data_ptr() is 0, so only its local tensor's address tells the grads apart.
+    from torch.distributed.tensor import DTensor
+
+    @optjit.step_function
+    def signed(params, grads, *, lr):
+        torch._foreach_add_(params, torch._foreach_sign(grads), alpha=-lr)
+
+    params = [p.detach() for p in _fsdp_model(mesh).parameters()]
+    reference = [p.clone() for p in params]
+    kept = []
+    for t in range(STEPS):
+        generator = torch.Generator().manual_seed(100 * rank + t)
+        grads = [
+            DTensor.from_local(
+                torch.randn(p.to_local().shape, generator=generator),
+                p.device_mesh,
+                p.placements,
+                run_check=False,
+                shape=p.shape,
+                stride=p.stride(),
+            )
+            for p in params
+        ]
+        signed(params, grads, lr=0.01)
+        signed.eager(reference, grads, lr=0.01)
+        kept += [g.to_local() for g in grads]
+        del grads
+    for i, (p, q) in enumerate(zip(params, reference)):
+        torch.testing.assert_close(_local(p), _local(q), rtol=0, atol=0, msg=lambda m: f"rank {rank}, new grads: {i}: {m}")
+
+    @optjit.step_function
+    def mean_scaled(params, grads, *, lr):
+        torch._foreach_add_(params, torch._foreach_mul(grads, [g.mean() for g in grads]), alpha=-lr)
+
+    model = _fsdp_model(mesh)
+    model(torch.randn(4, 8)).square().mean().backward()
     try:
-        normalized(params, [p.grad for p in model.parameters()], lr=0.1)
+        mean_scaled([p.detach() for p in model.parameters()], [p.grad for p in model.parameters()], lr=0.1)
     except optjit.Error as e:
-        assert "reduces (a norm, a sum or a max) over DTensor shards" in str(e), e
+        assert "a tensor's size (numel, size(-1), size(-2)) spans the shards too" in str(e), e
     else:
-        raise AssertionError("a step function's norm over FSDP2 shards was not refused")
+        raise AssertionError("a step function's mean over FSDP2 shards was not refused")
 
 
 def _fsdp_fused_inf_check(rank, mesh):
@@ -240,6 +311,7 @@ SCENARIOS = {
     "fsdp_every_optimizer": _fsdp_every_optimizer,
     "fsdp_checkpoint": _fsdp_checkpoint_resumes,
     "fsdp_clipping": _fsdp_clipping,
+    "fsdp_step_function_norms": _fsdp_step_function_norms,
     "fsdp_fused_inf_check": _fsdp_fused_inf_check,
     "ddp": _ddp,
 }
