@@ -208,11 +208,12 @@ def _trust_clipped(params, grads, *, lr, max_norm):
     torch._foreach_add_(params, updates, alpha=-lr)
 
 
-def _fsdp_step_function_norms(rank, mesh):
-    """A step function's norms over FSDP2 shards are the whole tensors' (each process's partials all-reduced over the
-    mesh, as torch reduces the Partial DTensors its eager run makes): 10 steps compiled equal fn.eager's on the same
-    DTensors, with clipping active, also with weights split along their columns. A mean, whose size spans the shards,
-    is refused."""
+def _fsdp_step_functions(rank, mesh):
+    """Step functions over FSDP2 shards. Their norms are the whole tensors' (each process's partials all-reduced over
+    the mesh, as torch reduces the Partial DTensors its eager run makes): 10 steps compiled equal fn.eager's on the
+    same DTensors, with clipping active, also with weights split along their columns. torch's foreach_map Adam equals
+    torch.optim.Adam; new grad DTensors each step are read, not the freed ones; a mean, whose size spans the shards, is
+    refused."""
     for placement_fn in (None, _weights_on_dim_1):
         runs = []
         for compiled in (False, True):
@@ -232,6 +233,32 @@ def _fsdp_step_function_norms(rank, mesh):
                 _local(p.detach()), _local(q.detach()), rtol=1e-5, atol=1e-6, msg=lambda m: f"{what}: param {i}: {m}"
             )
         assert _trust_clipped.kernel_count == 2, what
+
+    # torch's foreach_map Adam recipe as a step function, its state made as torch makes it (zeros_like of each
+    # DTensor param, plain 0-d step counts), equals torch.optim.Adam over the same shards.
+    from test_step_function import foreach_map_adam
+
+    reference = _fsdp_model(mesh)
+    opt_ref = torch.optim.Adam(reference.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    _train(reference, opt_ref, rank, STEPS)
+    model = _fsdp_model(mesh)
+    params = [p.detach() for p in model.parameters()]
+    state = [[torch.zeros_like(p) for p in params] for _ in range(2)] + [[torch.tensor(0.0) for _ in params]]
+
+    class _Stepper:  # _train's optimizer: the step function over the model's lists
+        def step(self):
+            grads = [p.grad for p in model.parameters()]
+            foreach_map_adam(params, grads, *state, lr=1e-2, beta1=0.8, beta2=0.95, eps=1e-8)
+
+        def zero_grad(self):
+            model.zero_grad()
+
+    _train(model, _Stepper(), rank, STEPS)
+    for i, (p, q) in enumerate(zip(model.parameters(), reference.parameters())):
+        torch.testing.assert_close(
+            _local(p.detach()), _local(q.detach()), rtol=1e-5, atol=1e-6, msg=lambda m: f"rank {rank}, Adam {i}: {m}"
+        )
+        torch.testing.assert_close(_local(state[0][i]), _local(opt_ref.state[q]["exp_avg"]), rtol=1e-4, atol=1e-5)
 
     # New grad DTensors each step, the last ones freed while their local tensors live on: a new grad may take a freed
     # one's id(), and a DTensor's own data_ptr() is 0, so only its local tensor's address tells the grads apart.
@@ -262,7 +289,9 @@ def _fsdp_step_function_norms(rank, mesh):
         kept += [g.to_local() for g in grads]
         del grads
     for i, (p, q) in enumerate(zip(params, reference)):
-        torch.testing.assert_close(_local(p), _local(q), rtol=0, atol=0, msg=lambda m: f"rank {rank}, new grads: {i}: {m}")
+        torch.testing.assert_close(
+            _local(p), _local(q), rtol=0, atol=0, msg=lambda m: f"rank {rank}, new grads: {i}: {m}"
+        )
 
     @optjit.step_function
     def mean_scaled(params, grads, *, lr):
@@ -311,7 +340,7 @@ SCENARIOS = {
     "fsdp_every_optimizer": _fsdp_every_optimizer,
     "fsdp_checkpoint": _fsdp_checkpoint_resumes,
     "fsdp_clipping": _fsdp_clipping,
-    "fsdp_step_function_norms": _fsdp_step_function_norms,
+    "fsdp_step_functions": _fsdp_step_functions,
     "fsdp_fused_inf_check": _fsdp_fused_inf_check,
     "ddp": _ddp,
 }
