@@ -585,7 +585,11 @@ def _list_id(program, value, what):
         if len(ids) != 1 or None in ids:
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and len(set(value)) == 1:
                 return program.emit("constant", number=value[0])
-            raise Error(f"{what}: optjit records whole lists, and this list mixes values")
+            raise Error(
+                f"{what}: optjit records one program for every tensor of the lists, and this list holds a different "
+                "value for some of them (numbers, or arithmetic on different values): pass per-tensor numbers as a "
+                "list of 0-d tensors, one per param, beside the state lists"
+            )
         _check_in_order(value, what)
         return ids.pop()
     if isinstance(value, (_SymScalar, _SymTensor)) and value.entry is not None:

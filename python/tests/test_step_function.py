@@ -110,6 +110,30 @@ def test_shampoo_layout_transposed_views_of_one_buffer():
     assert params[0].data_ptr() == buffer.data_ptr()  # in place, in the buffer
 
 
+def test_per_tensor_numbers_are_a_list_of_0d_tensors():
+    """A list of different Python numbers, one per tensor, is refused with the form that records it: 0-d tensors in a
+    list beside the state lists, which the compiled step reads per tensor."""
+
+    @optjit.step_function
+    def numbers(params, grads, *, lr):
+        torch._foreach_add_(params, torch._foreach_mul(grads, [0.5, 0.25, 2.0]), alpha=-lr)
+
+    with pytest.raises(optjit.Error, match="pass per-tensor numbers as a list of 0-d tensors"):
+        numbers(*_lists(torch.float32, 3, 2), lr=0.1)
+
+    @optjit.step_function
+    def scaled(params, grads, scales, *, lr):
+        torch._foreach_add_(params, torch._foreach_mul(grads, scales), alpha=-lr)
+
+    params, grads = _lists(torch.float32, 3, 2)
+    eager = _clone([params])[0]
+    scales = [torch.tensor(0.5), torch.tensor(0.25), torch.tensor(2.0)]
+    scaled(params, grads, scales, lr=0.1)
+    scaled.eager(eager, grads, scales, lr=0.1)
+    for a, b in zip(params, eager):
+        assert_close(a, b, torch.float32, "param")
+
+
 def test_an_op_outside_the_vocabulary_is_named():
     @optjit.step_function
     def bad(params, grads, *, lr):
