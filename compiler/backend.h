@@ -35,9 +35,10 @@ public:
   // the rest of (CompileOptions::shard_reducer), at per-tensor reductions too, whose values are partials then.
   enum class Pauses { ListReductions, ShardReductionsToo };
   // The same run in phases, so that list reductions can combine over several executables' lists (the driver's
-  // buckets): start(), then advance() until it returns false. Each advance runs up to the next list reductions
-  // (returning true, with each one's per-entry operands in `pending`, which the caller combines in place before the
-  // next advance, which goes on with them) or to the end (returning false).
+  // buckets): start(), then advance() until it returns false. Each advance runs up to the next pause, list
+  // reductions (or, over shards, reductions: `pauses`), returning true, with each one's per-entry operands in
+  // `pending`, which the caller combines in place before the next advance, which goes on with them; or to the end,
+  // returning false.
   virtual void start(Pauses pauses) = 0;
   virtual bool advance(std::vector<ListPartials>& pending) = 0;
   // After a launch: the plan's carried value `name` (a carry store of the traced graph itself), one per list entry.

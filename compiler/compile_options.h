@@ -28,8 +28,11 @@ struct CompileOptions {
   // tensors) and steps its part. A reduction over a tensor (a norm, a sum, a max) then spans the processes: the
   // step pauses when one has been computed and calls `shard_reducer(values, how)` with this process's per-tensor
   // partials of every such reduction combined `how` (summed, or the largest taken), which it must replace in place
-  // with their combination over every process (an all-reduce, the same number of calls and values in each process).
-  // Steps that read a tensor's size or its rows or columns, which span the shards too, are refused.
+  // with their combination over every process (an all-reduce). Every process must step the same lists (the same
+  // params with grads), so that each makes the same calls with as many values. A clipping step's grad norm and an
+  // in-step inf check go through it too (the optimizer's own reducers are then refused: they would combine twice).
+  // Steps that read a tensor's size or its rows or columns, which span the shards too, are refused. Stochastic
+  // rounding draws by the element's place in the shard, so each process's k-th element draws alike.
   std::function<void(std::vector<double>& values, ShardCombine how)> shard_reducer;
 };
 

@@ -424,6 +424,11 @@ struct CompiledStep::Impl {
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (options.shard_reducer && source.has_grad_pass() && source.reduces_grad_pass_over_processes())
+      throw Error(fmt::format("{}: a step over shards (shard_reducer) combines its grad norm and inf check over the "
+                              "processes itself, and the optimizer has its own grad norm or inf check reducer too: "
+                              "they would combine twice; set one of them",
+                              source.name()));
     source.stage_in();
     if (source.has_grad_pass()) {
       if (!source.take_grad_pass(run_grad_pass(program, hyper))) { // may throw: nothing is written yet
@@ -546,6 +551,19 @@ struct CompiledStep::Impl {
           totals.nonfinite = totals.nonfinite || nonfinite != 0;
     }
     totals.norm_partial = norm.partial();
+    if (options.shard_reducer) { // each process's shards: the whole tensors' totals (the inf check, then the norm)
+      std::vector<double> values;
+      if (source.checks_grads_finite()) {
+        values = {totals.nonfinite ? 1.0 : 0.0};
+        options.shard_reducer(values, ShardCombine::Max);
+        totals.nonfinite = values.at(0) != 0;
+      }
+      if (source.clips_grads()) {
+        values = {totals.norm_partial};
+        options.shard_reducer(values, source.clip_norm_type() == 2.0 ? ShardCombine::Sum : ShardCombine::Max);
+        totals.norm_partial = values.at(0);
+      }
+    }
     return totals;
   }
 

@@ -147,6 +147,9 @@ public:
     double norm_partial = 0; // when the step clips: GradNormTotal::partial() over this process's grads
     bool nonfinite = false;  // whether a grad holds an inf or NaN, when the step checks
   };
+  // Whether the source combines the grad pass's totals over processes itself (Optimizer::set_grad_norm_reducer,
+  // set_inf_check_reducer); a step over shards (CompileOptions::shard_reducer) combines them through its reducer.
+  virtual bool reduces_grad_pass_over_processes() const { return false; }
   // Takes the grad pass's totals; may throw optjit::Error (error_if_nonfinite). Returns false when the step must
   // change nothing: the check found an inf or NaN (found_inf is written, and the state this step created is gone).
   virtual bool take_grad_pass(const GradPassTotals& totals) = 0;

@@ -303,6 +303,7 @@ public:
   Graph trace_grad_pass(const ParamBucket& bucket) const override;
   ListArguments grad_arguments(const ParamBucket& bucket) const override;
   bool take_grad_pass(const GradPassTotals& totals) override;
+  bool reduces_grad_pass_over_processes() const override { return grad_norm_reducer_ || inf_check_reducer_; }
   // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale).
   std::vector<double> hyper_values() const override;
   // hyper_names(), and "grad_scale" while gradient scaling is on (the same value in every group).

@@ -449,10 +449,11 @@ def _sharded(params):
     return [p for p in params if isinstance(p, DTensor) and any(isinstance(s, Shard) for s in p.placements)]
 
 
-def _all_reduce_over_shards(params, what):
+def _all_reduce_over_shards(params, what, refuse_now=False):
     """`reduce(values, op)`: an all-reduce of a list of numbers over the mesh dimensions the params are sharded along
     (as torch reduces a Partial DTensor), returning the reduced list, or None when no param is a shard (DDP's replicas
-    hold whole grads)."""
+    hold whole grads). Params split along other mesh dimensions, or not at all, beside sharded ones are refused by the
+    first reduction (a step that reduces before it changes anything), or now with `refuse_now`."""
     sharded = _sharded(params)
     if not sharded:
         return None
@@ -465,12 +466,14 @@ def _all_reduce_over_shards(params, what):
     mesh, dims = sharded[0].device_mesh, sharded_dims(sharded[0])
     if len(sharded) != len(params) or any(p.device_mesh != mesh or sharded_dims(p) != dims for p in sharded):
 
-        def refuse(values, op):  # raised by the step that needs the reduction
+        def refuse(values=None, op=None):
             raise Error(
                 f"{what} over params that are not all split along the same dimensions of one device mesh (a "
-                "replicated param among sharded ones, or two meshes): optjit reduces one number over one mesh"
+                "replicated param among sharded ones, or two meshes): optjit all-reduces over one mesh"
             )
 
+        if refuse_now:
+            refuse()
         return refuse
     device = sharded[0].to_local().device
 
@@ -505,11 +508,12 @@ def _inf_check_reducer(params):
     return lambda found: reduce([1.0 if found else 0.0], dist.ReduceOp.MAX)[0] != 0
 
 
-def _shard_reducer(params, what):
+def _shard_reducer(params, what, reduces):
     """For a step over FSDP2's shards: `reduce(values, "sum" | "max")`, each process's per-tensor partials of the step's
     norms, sums and maxima combined over the mesh, as torch reduces the Partial DTensors they make; None for tensors
-    that are not shards."""
-    reduce = _all_reduce_over_shards(params, what)
+    that are not shards. A step that `reduces` over params the mesh does not split alike is refused now: its first
+    kernel may have written state before it reduces."""
+    reduce = _all_reduce_over_shards(params, what, refuse_now=reduces)
     if reduce is None:
         return None
     import torch.distributed as dist

@@ -199,7 +199,7 @@ class StepFunction:
                     of_kind["rows"],
                     of_kind["cols"],
                     {k: float(v) for k, v in hypers.items()},
-                    _shard_reducer(lists[0], f"step function {self._name}'s reductions"),
+                    _shard_reducer(lists[0], f"step function {self._name}'s reductions", _reduces(instructions)),
                 )
             self._program = program
             stored = {i.name for i in instructions if i.op.startswith("store")}
@@ -228,6 +228,11 @@ def _graph_name(name):
     """A step function's name as the identifier its graph is named by ("<lambda>" becomes "lambda")."""
     text = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name)).strip("_") or "step"
     return text if not text[0].isdigit() else f"step_{text}"
+
+
+def _reduces(instructions):
+    """Whether a recorded program reduces over tensors or lists (a norm, a sum, a max)."""
+    return any(i.op in ("sum", "max", "norm", "row_sum", "col_sum", "list_sum", "list_max") for i in instructions)
 
 
 def step_function(fn=None, *, name=None):

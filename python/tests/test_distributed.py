@@ -213,7 +213,7 @@ def _fsdp_step_functions(rank, mesh):
     the mesh, as torch reduces the Partial DTensors its eager run makes): 10 steps compiled equal fn.eager's on the
     same DTensors, with clipping active, also with weights split along their columns. torch's foreach_map Adam equals
     torch.optim.Adam; new grad DTensors each step are read, not the freed ones; a mean, whose size spans the shards, is
-    refused."""
+    refused, and so are norms over shards beside a plain tensor."""
     for placement_fn in (None, _weights_on_dim_1):
         runs = []
         for compiled in (False, True):
@@ -292,6 +292,17 @@ def _fsdp_step_functions(rank, mesh):
         torch.testing.assert_close(
             _local(p), _local(q), rtol=0, atol=0, msg=lambda m: f"rank {rank}, new grads: {i}: {m}"
         )
+
+    # A plain tensor beside the shards: refused before the step changes anything (its first kernel could write).
+    mixed = [p.detach() for p in _fsdp_model(mesh).parameters()] + [torch.ones(3)]
+    before = [_local(p).clone() for p in mixed]
+    try:
+        _trust_clipped(mixed, [p.clone() for p in mixed], lr=0.1, max_norm=0.05)
+    except optjit.Error as e:
+        assert "not all split along the same dimensions of one device mesh" in str(e), e
+    else:
+        raise AssertionError("a step function's norms over shards and a plain tensor were not refused")
+    assert all(torch.equal(_local(p), b) for p, b in zip(mixed, before))
 
     @optjit.step_function
     def mean_scaled(params, grads, *, lr):

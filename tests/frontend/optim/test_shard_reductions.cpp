@@ -2,8 +2,8 @@
 // waits for both, as a collective does) holds rows of every tensor, as FSDP2 splits them, and steps its rows. A
 // global norm, an inf norm and per-tensor norms must come out as the whole tensors' would: each process's shards,
 // stepped, equal the rows of the whole tensors stepped in one process, compiled and eager, for a step function and for
-// the built-in LAMB. A step that reads a tensor's size or its rows or columns is refused, and a step without
-// reductions never calls the reducer.
+// the built-in LAMB (with fused clipping too, whose grad norm goes through the reducer). A step that reads a tensor's
+// size or its rows or columns is refused, and a step without reductions never calls the reducer.
 #include "frontend/optim/lamb.h"
 #include "frontend/optim/step_function.h"
 #include "helpers.h"
@@ -165,28 +165,55 @@ TEST_CASE("shard reductions: norms over shards in two processes are the whole te
   }
 }
 
-TEST_CASE("shard reductions: the built-in LAMB over shards steps as over whole tensors") {
-  std::vector<Tensor> whole = random_params({{8, 5}, {7}, {1}}, Dtype::f32, 11);
-  for (Tensor& p : whole)
-    p.set_grad(random_params({p.shape()}, Dtype::f32, 13 + static_cast<uint64_t>(p.numel()))[0]);
-  std::vector<std::vector<Tensor>> shards;
-  for (int r = 0; r < kWorld; ++r)
-    shards.push_back(shards_of(whole, r, true));
-  const LAMBOptions options{.lr = 0.01, .weight_decay = 0.1};
-  LAMB reference(whole, options);
-  CompiledStep reference_step = compile(reference);
-  ThreadAllReduce all_reduce;
-  in_every_process([&](int r) {
-    LAMB lamb(shards[static_cast<std::size_t>(r)], options);
-    CompiledStep step = compile(lamb, {.shard_reducer = all_reduce.for_rank(r)});
+TEST_CASE("shard reductions: the built-in LAMB over shards steps as over whole tensors, clipped too") {
+  for (const bool clipped : {false, true}) {
+    INFO(std::string(clipped ? "clipped" : "not clipped"));
+    std::vector<Tensor> whole = random_params({{8, 5}, {7}, {1}}, Dtype::f32, 11);
+    for (Tensor& p : whole)
+      p.set_grad(random_params({p.shape()}, Dtype::f32, 13 + static_cast<uint64_t>(p.numel()))[0]);
+    std::vector<std::vector<Tensor>> shards;
+    for (int r = 0; r < kWorld; ++r)
+      shards.push_back(shards_of(whole, r, true));
+    const LAMBOptions options{.lr = 0.01, .weight_decay = 0.1};
+    const std::optional<Optimizer::GradClipping> clipping =
+        clipped ? std::optional(Optimizer::GradClipping{.max_norm = 0.1}) : std::nullopt;
+    LAMB reference(whole, options);
+    reference.set_grad_clipping(clipping);
+    CompiledStep reference_step = compile(reference);
+    ThreadAllReduce all_reduce;
+    std::vector<double> norms(kWorld);
+    in_every_process([&](int r) {
+      LAMB lamb(shards[static_cast<std::size_t>(r)], options);
+      lamb.set_grad_clipping(clipping);
+      CompiledStep step = compile(lamb, {.shard_reducer = all_reduce.for_rank(r)});
+      for (int s = 0; s < 3; ++s)
+        step();
+      norms[static_cast<std::size_t>(r)] = lamb.total_grad_norm();
+    });
     for (int s = 0; s < 3; ++s)
-      step();
-  });
-  for (int s = 0; s < 3; ++s)
-    reference_step();
-  check_shards_match(shards, whole);
-  CHECK(all_reduce.mismatches() == 0);
-  CHECK(all_reduce.calls() == 3); // the norms' pass, one sum of both norms' partials per step
+      reference_step();
+    check_shards_match(shards, whole);
+    CHECK(all_reduce.mismatches() == 0);
+    // Per step: the grad pass's norm (clipped), then the norms' pass, one sum of both norms' partials.
+    CHECK(all_reduce.calls() == 3 * (clipped ? 2 : 1));
+    if (clipped) {
+      CHECK(reference.total_grad_norm() > 0.1);                                      // clipping was active
+      CHECK(norms[0] == doctest::Approx(reference.total_grad_norm()).epsilon(1e-6)); // f32 grads: f32 norms
+      CHECK(norms[1] == norms[0]);
+    }
+  }
+}
+
+TEST_CASE("shard reductions: an optimizer with a grad norm reducer of its own is refused, not combined twice") {
+  std::vector<Tensor> params = random_params({{4, 3}}, Dtype::f32, 2);
+  params[0].set_grad(Tensor::full({4, 3}, 1.0, Dtype::f32));
+  const std::vector<double> before = params[0].to_vector();
+  LAMB lamb(params, LAMBOptions{});
+  lamb.set_grad_clipping(Optimizer::GradClipping{.max_norm = 1.0});
+  lamb.set_grad_norm_reducer([](double partial, bool) { return partial; });
+  CompiledStep step = compile(lamb, {.shard_reducer = [](std::vector<double>&, ShardCombine) {}});
+  check_error_contains([&] { step(); }, "the optimizer has its own grad norm or inf check reducer too");
+  CHECK(params[0].to_vector() == before);
 }
 
 TEST_CASE("shard reductions: sizes, rows and columns span the shards and are refused, and no reduction calls nothing") {
