@@ -5,8 +5,12 @@
 // means a workload is thrashing it.
 #pragma once
 
+#include "runtime/error.h"
+
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -31,9 +35,12 @@ public:
   }
   explicit KernelCache(std::size_t capacity) : capacity_(capacity) {}
 
-  // The cached kernel for `key`, or make() compiled and inserted; `hit` says which.
+  // The cached kernel for `key`, or make() compiled and inserted; `hit` says which. A kernel another thread is
+  // compiling now is waited for (a hit: compiled once, and its error, if it fails, is each waiter's).
   std::shared_ptr<Kernel> get_or_compile(const std::string& key, const std::function<std::shared_ptr<Kernel>()>& make,
                                          bool& hit) {
+    std::promise<std::shared_ptr<Kernel>> compiled;
+    std::shared_future<std::shared_ptr<Kernel>> in_flight;
     {
       std::lock_guard lock(mutex_);
       if (auto it = index_.find(key); it != index_.end()) {
@@ -42,13 +49,35 @@ public:
         hit = true;
         return it->second->second;
       }
-      ++stats_.misses;
+      if (auto it = compiling_.find(key); it != compiling_.end()) {
+        ++stats_.hits;
+        in_flight = it->second;
+      } else {
+        ++stats_.misses;
+        compiling_.emplace(key, compiled.get_future().share());
+      }
     }
-    hit = false;
-    std::shared_ptr<Kernel> kernel = make(); // outside the lock: compiling takes milliseconds
+    hit = in_flight.valid();
+    if (hit) {
+      try {
+        return in_flight.get();
+      } catch (const Error& e) {
+        throw Error(e.what()); // a copy of its own: threads never share one exception object
+      }
+    }
+    std::shared_ptr<Kernel> kernel;
+    try {
+      kernel = make();         // outside the lock: compiling takes milliseconds
+    } catch (const Error& e) { // the waiters get a copy: this thread's own exception is never shared
+      fail(key, compiled, std::make_exception_ptr(Error(e.what())));
+      throw;
+    } catch (...) {
+      fail(key, compiled, std::current_exception());
+      throw;
+    }
     std::lock_guard lock(mutex_);
-    if (index_.count(key))
-      return index_[key]->second;
+    compiling_.erase(key);
+    compiled.set_value(kernel);
     lru_.emplace_front(key, kernel);
     index_[key] = lru_.begin();
     while (lru_.size() > capacity_) {
@@ -85,10 +114,17 @@ public:
   }
 
 private:
+  void fail(const std::string& key, std::promise<std::shared_ptr<Kernel>>& compiled, std::exception_ptr error) {
+    std::lock_guard lock(mutex_);
+    compiling_.erase(key);
+    compiled.set_exception(std::move(error));
+  }
+
   std::size_t capacity_;
   std::mutex mutex_;
   std::list<std::pair<std::string, std::shared_ptr<Kernel>>> lru_;
   std::unordered_map<std::string, typename decltype(lru_)::iterator> index_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<Kernel>>> compiling_; // by one thread, now
   KernelCacheStats stats_;
 };
 

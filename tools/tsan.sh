@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the thread tests (tests/compiler/test_concurrent_steps.cpp) with ThreadSanitizer, by clang-19 in a tree of
+# Builds the thread tests (tests/compiler/test_concurrent_steps.cpp, tests/frontend/optim/test_shard_reductions.cpp) with ThreadSanitizer, by clang-19 in a tree of
 # their own (OPTJIT_TSAN_BUILD, default build/tsan), and runs them: any data race TSan reports fails the run.
 #
 #   tools/tsan.sh      (tools/install_deps.sh --fuzz installs clang-19)

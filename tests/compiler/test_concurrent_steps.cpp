@@ -1,13 +1,15 @@
 // Compiled steps from several threads at once. Each compiled step belongs to one optimizer and is called from one
 // thread at a time, but different optimizers' steps may run concurrently: they share the kernel cache, the JIT and
 // the CPU thread pool; and each compile runs its kernels' compiles on threads of its own. tools/tsan.sh runs this file
-// under ThreadSanitizer too (ctest: tsan.concurrent_steps).
+// under ThreadSanitizer too (ctest: tsan.concurrent_steps). A kernel two threads ask the cache for at once compiles
+// once.
 #include "codegen/codegen.h"
 #include "compiler/kernel_cache.h"
 #include "helpers.h"
 
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <exception>
 #include <optional>
 #include <thread>
@@ -116,4 +118,58 @@ TEST_CASE("threads: one optimizer stepped from two threads at once: every step r
       CHECK(find_state(opt->visible_state(params[0]), "step").item() == ran.load());
     }
   }
+}
+
+TEST_CASE("threads: a kernel two threads ask for at once compiles once, and its error reaches both") {
+  KernelCache<int> cache(4);
+  std::atomic<int> compiles{0};
+  std::barrier<> start(2);
+  const auto slow_compile = [&] {
+    ++compiles;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // the other thread asks meanwhile
+    return std::make_shared<int>(7);
+  };
+  std::shared_ptr<int> got[2];
+  bool hit[2] = {false, false};
+  std::thread threads[2];
+  for (int t = 0; t < 2; ++t)
+    threads[t] = std::thread([&, t] {
+      start.arrive_and_wait();
+      if (t == 1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10)); // thread 0 compiles
+      got[t] = cache.get_or_compile("k", slow_compile, hit[t]);
+    });
+  for (std::thread& t : threads)
+    t.join();
+  CHECK(compiles == 1);
+  CHECK(got[0] == got[1]);
+  CHECK(!hit[0]);
+  CHECK(hit[1]);
+  CHECK(cache.stats().misses == 1);
+
+  const auto failing_compile = [&]() -> std::shared_ptr<int> {
+    ++compiles;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    throw Error("no such kernel");
+  };
+  std::string errors[2];
+  for (int t = 0; t < 2; ++t)
+    threads[t] = std::thread([&, t] {
+      start.arrive_and_wait();
+      if (t == 1)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      try {
+        cache.get_or_compile("bad", failing_compile, hit[t]);
+      } catch (const Error& e) {
+        errors[t] = e.what();
+      }
+    });
+  for (std::thread& t : threads)
+    t.join();
+  CHECK(compiles == 2);
+  CHECK(errors[0] == "no such kernel");
+  CHECK(errors[1] == "no such kernel");
+  bool again = true; // a failed compile is not cached: the next ask compiles again
+  CHECK(*cache.get_or_compile("bad", slow_compile, again) == 7);
+  CHECK(!again);
 }
