@@ -28,8 +28,9 @@ on each entry's tensors (every entry must go through the same ops, as they do in
 
 Positional arguments are tensor lists: the params first, their grads second, then state lists, one tensor per param
 (a list of 0-d tensors beside params that are not all 0-d is per-tensor scalar state, such as a step count). Keyword
-arguments are hyperparameters (numbers): new values never recompile. An op outside the vocabulary raises optjit.Error
-naming it.
+arguments are hyperparameters (numbers, or tuples of them such as betas=(0.9, 0.999)): new values never recompile.
+Bools, None and strings are static arguments the function may branch on (maximize=True): another value records and
+compiles the step again. An op outside the vocabulary raises optjit.Error naming it.
 
 A value over all the lists, such as clip_grad_norm_'s total norm, is written as torch writes it: per-tensor scalars
 (torch._foreach_norm), torch.stack of them, then a norm, sum or max of the stack (and torch.clamp on the result).
@@ -108,7 +109,7 @@ class StepFunction:
                 kinds[names[k]] = "cols"
         return kinds
 
-    def _record(self, names, kinds, lists, hypers):
+    def _record(self, names, kinds, lists, hypers, statics, tuples):
         params0 = lists[0]
         program = _Program(len(params0), min(p.dim() for p in params0))
         sym_lists = []
@@ -125,7 +126,11 @@ class StepFunction:
         # The elements as they were given: an op writes them in place. (Putting another value in a list's entry,
         # params[k] = ..., writes nothing, as in torch.)
         elements = [list(lst) for lst in sym_lists]
-        sym_hypers = {k: _SymScalar(program, program.emit("hyper", name=k)) for k in hypers}
+        sym_hypers = dict(statics)
+        for k, v in hypers.items():
+            sym_hypers[k] = _SymScalar(program, program.emit("hyper", name=k))
+        for k, size in tuples.items():  # a tuple of numbers: one hyperparameter per element, in a tuple
+            sym_hypers[k] = tuple(sym_hypers.pop(_element_name(k, i)) for i in range(size))
         returned = self.eager(*sym_lists, **sym_hypers)
         if returned is not None:
             raise Error(
@@ -152,11 +157,8 @@ class StepFunction:
             raise Error(f"step function {self._name}: give tensor lists of one tensor per param")
         if not lists[0]:
             raise Error(f"step function {self._name}: its lists are empty (torch's foreach ops need a tensor each)")
-        for k, v in hypers.items():
-            if isinstance(v, torch.Tensor):
-                hypers[k] = v.item()
-            elif isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise Error(f"step function {self._name}: hyperparameter {k} is {v!r}, not a number")
+        hypers, statics, tuples = self._keywords(hypers)
+
         def tensors(group):
             # Everything a view of the tensor depends on: a grad is not held between calls, so a new one at a freed
             # one's address is the same view only if its layout is the same too. (A DTensor's view is of its local
@@ -179,12 +181,21 @@ class StepFunction:
         # (The lists' length too: Python code in the function may read it, len(params), and the recording keeps it.)
         # (The params' lowest rank too: size(-2) of a 1-D param is refused when recorded.)
         ranks = min(t.dim() for t in lists[0])
-        recorded_for = (tuple(names), tuple(sorted(kinds.items())), tuple(sorted(hypers)), len(lists[0]), ranks)
+        # (The static arguments' values too: the function may branch on them.)
+        recorded_for = (
+            tuple(names),
+            tuple(sorted(kinds.items())),
+            tuple(sorted(hypers)),
+            len(lists[0]),
+            ranks,
+            tuple(sorted((k, type(v).__name__, v) for k, v in statics.items())),
+            tuple(sorted(tuples.items())),
+        )
         key = (recorded_for, held, tensors(lists[1:2]))
         if self._cxx is None or key[:2] != self._key[:2]:
             program = self._program
             if program is None or key[0] != self._key[0]:
-                instructions = self._record(names, kinds, lists, hypers)
+                instructions = self._record(names, kinds, lists, hypers, statics, tuples)
                 program = (instructions, names, kinds)
             instructions, names, kinds = program
             of_kind = {kind: [n for n in names if kinds.get(n) == kind] for kind in ("scalar", "rows", "cols")}
@@ -212,6 +223,42 @@ class StepFunction:
         # The lists it wrote changed in place, as torch's foreach ops would have counted (autograd's version).
         _increment_versions([t for k in self._written for t in lists[k]])
 
+    def _keywords(self, given):
+        """The keyword arguments as (hyperparameters, static arguments, tuples): a number, or a one-element tensor's
+        value, is a hyperparameter, whose new values never recompile; a tuple of numbers (betas=(0.9, 0.999)) is one
+        hyperparameter per element (`name_0`, `name_1`, ...), given to the function as a tuple; a bool, None or a
+        string is static: the function sees the value itself (it may branch on it), and another value records and
+        compiles the step again, as torch.compile treats them."""
+        hypers, statics, tuples = {}, {}, {}
+
+        def number(k, v):
+            if isinstance(v, torch.Tensor) and v.numel() == 1:
+                return v.item()
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise Error(
+                    f"step function {self._name}: keyword argument {k} is {v!r}: a step function takes numbers (or "
+                    "tuples of them) as hyperparameters, and bools, None and strings as static arguments"
+                )
+            return v
+
+        for k, v in given.items():
+            if isinstance(v, bool) or v is None or isinstance(v, str):
+                statics[k] = v
+            elif isinstance(v, tuple) and v:
+                tuples[k] = len(v)
+                for i, element in enumerate(v):
+                    hypers[_element_name(k, i)] = number(f"{k}[{i}]", element)
+            else:
+                hypers[k] = number(k, v)
+        for k in tuples:
+            for i in range(tuples[k]):
+                if _element_name(k, i) in given:
+                    raise Error(
+                        f"step function {self._name}: keyword argument {_element_name(k, i)} is also the name of "
+                        f"element {i} of the tuple {k}: rename one of them"
+                    )
+        return hypers, statics, tuples
+
     @property
     def kernel_count(self):
         """Kernels the last call's step launches."""
@@ -222,6 +269,11 @@ class StepFunction:
         if self._cxx is None:
             raise Error(f"step function {self._name} has not been called yet: nothing is compiled")
         return self._cxx.dump(stage)
+
+
+def _element_name(name, index):
+    """The hyperparameter that holds element `index` of the tuple keyword argument `name`."""
+    return f"{name}_{index}"
 
 
 def _graph_name(name):

@@ -134,6 +134,54 @@ def test_per_tensor_numbers_are_a_list_of_0d_tensors():
         assert_close(a, b, torch.float32, "param")
 
 
+@optjit.step_function
+def _adamw_flags(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr, betas, eps, weight_decay, maximize, name=None):
+    """AdamW with torch's keyword arguments: a betas tuple, and a maximize flag the function branches on."""
+    beta1, beta2 = betas
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    torch._foreach_add_(steps, 1)
+    torch._foreach_mul_(params, 1 - lr * weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    bias_correction1 = [1 - beta1**s for s in steps]
+    bias_correction2 = [(1 - beta2**s) ** 0.5 for s in steps]
+    denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(exp_avg_sqs), bias_correction2), eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr / bc for bc in bias_correction1])
+
+
+def test_keyword_tuples_are_hyperparameters_and_flags_are_static():
+    """betas=(b1, b2) is two hyperparameters (new values never recompile); maximize=True/False and name=None are
+    static: the function branches on them, and another value records and compiles again. Each run equals
+    torch.optim.AdamW with the same options."""
+    params = _lists(torch.float32, 5, 1)[0]
+    state = [[torch.zeros_like(p) for p in params] for _ in range(2)] + [[torch.tensor(0.0) for _ in params]]
+    reference = [torch.nn.Parameter(p.clone()) for p in params]
+    steps = []  # per step: the compiled step that ran it
+    for step, (maximize, betas) in enumerate([(False, (0.9, 0.99)), (False, (0.8, 0.95)), (True, (0.8, 0.95))]):
+        adamw = torch.optim.AdamW(reference, lr=0.01, betas=betas, weight_decay=0.1, maximize=maximize)
+        for r, m, v, s in zip(reference, *state):
+            adamw.state[r] = {"step": s.clone(), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+        grads = _lists(torch.float32, 40 + step, 1)[0]
+        for r, g in zip(reference, grads):
+            r.grad = g.clone()
+        _adamw_flags(params, grads, *state, lr=0.01, betas=betas, eps=1e-8, weight_decay=0.1, maximize=maximize)
+        adamw.step()
+        steps.append(_adamw_flags._cxx)
+        assert _adamw_flags._cxx.compiles() == 1
+        for k, (a, b) in enumerate(zip(params, reference)):
+            assert_close(a, b.detach(), torch.float32, f"step {step} (maximize={maximize}) params[{k}]")
+    assert steps[1] is steps[0]  # new betas: the same compiled step
+    assert steps[2] is not steps[1]  # maximize flipped: recorded and compiled again
+    assert_kernels(_adamw_flags, 1)
+
+    with pytest.raises(optjit.Error, match=r"keyword argument lr is \[0.1\]: a step function takes numbers"):
+        _adamw_flags(params, grads, *state, lr=[0.1], betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, maximize=False)
+    with pytest.raises(optjit.Error, match="keyword argument betas_0 is also the name of element 0 of the tuple betas"):
+        lion(params, grads, state[0], lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0, betas=(1.0,), betas_0=1.0)
+
+
 def test_an_op_outside_the_vocabulary_is_named():
     @optjit.step_function
     def bad(params, grads, *, lr):
