@@ -36,7 +36,8 @@ public:
   explicit KernelCache(std::size_t capacity) : capacity_(capacity) {}
 
   // The cached kernel for `key`, or make() compiled and inserted; `hit` says which. A kernel another thread is
-  // compiling now is waited for (a hit: compiled once, and its error, if it fails, is each waiter's).
+  // compiling now is waited for (a hit: compiled once); if that compile fails, each waiter throws the error too, and
+  // the next ask compiles again. make() must not ask this cache for `key` itself (it would wait for itself).
   std::shared_ptr<Kernel> get_or_compile(const std::string& key, const std::function<std::shared_ptr<Kernel>()>& make,
                                          bool& hit) {
     std::promise<std::shared_ptr<Kernel>> compiled;
@@ -62,30 +63,44 @@ public:
       try {
         return in_flight.get();
       } catch (const Error& e) {
-        throw Error(e.what()); // a copy of its own: threads never share one exception object
+        throw Error(e.what()); // a copy of its own: threads never share an optjit::Error
       }
     }
+    // Every way out of make() settles the compile, so no waiter waits forever: its kernel, or its error (the waiters
+    // get a copy of an optjit::Error; this thread rethrows its own).
     std::shared_ptr<Kernel> kernel;
+    std::exception_ptr own, shared;
     try {
-      kernel = make();         // outside the lock: compiling takes milliseconds
-    } catch (const Error& e) { // the waiters get a copy: this thread's own exception is never shared
-      fail(key, compiled, std::make_exception_ptr(Error(e.what())));
-      throw;
+      kernel = make(); // outside the lock: compiling takes milliseconds
+    } catch (const Error& e) {
+      own = std::current_exception();
+      try {
+        shared = std::make_exception_ptr(Error(e.what()));
+      } catch (...) {
+        shared = own;
+      }
     } catch (...) {
-      fail(key, compiled, std::current_exception());
-      throw;
+      own = shared = std::current_exception();
     }
-    std::lock_guard lock(mutex_);
-    compiling_.erase(key);
-    compiled.set_value(kernel);
-    lru_.emplace_front(key, kernel);
-    index_[key] = lru_.begin();
-    while (lru_.size() > capacity_) {
-      log_kernel_cache_eviction(lru_.back().first.substr(0, 60), capacity_);
-      index_.erase(lru_.back().first);
-      lru_.pop_back();
-      ++stats_.evictions;
+    {
+      std::lock_guard lock(mutex_);
+      compiling_.erase(key);
+      if (own) {
+        compiled.set_exception(shared);
+      } else {
+        compiled.set_value(kernel);
+        lru_.emplace_front(key, kernel);
+        index_[key] = lru_.begin();
+        while (lru_.size() > capacity_) {
+          log_kernel_cache_eviction(lru_.back().first.substr(0, 60), capacity_);
+          index_.erase(lru_.back().first);
+          lru_.pop_back();
+          ++stats_.evictions;
+        }
+      }
     }
+    if (own)
+      std::rethrow_exception(own);
     return kernel;
   }
 
@@ -114,12 +129,6 @@ public:
   }
 
 private:
-  void fail(const std::string& key, std::promise<std::shared_ptr<Kernel>>& compiled, std::exception_ptr error) {
-    std::lock_guard lock(mutex_);
-    compiling_.erase(key);
-    compiled.set_exception(std::move(error));
-  }
-
   std::size_t capacity_;
   std::mutex mutex_;
   std::list<std::pair<std::string, std::shared_ptr<Kernel>>> lru_;

@@ -28,9 +28,10 @@ on each entry's tensors (every entry must go through the same ops, as they do in
 
 Positional arguments are tensor lists: the params first, their grads second, then state lists, one tensor per param
 (a list of 0-d tensors beside params that are not all 0-d is per-tensor scalar state, such as a step count). Keyword
-arguments are hyperparameters (numbers, or tuples of them such as betas=(0.9, 0.999)): new values never recompile.
-Bools, None and strings are static arguments the function may branch on (maximize=True): another value records and
-compiles the step again. An op outside the vocabulary raises optjit.Error naming it.
+arguments are hyperparameters (numbers, or tuples or lists of them such as betas=(0.9, 0.999)): new values never
+recompile. Bools, None and strings are static arguments the function may branch on (maximize=True): another value
+records and compiles the step again (one variant is kept: alternating values compile each time). An op outside the
+vocabulary raises optjit.Error naming it.
 
 A value over all the lists, such as clip_grad_norm_'s total norm, is written as torch writes it: per-tensor scalars
 (torch._foreach_norm), torch.stack of them, then a norm, sum or max of the stack (and torch.clamp on the result).
@@ -109,7 +110,7 @@ class StepFunction:
                 kinds[names[k]] = "cols"
         return kinds
 
-    def _record(self, names, kinds, lists, hypers, statics, tuples):
+    def _record(self, names, kinds, lists, hypers, statics, sequences):
         params0 = lists[0]
         program = _Program(len(params0), min(p.dim() for p in params0))
         sym_lists = []
@@ -129,8 +130,9 @@ class StepFunction:
         sym_hypers = dict(statics)
         for k, v in hypers.items():
             sym_hypers[k] = _SymScalar(program, program.emit("hyper", name=k))
-        for k, size in tuples.items():  # a tuple of numbers: one hyperparameter per element, in a tuple
-            sym_hypers[k] = tuple(sym_hypers.pop(_element_name(k, i)) for i in range(size))
+        for k, (size, is_list) in sequences.items():  # one hyperparameter per element, in a tuple (or list)
+            values = [sym_hypers.pop(_element_name(k, i)) for i in range(size)]
+            sym_hypers[k] = values if is_list else tuple(values)
         returned = self.eager(*sym_lists, **sym_hypers)
         if returned is not None:
             raise Error(
@@ -157,7 +159,7 @@ class StepFunction:
             raise Error(f"step function {self._name}: give tensor lists of one tensor per param")
         if not lists[0]:
             raise Error(f"step function {self._name}: its lists are empty (torch's foreach ops need a tensor each)")
-        hypers, statics, tuples = self._keywords(hypers)
+        hypers, statics, sequences = self._keywords(hypers)
 
         def tensors(group):
             # Everything a view of the tensor depends on: a grad is not held between calls, so a new one at a freed
@@ -189,13 +191,13 @@ class StepFunction:
             len(lists[0]),
             ranks,
             tuple(sorted((k, type(v).__name__, v) for k, v in statics.items())),
-            tuple(sorted(tuples.items())),
+            tuple(sorted(sequences.items())),
         )
         key = (recorded_for, held, tensors(lists[1:2]))
         if self._cxx is None or key[:2] != self._key[:2]:
             program = self._program
             if program is None or key[0] != self._key[0]:
-                instructions = self._record(names, kinds, lists, hypers, statics, tuples)
+                instructions = self._record(names, kinds, lists, hypers, statics, sequences)
                 program = (instructions, names, kinds)
             instructions, names, kinds = program
             of_kind = {kind: [n for n in names if kinds.get(n) == kind] for kind in ("scalar", "rows", "cols")}
@@ -224,40 +226,43 @@ class StepFunction:
         _increment_versions([t for k in self._written for t in lists[k]])
 
     def _keywords(self, given):
-        """The keyword arguments as (hyperparameters, static arguments, tuples): a number, or a one-element tensor's
-        value, is a hyperparameter, whose new values never recompile; a tuple of numbers (betas=(0.9, 0.999)) is one
-        hyperparameter per element (`name_0`, `name_1`, ...), given to the function as a tuple; a bool, None or a
-        string is static: the function sees the value itself (it may branch on it), and another value records and
-        compiles the step again, as torch.compile treats them."""
-        hypers, statics, tuples = {}, {}, {}
+        """The keyword arguments as (hyperparameters, static arguments, sequences): a number, or a one-element
+        tensor's value, is a hyperparameter, whose new values never recompile; a tuple or list of numbers
+        (betas=(0.9, 0.999)) is one hyperparameter per element (`name_0`, `name_1`, ...), given to the function as a
+        tuple or list of them; a bool (a bool tensor's too), None or a string is static: the function sees the value
+        itself (it may branch on it), and another value records and compiles the step again, as torch.compile treats
+        them. `sequences` maps each tuple or list argument to (its length, tuple or list)."""
+        hypers, statics, sequences = {}, {}, {}
 
-        def number(k, v):
-            if isinstance(v, torch.Tensor) and v.numel() == 1:
-                return v.item()
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+        def refuse(k, v, why=_KEYWORDS_TAKEN):
+            raise Error(f"step function {self._name}: keyword argument {k} is {v!r}: {why}")
+
+        def add(name, value, k, v):
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool:
+                value = value.item()
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                refuse(k, v)
+            if name in hypers:
                 raise Error(
-                    f"step function {self._name}: keyword argument {k} is {v!r}: a step function takes numbers (or "
-                    "tuples of them) as hyperparameters, and bools, None and strings as static arguments"
+                    f"step function {self._name}: the hyperparameter {name} is given twice: as keyword argument {k} "
+                    "and as a keyword argument or an element of a tuple of that name (name_0, name_1, ...): rename one"
                 )
-            return v
+            hypers[name] = value
 
         for k, v in given.items():
-            if isinstance(v, bool) or v is None or isinstance(v, str):
+            if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype == torch.bool:
+                statics[k] = bool(v.item())
+            elif isinstance(v, bool) or v is None or isinstance(v, str):
                 statics[k] = v
-            elif isinstance(v, tuple) and v:
-                tuples[k] = len(v)
+            elif isinstance(v, (tuple, list)):
+                if not v:
+                    refuse(k, v, "an empty sequence holds no hyperparameter; leave it out")
+                sequences[k] = (len(v), type(v) is list)
                 for i, element in enumerate(v):
-                    hypers[_element_name(k, i)] = number(f"{k}[{i}]", element)
+                    add(_element_name(k, i), element, k, v)
             else:
-                hypers[k] = number(k, v)
-        for k in tuples:
-            for i in range(tuples[k]):
-                if _element_name(k, i) in given:
-                    raise Error(
-                        f"step function {self._name}: keyword argument {_element_name(k, i)} is also the name of "
-                        f"element {i} of the tuple {k}: rename one of them"
-                    )
-        return hypers, statics, tuples
+                add(k, v, k, v)
+        return hypers, statics, sequences
 
     @property
     def kernel_count(self):
@@ -271,8 +276,14 @@ class StepFunction:
         return self._cxx.dump(stage)
 
 
+_KEYWORDS_TAKEN = (
+    "a step function takes numbers (or tuples of them) as hyperparameters, and bools, None and strings as static "
+    "arguments"
+)
+
+
 def _element_name(name, index):
-    """The hyperparameter that holds element `index` of the tuple keyword argument `name`."""
+    """The hyperparameter that holds element `index` of the tuple (or list) keyword argument `name`."""
     return f"{name}_{index}"
 
 

@@ -145,10 +145,8 @@ def _adamw_flags(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr, betas, eps,
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-    bias_correction1 = [1 - beta1**s for s in steps]
-    bias_correction2 = [(1 - beta2**s) ** 0.5 for s in steps]
-    denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(exp_avg_sqs), bias_correction2), eps)
-    torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr / bc for bc in bias_correction1])
+    for p, m, v, s in zip(params, exp_avgs, exp_avg_sqs, steps):
+        p.add_(m / (v.sqrt() / (1 - beta2**s) ** 0.5 + eps) * (-lr / (1 - beta1**s)))
 
 
 def test_keyword_tuples_are_hyperparameters_and_flags_are_static():
@@ -176,10 +174,33 @@ def test_keyword_tuples_are_hyperparameters_and_flags_are_static():
     assert steps[2] is not steps[1]  # maximize flipped: recorded and compiled again
     assert_kernels(_adamw_flags, 1)
 
-    with pytest.raises(optjit.Error, match=r"keyword argument lr is \[0.1\]: a step function takes numbers"):
-        _adamw_flags(params, grads, *state, lr=[0.1], betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, maximize=False)
-    with pytest.raises(optjit.Error, match="keyword argument betas_0 is also the name of element 0 of the tuple betas"):
+    # A list is taken as torch takes betas=[0.9, 0.99] (the function gets a list), and maximize as a bool tensor.
+    before = [p.clone() for p in params]
+    eager = _clone([params, *state])
+    flags = dict(lr=0.01, betas=[0.9, 0.99], eps=1e-8, weight_decay=0.1, maximize=torch.tensor(True))
+    _adamw_flags(params, grads, *state, **flags)
+    _adamw_flags.eager(eager[0], grads, *eager[1:], **flags)
+    for k, (a, b, c) in enumerate(zip(params, eager[0], before)):
+        assert_close(a, b, torch.float32, f"params[{k}] with betas as a list")
+        assert not torch.equal(a, c)
+
+    hypers = dict(lr=0.01, eps=1e-8, weight_decay=0.1, maximize=False)
+    with pytest.raises(optjit.Error, match=r"keyword argument betas is \(0.9, 'a'\): a step function takes numbers"):
+        _adamw_flags(params, grads, *state, betas=(0.9, "a"), **hypers)
+    with pytest.raises(optjit.Error, match=r"keyword argument betas is \(\): an empty sequence holds no"):
+        _adamw_flags(params, grads, *state, betas=(), **hypers)
+    with pytest.raises(optjit.Error, match="the hyperparameter betas_0 is given twice"):
         lion(params, grads, state[0], lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0, betas=(1.0,), betas_0=1.0)
+
+    # Two tuples whose element names do not meet are fine (x_1's elements are x_1_0 and x_1_1).
+    @optjit.step_function
+    def pairs(params, grads, *, x, x_1):
+        torch._foreach_add_(params, grads, alpha=x[0] * x_1[1] - x[1])
+
+    expected = [p + g * (1.0 * 4.0 - 2.0) for p, g in zip(params, grads)]
+    pairs(params, grads, x=(1.0, 2.0), x_1=(3.0, 4.0))
+    for k, (a, b) in enumerate(zip(params, expected)):
+        assert_close(a, b, torch.float32, f"params[{k}] with x and x_1")
 
 
 def test_an_op_outside_the_vocabulary_is_named():

@@ -120,56 +120,65 @@ TEST_CASE("threads: one optimizer stepped from two threads at once: every step r
   }
 }
 
-TEST_CASE("threads: a kernel two threads ask for at once compiles once, and its error reaches both") {
-  KernelCache<int> cache(4);
-  std::atomic<int> compiles{0};
-  std::barrier<> start(2);
-  const auto slow_compile = [&] {
+namespace {
+
+// Runs cache.get_or_compile(key, make) from two threads, the second asking only once the first is inside make(),
+// which then waits (up to 10 s, so that a cache that compiles twice fails instead of hanging) until the second has
+// found the compile in flight. Returns each thread's error message ("" for none) and hit.
+struct TwoAsks {
+  std::string errors[2];
+  bool hit[2] = {false, false};
+  std::shared_ptr<int> got[2];
+};
+TwoAsks ask_twice(KernelCache<int>& cache, const std::string& key, bool fail, std::atomic<int>& compiles) {
+  TwoAsks asks;
+  std::atomic<bool> entered{false};
+  const int64_t hits_before = cache.stats().hits;
+  const auto make = [&]() -> std::shared_ptr<int> {
     ++compiles;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // the other thread asks meanwhile
+    entered = true;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (cache.stats().hits == hits_before && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    if (fail)
+      throw Error("no such kernel");
     return std::make_shared<int>(7);
   };
-  std::shared_ptr<int> got[2];
-  bool hit[2] = {false, false};
   std::thread threads[2];
   for (int t = 0; t < 2; ++t)
     threads[t] = std::thread([&, t] {
-      start.arrive_and_wait();
-      if (t == 1)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10)); // thread 0 compiles
-      got[t] = cache.get_or_compile("k", slow_compile, hit[t]);
-    });
-  for (std::thread& t : threads)
-    t.join();
-  CHECK(compiles == 1);
-  CHECK(got[0] == got[1]);
-  CHECK(!hit[0]);
-  CHECK(hit[1]);
-  CHECK(cache.stats().misses == 1);
-
-  const auto failing_compile = [&]() -> std::shared_ptr<int> {
-    ++compiles;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    throw Error("no such kernel");
-  };
-  std::string errors[2];
-  for (int t = 0; t < 2; ++t)
-    threads[t] = std::thread([&, t] {
-      start.arrive_and_wait();
-      if (t == 1)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      while (t == 1 && !entered)
+        std::this_thread::yield();
       try {
-        cache.get_or_compile("bad", failing_compile, hit[t]);
+        asks.got[t] = cache.get_or_compile(key, make, asks.hit[t]);
       } catch (const Error& e) {
-        errors[t] = e.what();
+        asks.errors[t] = e.what();
       }
     });
   for (std::thread& t : threads)
     t.join();
+  return asks;
+}
+
+} // namespace
+
+TEST_CASE("threads: a kernel two threads ask for at once compiles once, and its error reaches both") {
+  KernelCache<int> cache(4);
+  std::atomic<int> compiles{0};
+  const TwoAsks ok = ask_twice(cache, "k", false, compiles);
+  CHECK(compiles == 1);
+  CHECK(ok.got[0] == ok.got[1]);
+  CHECK(*ok.got[0] == 7);
+  CHECK(!ok.hit[0]);
+  CHECK(ok.hit[1]);
+  CHECK(cache.stats().misses == 1);
+
+  const TwoAsks failed = ask_twice(cache, "bad", true, compiles);
   CHECK(compiles == 2);
-  CHECK(errors[0] == "no such kernel");
-  CHECK(errors[1] == "no such kernel");
+  CHECK(failed.errors[0] == "no such kernel");
+  CHECK(failed.errors[1] == "no such kernel");
   bool again = true; // a failed compile is not cached: the next ask compiles again
-  CHECK(*cache.get_or_compile("bad", slow_compile, again) == 7);
+  CHECK(*cache.get_or_compile(
+            "bad", [] { return std::make_shared<int>(8); }, again) == 8);
   CHECK(!again);
 }
