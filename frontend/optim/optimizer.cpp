@@ -340,7 +340,7 @@ void Optimizer::check_hyperparameters() const {
     check_flags(groups_[g].options, "param group " + std::to_string(g));
     check_step_options(groups_[g], g);
   }
-  for (std::size_t g = 0; g < groups_.size(); ++g)
+  for (std::size_t g = 0; g < groups_.size() && requires_finite_hyperparameters(); ++g)
     for (const std::string& name : names)
       if (double v = groups_[g].get(name); !std::isfinite(v))
         throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +

@@ -376,6 +376,9 @@ public:
   // Step-time checks of a group's options, which may have changed since construction (torch checks them only
   // there): options its step cannot take at all, refused before anything changes.
   virtual void check_step_options(const ParamGroup& /*group*/, std::size_t /*index*/) const {}
+  // Whether the step refuses non-finite hyperparameters (torch.optim's options are finite); a step function takes
+  // whatever its caller passes, as torch's ops take any number (a max_norm of inf only measures the norm).
+  virtual bool requires_finite_hyperparameters() const { return true; }
 
 protected:
   // Whether a step writes its grads: the unscaled grads of gradient scaling, or a step function that stores to its

@@ -51,7 +51,8 @@ public:
   // Rows and columns state, or a trace that sums along rows or columns (known once the step is compiled, before it
   // binds): element order decides which row an element is in.
   bool walks_rows_and_columns(int64_t) const override { return has_axis_state_ || sums_axes_; }
-  void validate_options(const OptionMap&) const override {} // finiteness is checked at every step
+  void validate_options(const OptionMap&) const override {}
+  bool requires_finite_hyperparameters() const override { return false; } // any number, as torch's ops take
 
 protected:
   bool writes_grads() const override { return Optimizer::writes_grads() || stores_grads_; }
@@ -102,9 +103,6 @@ void check_lists(const std::string& name, const StepLists& lists) {
   for (const auto& [key, value] : lists.hypers) {
     if (kFlags.count(key) || key == "param" || key == "grad")
       throw Error(fmt::format("compile_step {}: '{}' is a name optjit keeps for itself", name, key));
-    if (!std::isfinite(value))
-      throw Error(
-          fmt::format("compile_step {}: hyperparameter {} is {}: hyperparameters must be finite", name, key, value));
   }
 }
 

@@ -52,7 +52,8 @@ public:
   ~StepFunction();
 
   void operator()(); // one step over the lists (compiles on the first call, and again when a guard fails)
-  // A hyperparameter the function reads; an unknown name or a non-finite value (at the next step) is an error.
+  // A hyperparameter the function reads (any number, inf and NaN too, as torch's ops take them); an unknown name is an
+  // error.
   void set_hyper(const std::string& name, double value);
   int kernel_count();
   std::string dump(Stage stage, int gpu_sm = 0);
@@ -67,8 +68,8 @@ private:
 };
 
 // Checks the lists (one tensor per param in every list, state shaped like its param, scalars of one element, rows
-// and columns state of params of rank >= 2, finite hyperparameters, a name that is an identifier) and returns the step;
-// it traces and compiles on its first call. Throws optjit::Error naming the list and the rule.
+// and columns state of params of rank >= 2, no hyperparameter named as optjit's own, a name that is an identifier)
+// and returns the step; it traces and compiles on its first call. Throws optjit::Error naming the list and the rule.
 StepFunction compile_step(std::string name, StepFunctionBody body, StepLists lists, CompileOptions options = {});
 
 // Throws optjit::Error naming two tensors of the lists that share an element (one tensor in two lists, or views that

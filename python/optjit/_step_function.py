@@ -51,6 +51,7 @@ is refused."""
 
 import functools
 import inspect
+import numbers
 
 import torch
 
@@ -142,7 +143,11 @@ class StepFunction:
         stored = False
         for name, lst, first in zip(names, elements, initial):
             if len({element.id for element in lst}) != 1:
-                raise Error(f"step function {self._name} updates part of list '{name}': optjit records whole lists")
+                raise Error(
+                    f"step function {self._name} updates part of list '{name}': optjit records whole lists, and every "
+                    "entry must go through the same ops (an op on some entries only, or a choice by position such as "
+                    "`-lr if i == 0 else lr`, gives entries programs of their own)"
+                )
             if lst[0].id != first:
                 program.emit("store_scalar" if kinds.get(name) == "scalar" else "store", lst[0].id, name=name)
                 stored = True
@@ -153,7 +158,39 @@ class StepFunction:
             )
         return program.instructions
 
+    def __set_name__(self, owner, name):
+        self._attribute = name
+
+    def __get__(self, obj, objtype=None):
+        """As a method: the instance is the function's first argument. Each instance gets a step function of its own
+        (kept on it), recorded with it; what the function reads of the instance is fixed when it records."""
+        if obj is None:
+            return self
+        bound = StepFunction(functools.partial(self.eager, obj), name=self._name)
+        attribute = getattr(self, "_attribute", None)
+        if attribute is not None and isinstance(getattr(obj, "__dict__", None), dict):
+            obj.__dict__[attribute] = bound
+        return bound
+
     def __call__(self, *lists, **hypers):
+        for k, lst in enumerate(lists):
+            if not isinstance(lst, (list, tuple)):
+                raise Error(
+                    f"step function {self._name}: positional argument {k} is {type(lst).__name__}: positional "
+                    "arguments are tensor lists (params, grads, then state); pass hyperparameters by keyword (lr=0.1)"
+                )
+            for j, t in enumerate(lst):
+                if not isinstance(t, torch.Tensor):
+                    raise Error(
+                        f"step function {self._name}: entry {j} of positional argument {k} is {t!r}, not a tensor "
+                        "(a param without a grad: leave it out of every list)"
+                    )
+                if t.is_complex():
+                    raise Error(
+                        f"step function {self._name}: entry {j} of positional argument {k} is a complex tensor: "
+                        "step functions compute on real numbers; pass torch.view_as_real views, as torch.optim's "
+                        "foreach steps step complex params"
+                    )
         lists = [list(lst) for lst in lists]
         if not lists or any(len(lst) != len(lists[0]) for lst in lists):
             raise Error(f"step function {self._name}: give tensor lists of one tensor per param")
@@ -183,7 +220,8 @@ class StepFunction:
         # (The lists' length too: Python code in the function may read it, len(params), and the recording keeps it.)
         # (The params' lowest rank too: size(-2) of a 1-D param is refused when recorded.)
         ranks = min(t.dim() for t in lists[0])
-        # (The static arguments' values too: the function may branch on them.)
+        # (The static arguments' values too: the function may branch on them; and the numbers, bools and strings it
+        # reads from its module and its closure, which the recording fixes.)
         recorded_for = (
             tuple(names),
             tuple(sorted(kinds.items())),
@@ -192,6 +230,7 @@ class StepFunction:
             ranks,
             tuple(sorted((k, type(v).__name__, v) for k, v in statics.items())),
             tuple(sorted(sequences.items())),
+            _outside_values(self.eager),
         )
         key = (recorded_for, held, tensors(lists[1:2]))
         if self._cxx is None or key[:2] != self._key[:2]:
@@ -240,20 +279,20 @@ class StepFunction:
         def add(name, value, k, v):
             if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool:
                 value = value.item()
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if _is_bool(value) or not isinstance(value, numbers.Real):  # numpy's numbers too
                 refuse(k, v)
             if name in hypers:
                 raise Error(
                     f"step function {self._name}: the hyperparameter {name} is given twice: as keyword argument {k} "
                     "and as a keyword argument or an element of a tuple of that name (name_0, name_1, ...): rename one"
                 )
-            hypers[name] = value
+            hypers[name] = float(value)
 
         for k, v in given.items():
             if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype == torch.bool:
                 statics[k] = bool(v.item())
-            elif isinstance(v, bool) or v is None or isinstance(v, str):
-                statics[k] = v
+            elif _is_bool(v) or v is None or isinstance(v, str):
+                statics[k] = bool(v) if _is_bool(v) else v
             elif isinstance(v, (tuple, list)):
                 if not v:
                     refuse(k, v, "an empty sequence holds no hyperparameter; leave it out")
@@ -274,6 +313,40 @@ class StepFunction:
         if self._cxx is None:
             raise Error(f"step function {self._name} has not been called yet: nothing is compiled")
         return self._cxx.dump(stage)
+
+
+def _is_bool(value):
+    """A bool, Python's or numpy's."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"))
+
+
+def _outside_values(fn):
+    """The numbers, bools, strings and None the function reads from its module's globals and from its closure: a
+    recording fixes them, so another value records again, as torch.compile guards on them. (Values read through
+    other objects, an instance's attributes or a called function's globals, are fixed when it records.)"""
+    fn = getattr(fn, "func", fn)  # a method's functools.partial
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ()
+    simple = (int, float, bool, str, type(None))
+    values = []
+    module = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        if name in module and isinstance(module[name], simple):
+            values.append(("global", name, _comparable(module[name])))
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+        if isinstance(value, simple):
+            values.append(("closure", name, _comparable(value)))
+    return tuple(values)
+
+
+def _comparable(value):
+    """`value` for a key: a float by its bits (NaN equals NaN, -0.0 is not 0.0), anything else with its type."""
+    return (type(value).__name__, value.hex() if isinstance(value, float) else value)
 
 
 _KEYWORDS_TAKEN = (

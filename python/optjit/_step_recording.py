@@ -96,6 +96,11 @@ def _operand(program, x, what=None):
     """The recorded value of an operand: a symbolic element or scalar, or a Python number (a constant)."""
     if isinstance(x, (_SymTensor, _SymScalar)):
         return x.id
+    if isinstance(x, _SymStack):
+        raise Error(
+            f"{what + ': ' if what else ''}a torch.stack of per-tensor scalars is used where torch takes one value: "
+            "reduce it (.sum(), .max(), a norm), or pass it where a foreach op takes one scalar per tensor"
+        )
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise Error(
             f"{what + ': ' if what else ''}a step function's operand is {x!r}: optjit records tensor lists, "
@@ -242,8 +247,8 @@ class _Elementwise:
                 return _SymShape(self)
             if name == "matmul":
                 return lambda other: _matmul(self, other)
-            if name == "size":
-                return lambda dim: _size(self.program, self, dim)
+            if name == "size":  # size() is the shape, size(dim) one size
+                return lambda dim=None: _SymShape(self) if dim is None else _size(self.program, self, dim)
             return lambda: _size(self.program, self, None)
         in_place = name.endswith("_")
         base = name[:-1] if in_place else name
@@ -290,7 +295,29 @@ class _SymScalar(_Elementwise):
         self.boolean = boolean
 
     def __bool__(self):
-        raise Error("a step function branches on a hyperparameter's value: optjit records one program for every value")
+        raise Error(
+            f"a step function branches on {self._what()} (if, and, or, min(), max()): optjit records one "
+            "program for every value; pass a value to branch on as a static argument (a bool, None or a string), or "
+            "write the choice with torch.where"
+        )
+
+    def _what(self):
+        """What this value is, for a message: the hyperparameter it is, or the hyperparameters it is computed from."""
+        instructions, names, seen, todo = self.program.instructions, [], set(), [self.id]
+        while todo:
+            vid = todo.pop()
+            if vid in seen:
+                continue
+            seen.add(vid)
+            instruction = instructions[vid]
+            if instruction.op == "hyper":
+                names.append(instruction.name)
+            todo.extend(instruction.inputs)
+        if instructions[self.id].op == "hyper":
+            return f"the value of the hyperparameter {names[0]}"
+        if names:
+            return f"a value computed from the hyperparameter{'s' if len(names) > 1 else ''} {', '.join(sorted(names))}"
+        return "a per-tensor scalar's value"
 
     def __float__(self):
         raise Error(
@@ -370,6 +397,10 @@ class _SymStack:
         return _SymScalar(self.program, self.program.emit("list_max", self.id), tensor=True)
 
     amax = max
+
+    def mean(self):  # over the tensors of the lists: their number is the recording's
+        p = self.program
+        return _SymScalar(p, p.emit("div", self.sum().id, p.emit("constant", number=float(p.length))), tensor=True)
 
     def norm(self, p=2):
         return _norm(self, p)
@@ -592,6 +623,13 @@ def _list_id(program, value, what):
             )
         _check_in_order(value, what)
         return ids.pop()
+    if isinstance(value, _SymStack):
+        if "addcmul" in what or "addcdiv" in what:  # one scalar per tensor, as torch's foreach addcmul, addcdiv take
+            return value.id
+        raise Error(
+            f"{what} with a torch.stack of per-tensor scalars: torch takes one as the scalars of _foreach_addcmul and "
+            "_foreach_addcdiv only; pass the list of scalars"
+        )
     if isinstance(value, (_SymScalar, _SymTensor)) and value.entry is not None:
         raise Error(
             f"{what}: one tensor's value (element {value.entry} of a list, or arithmetic on it) is used for every "
@@ -637,6 +675,11 @@ def _assign(target, vid):
     """The elements of list `target` hold `vid` (an in-place foreach op's result); a tensor list's, every element."""
     if isinstance(target[0], _SymTensor):
         vid = target[0].program.written(vid, target[0].id, target[0].holds)
+    elif target[0].program.kinds[vid] != "pt":
+        raise Error(
+            "a step function writes tensors' elements into a list of 0-d tensors (per-tensor scalars) in place: their "
+            "shapes do not fit, as torch's in-place ops refuse"
+        )
     for element in target:
         element.id = vid
         if isinstance(element, _SymScalar):

@@ -66,6 +66,7 @@ NB_MODULE(_optjit, m) {
           },
           nb::arg("op"), nb::arg("inputs"), nb::arg("name") = "", nb::arg("number") = 0.0)
       .def_ro("op", &StepInstruction::op)
+      .def_ro("inputs", &StepInstruction::inputs)
       .def_ro("name", &StepInstruction::name);
   nb::class_<TorchStepFunction>(m, "TorchStepFunction")
       .def(nb::init<const std::string&, std::vector<StepInstruction>,

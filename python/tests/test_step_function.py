@@ -216,7 +216,7 @@ def test_an_op_outside_the_vocabulary_is_named():
         if lr > 0:
             torch._foreach_add_(params, grads)
 
-    with pytest.raises(optjit.Error, match="branches on a hyperparameter"):
+    with pytest.raises(optjit.Error, match="branches on a value computed from the hyperparameter lr"):
         branches(*_lists(torch.float32, 3, 2), lr=0.1)
 
 
@@ -401,7 +401,7 @@ def test_what_a_step_function_cannot_record_is_an_error_naming_it():
 
     cases = [
         (first_only, {}, "records whole lists, and this one has 1 of the 2 tensors"),
-        (by_flag, {"maximize": 1}, "branches on a hyperparameter"),
+        (by_flag, {"maximize": 1}, "branches on a value computed from the hyperparameter maximize"),
         (by_method, {}, r"\.erfinv_ of an element of a tensor list is outside"),
         (by_operator, {}, r"the operator @ on elements: optjit records only a column of rows times a row of columns"),
         (by_shape, {}, r"\.dim of an element of a tensor list is outside"),
@@ -1023,3 +1023,113 @@ def test_writes_and_sizes_torch_refuses_are_refused():
         r"size\(-2\) of an element of a list with a param of rank 1",
         shapes=((5,), (3, 6)),
     )
+
+
+STEP_SCALE = 1.0  # read by _globally_scaled from the module: a new value records the step again
+
+
+@optjit.step_function
+def _globally_scaled(params, grads, *, lr):
+    torch._foreach_add_(params, grads, alpha=-lr * STEP_SCALE)
+
+
+def test_module_globals_and_closures_the_function_reads_record_again_when_they_change():
+    global STEP_SCALE
+    params, grads = _lists(torch.float32, 21, 2)
+    eager = _clone([params])[0]
+    for scale in (1.0, 1.0, 3.0):
+        STEP_SCALE = scale
+        _globally_scaled(params, grads, lr=0.1)
+        _globally_scaled.eager(eager, grads, lr=0.1)
+        for a, b in zip(params, eager):
+            assert_close(a, b, torch.float32, f"scale {scale}")
+    STEP_SCALE = 1.0
+
+    def with_momentum(beta):
+        @optjit.step_function
+        def step(params, grads, bufs, *, lr):
+            torch._foreach_mul_(bufs, beta)
+            torch._foreach_add_(bufs, grads)
+            torch._foreach_add_(params, bufs, alpha=-lr)
+
+        return step
+
+    ours, theirs = _lists(torch.float32, 22, 3), _lists(torch.float32, 22, 3)
+    for beta in (0.9, 0.5):
+        step = with_momentum(beta)
+        step(*ours, lr=0.1)
+        step.eager(*theirs, lr=0.1)
+    for a, b in zip(ours[0], theirs[0]):
+        assert_close(a, b, torch.float32, "closure")
+
+
+class _Signum:
+    def __init__(self, beta):
+        self.beta = beta
+
+    @optjit.step_function
+    def step(self, params, grads, bufs, *, lr):
+        torch._foreach_lerp_(bufs, grads, 1 - self.beta)
+        torch._foreach_add_(params, torch._foreach_sign(bufs), alpha=-lr)
+
+
+def test_a_step_function_as_a_method_is_recorded_for_each_instance():
+    ours, theirs = _lists(torch.float32, 23, 3), _lists(torch.float32, 23, 3)
+    a, b = _Signum(0.9), _Signum(0.5)
+    for _ in range(2):
+        a.step(*ours, lr=0.1)
+        _Signum.step.eager(a, *theirs, lr=0.1)
+    assert a.step is a.step  # kept on the instance: one compiled step
+    b.step(*ours, lr=0.1)
+    _Signum.step.eager(b, *theirs, lr=0.1)
+    for x, y in zip(ours[0], theirs[0]):
+        assert_close(x, y, torch.float32, "params")
+
+
+def test_more_of_torchs_forms_and_refusals_that_say_why():
+    import numpy as np
+
+    params, grads = _lists(torch.float32, 24, 2)
+
+    @optjit.step_function
+    def clipped(params, grads, *, lr, max_norm):
+        norms = torch.stack(torch._foreach_norm(grads))
+        coef = torch.clamp(max_norm / (torch.linalg.vector_norm(norms) + 1e-6), max=1.0)
+        mean = norms.mean()  # over the tensors
+        scaled = torch._foreach_addcdiv(torch._foreach_mul(grads, 0.0), grads, params, norms)  # norms as scalars
+        torch._foreach_mul_(scaled, coef)
+        for p, g in zip(params, scaled):  # size() is the shape, as torch's
+            p.sub_(g * (lr * mean * g.size()[-1] / g.size(-1)))
+
+    # max_norm of inf only measures (no clipping), as torch takes it; numpy numbers are numbers.
+    for max_norm in (float("inf"), np.float32(0.5)):
+        ours, theirs = _clone([params])[0], _clone([params])[0]
+        clipped(ours, grads, lr=np.float64(0.1), max_norm=max_norm)
+        clipped.eager(theirs, grads, lr=0.1, max_norm=float(max_norm))
+        for a, b in zip(ours, theirs):
+            assert_close(a, b, torch.float32, f"max_norm {max_norm}")
+
+    @optjit.step_function
+    def branchy(params, grads, *, lr):
+        if lr > 0:
+            torch._foreach_add_(params, grads)
+
+    with pytest.raises(optjit.Error, match="pass a value to branch on as a static argument"):
+        branchy(params, grads, lr=0.1)
+
+    @optjit.step_function
+    def counted(params, grads, steps, *, lr):
+        torch._foreach_add_(steps, grads)
+
+    with pytest.raises(optjit.Error, match="writes tensors' elements into a list of 0-d tensors"):
+        counted(params, grads, [torch.tensor(0.0) for _ in params], lr=0.1)
+
+    before = _clone([params])[0]
+    with pytest.raises(optjit.Error, match="positional argument 2 is float: positional arguments are tensor lists"):
+        _globally_scaled(params, grads, 0.1)
+    with pytest.raises(optjit.Error, match="entry 1 of positional argument 1 is None, not a tensor"):
+        _globally_scaled(params, [grads[0], None, grads[2]], lr=0.1)
+    complex_params = [torch.randn(3, dtype=torch.complex64)]
+    with pytest.raises(optjit.Error, match="is a complex tensor: step functions compute on real numbers"):
+        _globally_scaled(complex_params, [torch.randn(3, dtype=torch.complex64)], lr=0.1)
+    assert all(torch.equal(a, b) for a, b in zip(params, before))
