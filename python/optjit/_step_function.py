@@ -49,9 +49,12 @@ process's partials are all-reduced over the mesh when the kernel computing them 
 Partial DTensors of an eager run. A size (numel(), size(), a mean) or rows and columns state spans the shards too and
 is refused."""
 
+import dis
 import functools
 import inspect
 import numbers
+import types
+import weakref
 
 import torch
 
@@ -70,6 +73,8 @@ class StepFunction:
         self._program = None  # (instructions, list names, list kinds)
         self._cxx = None
         self._key = None
+        self._bound = weakref.WeakKeyDictionary()  # as a method: each instance's step function (__get__)
+        self._names_read = None  # the globals and attributes the function's code reads (_outside_values)
 
     def _list_names(self, count):
         """The slot of each list: "param", "grad", then each state list's parameter name (another name where it
@@ -158,18 +163,25 @@ class StepFunction:
             )
         return program.instructions
 
-    def __set_name__(self, owner, name):
-        self._attribute = name
-
     def __get__(self, obj, objtype=None):
-        """As a method: the instance is the function's first argument. Each instance gets a step function of its own
-        (kept on it), recorded with it; what the function reads of the instance is fixed when it records."""
+        """As a method: the instance is the function's first argument. Each instance gets a step function of its own,
+        recorded with it (the numbers, bools and strings the function reads of the instance, self.beta, are guarded
+        as globals are); kept while the instance lives, or made anew at each access for an instance that takes no
+        weak reference (which then records at every call)."""
         if obj is None:
             return self
-        bound = StepFunction(functools.partial(self.eager, obj), name=self._name)
-        attribute = getattr(self, "_attribute", None)
-        if attribute is not None and isinstance(getattr(obj, "__dict__", None), dict):
-            obj.__dict__[attribute] = bound
+        try:
+            bound = self._bound.get(obj)
+        except TypeError:  # no weak reference to it
+            bound = None
+        if bound is None:
+            bound = StepFunction(functools.partial(self.eager, obj), name=self._name)
+            functools.update_wrapper(bound, self.eager)
+            bound.eager = functools.partial(self.eager, obj)
+            try:
+                self._bound[obj] = bound
+            except TypeError:
+                pass
         return bound
 
     def __call__(self, *lists, **hypers):
@@ -230,7 +242,7 @@ class StepFunction:
             ranks,
             tuple(sorted((k, type(v).__name__, v) for k, v in statics.items())),
             tuple(sorted(sequences.items())),
-            _outside_values(self.eager),
+            self._outside_values(),
         )
         key = (recorded_for, held, tensors(lists[1:2]))
         if self._cxx is None or key[:2] != self._key[:2]:
@@ -264,6 +276,39 @@ class StepFunction:
         # The lists it wrote changed in place, as torch's foreach ops would have counted (autograd's version).
         _increment_versions([t for k in self._written for t in lists[k]])
 
+    def _outside_values(self):
+        """The numbers, bools, strings and None the function reads from its module's globals, from its closure and,
+        as a method, from its instance's attributes: a recording fixes them, so another value records again, as
+        torch.compile guards on them. (Values read through other objects, or by functions it calls, are fixed when
+        it records.)"""
+        fn = self.eager
+        instance = fn.args[0] if isinstance(fn, functools.partial) and fn.args else None
+        fn = getattr(fn, "func", fn)
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return ()
+        if self._names_read is None:
+            self._names_read = _names_read(code)
+        globals_read, attributes = self._names_read
+        values = []
+        module = getattr(fn, "__globals__", {})
+        for name in sorted(globals_read):
+            if name in module and isinstance(module[name], _SIMPLE):
+                values.append(("global", name, _comparable(module[name])))
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # a cell not filled yet
+                continue
+            if isinstance(value, _SIMPLE):
+                values.append(("closure", name, _comparable(value)))
+        fields = getattr(instance, "__dict__", None)
+        if isinstance(fields, dict):
+            for name in sorted(attributes):
+                if name in fields and isinstance(fields[name], _SIMPLE):
+                    values.append(("attribute", name, _comparable(fields[name])))
+        return tuple(values)
+
     def _keywords(self, given):
         """The keyword arguments as (hyperparameters, static arguments, sequences): a number, or a one-element
         tensor's value, is a hyperparameter, whose new values never recompile; a tuple or list of numbers
@@ -286,7 +331,10 @@ class StepFunction:
                     f"step function {self._name}: the hyperparameter {name} is given twice: as keyword argument {k} "
                     "and as a keyword argument or an element of a tuple of that name (name_0, name_1, ...): rename one"
                 )
-            hypers[name] = float(value)
+            try:
+                hypers[name] = float(value)
+            except OverflowError:
+                refuse(k, v, "it is beyond a float's range")
 
         for k, v in given.items():
             if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype == torch.bool:
@@ -320,33 +368,33 @@ def _is_bool(value):
     return isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"))
 
 
-def _outside_values(fn):
-    """The numbers, bools, strings and None the function reads from its module's globals and from its closure: a
-    recording fixes them, so another value records again, as torch.compile guards on them. (Values read through
-    other objects, an instance's attributes or a called function's globals, are fixed when it records.)"""
-    fn = getattr(fn, "func", fn)  # a method's functools.partial
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return ()
-    simple = (int, float, bool, str, type(None))
-    values = []
-    module = getattr(fn, "__globals__", {})
-    for name in code.co_names:
-        if name in module and isinstance(module[name], simple):
-            values.append(("global", name, _comparable(module[name])))
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:  # a cell not filled yet
-            continue
-        if isinstance(value, simple):
-            values.append(("closure", name, _comparable(value)))
-    return tuple(values)
+def _names_read(code):
+    """The names `code` loads as globals and as attributes, its nested code's (comprehensions, lambdas, inner
+    functions) included."""
+    globals_read, attributes = set(), set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            globals_read.add(instruction.argval)
+        elif instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+            attributes.add(instruction.argval)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            inner_globals, inner_attributes = _names_read(constant)
+            globals_read |= inner_globals
+            attributes |= inner_attributes
+    return globals_read, attributes
+
+
+# The values a recording guards on: numbers (numpy's too), bools, strings and None.
+_SIMPLE = (numbers.Number, str, type(None))
 
 
 def _comparable(value):
-    """`value` for a key: a float by its bits (NaN equals NaN, -0.0 is not 0.0), anything else with its type."""
-    return (type(value).__name__, value.hex() if isinstance(value, float) else value)
+    """`value` for a key, with its type: a real number that is not an integer by its bits as a float (NaN equals NaN,
+    -0.0 is not 0.0)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return (type(value).__name__, float(value).hex())
+    return (type(value).__name__, value)
 
 
 _KEYWORDS_TAKEN = (

@@ -558,6 +558,15 @@ class _SymShape:
     def __len__(self):
         raise Error("len(x.shape), the rank of an element: optjit records one step for every rank")
 
+    def __eq__(self, other):
+        raise Error(
+            "comparing the shapes of list elements: optjit records one step for every shape (compare sizes, "
+            "x.size(-1), in the step's arithmetic instead)"
+        )
+
+    __ne__ = __eq__
+    __hash__ = None
+
     def __iter__(self):
         raise Error("unpacking x.shape, the rank of an element: optjit records one step for every rank")
 
@@ -588,9 +597,7 @@ def _scalar_op(name, args, kwargs):
     if len(args) == 1:  # of a scalar, its own value (a new tensor in torch: writing it leaves x alone)
         if isinstance(x, _SymScalar):
             return _SymScalar(x.program, x.id, x.squares, x.entry, tensor=True, boolean=x.boolean)
-        if name == "mean":
-            raise Error("torch.mean of a torch.stack of per-tensor scalars: write .sum() / len(params)")
-        return x.sum() if name == "sum" else x.max()
+        return x.mean() if name == "mean" else x.sum() if name == "sum" else x.max()
     raise Error(f"torch.{name} with a dim: optjit reduces whole tensors and stacks")
 
 
@@ -624,7 +631,7 @@ def _list_id(program, value, what):
         _check_in_order(value, what)
         return ids.pop()
     if isinstance(value, _SymStack):
-        if "addcmul" in what or "addcdiv" in what:  # one scalar per tensor, as torch's foreach addcmul, addcdiv take
+        if what in ("addcmul scalars", "addcdiv scalars"):  # one per tensor, as torch's foreach addcmul, addcdiv take
             return value.id
         raise Error(
             f"{what} with a torch.stack of per-tensor scalars: torch takes one as the scalars of _foreach_addcmul and "
@@ -733,8 +740,9 @@ def _lerp(p, resolve, self, end, weight):
 
 
 def _addc(op):
-    def record(p, resolve, self, t1, t2, value=1):
-        return p.emit(op, self, resolve(t1, op), resolve(t2, op), resolve(value, op))
+    def record(p, resolve, self, t1, t2, value=1, scalars=None):
+        value = value if scalars is None else scalars  # torch's keyword for a list or tensor of scalars
+        return p.emit(op, self, resolve(t1, op), resolve(t2, op), resolve(value, f"{op} scalars"))
 
     return record
 

@@ -4,6 +4,7 @@ foreach_map-style Adam against torch.optim.Adam, a LAMB-like step with torch._fo
 Shampoo seed's layout (.t() views of one buffer). Steps written one tensor at a time (a loop of tensor methods, torch's
 own foreach_map Adam recipe) record the same programs. An op outside the vocabulary is an optjit.Error naming it."""
 
+import copy
 import weakref
 
 import pytest
@@ -1045,22 +1046,35 @@ def test_module_globals_and_closures_the_function_reads_record_again_when_they_c
             assert_close(a, b, torch.float32, f"scale {scale}")
     STEP_SCALE = 1.0
 
-    def with_momentum(beta):
-        @optjit.step_function
-        def step(params, grads, bufs, *, lr):
-            torch._foreach_mul_(bufs, beta)
-            torch._foreach_add_(bufs, grads)
-            torch._foreach_add_(params, bufs, alpha=-lr)
+    beta = 0.9  # read by the step from its closure: a new value records again
 
-        return step
+    @optjit.step_function
+    def momentum(params, grads, bufs, *, lr):
+        torch._foreach_mul_(bufs, beta)
+        torch._foreach_add_(bufs, grads)
+        torch._foreach_add_(params, bufs, alpha=-lr)
 
     ours, theirs = _lists(torch.float32, 22, 3), _lists(torch.float32, 22, 3)
-    for beta in (0.9, 0.5):
-        step = with_momentum(beta)
-        step(*ours, lr=0.1)
-        step.eager(*theirs, lr=0.1)
-    for a, b in zip(ours[0], theirs[0]):
-        assert_close(a, b, torch.float32, "closure")
+    for value in (0.9, 0.5):
+        beta = value
+        momentum(*ours, lr=0.1)
+        momentum.eager(*theirs, lr=0.1)
+        for a, b in zip(ours[0], theirs[0]):
+            assert_close(a, b, torch.float32, f"closure beta {value}")
+
+    # A global read inside a comprehension (code of its own) is guarded too.
+    @optjit.step_function
+    def per_tensor(params, grads, *, lr):
+        torch._foreach_add_(params, torch._foreach_mul(grads, [STEP_SCALE for _ in grads]), alpha=-lr)
+
+    ours, theirs = _lists(torch.float32, 25, 2), _lists(torch.float32, 25, 2)
+    for scale in (1.0, 2.0):
+        STEP_SCALE = scale
+        per_tensor(*ours, lr=0.1)
+        per_tensor.eager(*theirs, lr=0.1)
+        for a, b in zip(ours[0], theirs[0]):
+            assert_close(a, b, torch.float32, f"comprehension scale {scale}")
+    STEP_SCALE = 1.0
 
 
 class _Signum:
@@ -1079,11 +1093,16 @@ def test_a_step_function_as_a_method_is_recorded_for_each_instance():
     for _ in range(2):
         a.step(*ours, lr=0.1)
         _Signum.step.eager(a, *theirs, lr=0.1)
-    assert a.step is a.step  # kept on the instance: one compiled step
+    assert a.step is a.step  # kept for the instance: one compiled step
     b.step(*ours, lr=0.1)
     _Signum.step.eager(b, *theirs, lr=0.1)
+    a.beta = 0.7  # an attribute the step reads: recorded again
+    a.step(*ours, lr=0.1)
+    _Signum.step.eager(a, *theirs, lr=0.1)
     for x, y in zip(ours[0], theirs[0]):
         assert_close(x, y, torch.float32, "params")
+    copied = copy.copy(a)  # a copy is an instance of its own
+    assert copied.step is not a.step and copied.step.eager.args[0] is copied
 
 
 def test_more_of_torchs_forms_and_refusals_that_say_why():
@@ -1120,6 +1139,23 @@ def test_more_of_torchs_forms_and_refusals_that_say_why():
     @optjit.step_function
     def counted(params, grads, steps, *, lr):
         torch._foreach_add_(steps, grads)
+
+    @optjit.step_function
+    def stacked_wrongly(params, grads, *, lr):
+        torch._foreach_addcmul_(params, torch.stack(torch._foreach_norm(grads)), grads)
+
+    with pytest.raises(optjit.Error, match="addcmul with a torch.stack of per-tensor scalars"):
+        stacked_wrongly(params, grads, lr=0.1)
+
+    @optjit.step_function
+    def same_shapes(params, grads, *, lr):
+        if params[0].shape == grads[0].shape:
+            torch._foreach_add_(params, grads, alpha=-lr)
+
+    with pytest.raises(optjit.Error, match="comparing the shapes of list elements"):
+        same_shapes(params, grads, lr=0.1)
+    with pytest.raises(optjit.Error, match="keyword argument lr is 10000.*: it is beyond a float's range"):
+        _globally_scaled(params, grads, lr=10**400)
 
     with pytest.raises(optjit.Error, match="writes tensors' elements into a list of 0-d tensors"):
         counted(params, grads, [torch.tensor(0.0) for _ in params], lr=0.1)
