@@ -1034,16 +1034,20 @@ def _globally_scaled(params, grads, *, lr):
     torch._foreach_add_(params, grads, alpha=-lr * STEP_SCALE)
 
 
+def _compiled_and_eager(step, ours, theirs, what, **hypers):
+    """One call compiled on `ours` and one eager on `theirs`, whose params then agree."""
+    step(*ours, **hypers)
+    step.eager(*theirs, **hypers)
+    for a, b in zip(ours[0], theirs[0]):
+        assert_close(a, b, torch.float32, what)
+
+
 def test_module_globals_and_closures_the_function_reads_record_again_when_they_change():
     global STEP_SCALE
-    params, grads = _lists(torch.float32, 21, 2)
-    eager = _clone([params])[0]
+    ours, theirs = _lists(torch.float32, 21, 2), _lists(torch.float32, 21, 2)
     for scale in (1.0, 1.0, 3.0):
         STEP_SCALE = scale
-        _globally_scaled(params, grads, lr=0.1)
-        _globally_scaled.eager(eager, grads, lr=0.1)
-        for a, b in zip(params, eager):
-            assert_close(a, b, torch.float32, f"scale {scale}")
+        _compiled_and_eager(_globally_scaled, ours, theirs, f"scale {scale}", lr=0.1)
     STEP_SCALE = 1.0
 
     beta = 0.9  # read by the step from its closure: a new value records again
@@ -1057,10 +1061,7 @@ def test_module_globals_and_closures_the_function_reads_record_again_when_they_c
     ours, theirs = _lists(torch.float32, 22, 3), _lists(torch.float32, 22, 3)
     for value in (0.9, 0.5):
         beta = value
-        momentum(*ours, lr=0.1)
-        momentum.eager(*theirs, lr=0.1)
-        for a, b in zip(ours[0], theirs[0]):
-            assert_close(a, b, torch.float32, f"closure beta {value}")
+        _compiled_and_eager(momentum, ours, theirs, f"closure beta {value}", lr=0.1)
 
     # A global read inside a comprehension (code of its own) is guarded too.
     @optjit.step_function
@@ -1070,10 +1071,7 @@ def test_module_globals_and_closures_the_function_reads_record_again_when_they_c
     ours, theirs = _lists(torch.float32, 25, 2), _lists(torch.float32, 25, 2)
     for scale in (1.0, 2.0):
         STEP_SCALE = scale
-        per_tensor(*ours, lr=0.1)
-        per_tensor.eager(*theirs, lr=0.1)
-        for a, b in zip(ours[0], theirs[0]):
-            assert_close(a, b, torch.float32, f"comprehension scale {scale}")
+        _compiled_and_eager(per_tensor, ours, theirs, f"comprehension scale {scale}", lr=0.1)
     STEP_SCALE = 1.0
 
 
