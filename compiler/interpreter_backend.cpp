@@ -57,8 +57,8 @@ public:
     for (const Node& n : pipeline.traced.nodes)
       if (op_has_trait(n.op, kListReduction))
         all.push_back({{0, list_carry_kind(n.op), ShardCombine::None}});
-      else if (pauses == Executable::Pauses::ShardReductionsToo && (n.op == Op::reduce_sum || n.op == Op::reduce_max))
-        all.push_back({{0, CarryKind::PerTensor, n.op == Op::reduce_sum ? ShardCombine::Sum : ShardCombine::Max}});
+      else if (pauses == Executable::Pauses::ShardReductionsToo && shard_combine_of(n.op) != ShardCombine::None)
+        all.push_back({{0, CarryKind::PerTensor, shard_combine_of(n.op)}});
     return all;
   }
   std::string code(const PipelineResult&, const Target&, Stage) const override {

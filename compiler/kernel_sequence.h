@@ -22,6 +22,9 @@ public:
     next_ = 0;
     paused_.clear();
     over_shards_ = pauses == Pauses::ShardReductionsToo;
+    if (over_shards_ && pauses_[1].empty()) // made at the first run over shards (only such steps have them)
+      for (const Kernel& k : kernels_)
+        pauses_[1].push_back(paused_carries(k.plan, /*over_shards=*/true));
   }
 
   bool advance(std::vector<ListPartials>& pending) final {
@@ -35,7 +38,7 @@ public:
     while (next_ < kernels_.size()) {
       Kernel& k = kernels_[next_++];
       self.launch_kernel(k);
-      const std::vector<PausedCarry> paused = paused_carries(k.plan, over_shards_);
+      const std::vector<PausedCarry>& paused = pauses_[over_shards_][next_ - 1];
       if (!paused.empty()) {
         for (const PausedCarry& p : paused)
           paused_.push_back(p.column);
@@ -49,7 +52,10 @@ public:
   }
 
 protected:
-  explicit KernelSequence(std::vector<Kernel> kernels) : kernels_(std::move(kernels)) {}
+  explicit KernelSequence(std::vector<Kernel> kernels) : kernels_(std::move(kernels)) {
+    for (const Kernel& k : kernels_)
+      pauses_[0].push_back(paused_carries(k.plan, /*over_shards=*/false));
+  }
 
   std::vector<Kernel> kernels_;
 
@@ -57,6 +63,9 @@ private:
   std::size_t next_ = 0;            // the next kernel to launch
   std::vector<std::size_t> paused_; // the carry columns of the current pause
   bool over_shards_ = false;        // pausing at per-tensor reductions too (Pauses::ShardReductionsToo)
+  // Per kernel, the carries a run pauses at after it: [0] at list reductions, [1] over shards (paused_carries; a step
+  // over shards has no axis sums, whose carries have no such pause).
+  std::vector<std::vector<PausedCarry>> pauses_[2];
 };
 
 } // namespace optjit

@@ -419,9 +419,9 @@ bool Interpretation::advance(std::vector<ListPartials>& pending) {
       return true;
     }
     st.evaluate(id);
-    if (over_shards_ && (n.op == Op::reduce_sum || n.op == Op::reduce_max)) {
+    if (const ShardCombine shards = shard_combine_of(n.op); over_shards_ && shards != ShardCombine::None) {
       pending.push_back({CarryKind::PerTensor, std::get<PerTensorValues>(st.values[static_cast<std::size_t>(id)]),
-                         &st.args.group_of, n.op == Op::reduce_sum ? ShardCombine::Sum : ShardCombine::Max});
+                         &st.args.group_of, shards});
       st.paused = id;
       return true;
     }

@@ -202,10 +202,13 @@ void combine_over_list(CarryKind kind, double* values, std::size_t count, const 
 
 std::vector<std::size_t> list_carry_columns(const KernelPlan& plan) {
   std::vector<std::size_t> columns;
-  for (const std::string& name : plan.abi.carried_out)
-    if (const std::size_t c = carry_index(plan, name); is_list_carry(plan.carry_kinds[c]))
-      columns.push_back(c);
+  for (const PausedCarry& paused : paused_carries(plan, /*over_shards=*/false))
+    columns.push_back(paused.column);
   return columns;
+}
+
+ShardCombine shard_combine_of(Op op) {
+  return op == Op::reduce_sum ? ShardCombine::Sum : op == Op::reduce_max ? ShardCombine::Max : ShardCombine::None;
 }
 
 std::vector<PausedCarry> paused_carries(const KernelPlan& plan, bool over_shards) {
@@ -217,9 +220,9 @@ std::vector<PausedCarry> paused_carries(const KernelPlan& plan, bool over_shards
       for (const Store& s : plan.graph.stores)
         if (s.kind == StoreKind::Carry && s.name == name && s.value >= plan.reductions_begin) {
           const Op op = plan.graph.node(s.value).op;
-          OPTJIT_ASSERT(op == Op::reduce_sum || op == Op::reduce_max,
+          shards = shard_combine_of(op);
+          OPTJIT_ASSERT(shards != ShardCombine::None,
                         "kernel " + plan.name + " carries " + std::string(op_name(op)) + " over shards");
-          shards = op == Op::reduce_sum ? ShardCombine::Sum : ShardCombine::Max;
         }
     if (is_list_carry(plan.carry_kinds[c]) || shards != ShardCombine::None)
       paused.push_back({c, plan.carry_kinds[c], shards});

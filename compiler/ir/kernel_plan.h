@@ -46,6 +46,8 @@ void combine_over_list(CarryKind kind, double* values, std::size_t count, const 
 // every tensor (FSDP2's DTensors, stepped through their local tensors): summed (reduce_sum), or the largest taken
 // (reduce_max). None: the value is not a reduction of the tensor's elements and is whole already.
 enum class ShardCombine : uint8_t { None, Sum, Max };
+// How reduction op `op`'s per-tensor value combines over shards: reduce_sum Sum, reduce_max Max, any other op None.
+ShardCombine shard_combine_of(Op op);
 
 // A list reduction a run has reached: each list entry's operand, which the caller combines in place (over this list
 // alone, or over the lists of every bucket of a step, which then hands each its part back), and each entry's param

@@ -176,8 +176,7 @@ class StepFunction:
             bound = None
         if bound is None:
             bound = StepFunction(functools.partial(self.eager, obj), name=self._name)
-            functools.update_wrapper(bound, self.eager)
-            bound.eager = functools.partial(self.eager, obj)
+            functools.update_wrapper(bound, self.eager)  # the method's name and docs (eager stays the partial)
             try:
                 self._bound[obj] = bound
             except TypeError:
