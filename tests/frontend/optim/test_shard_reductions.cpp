@@ -37,14 +37,18 @@ Tensor shard_of(const Tensor& whole, int r) {
                              whole.dtype());
 }
 
-std::vector<Tensor> shards_of(const std::vector<Tensor>& whole, int r, bool with_grads) {
-  std::vector<Tensor> out;
-  for (const Tensor& t : whole) {
-    out.push_back(shard_of(t, r));
-    if (with_grads)
-      out.back().set_grad(shard_of(t.grad(), r));
-  }
-  return out;
+// Gives each of `whole` random grads (seeded by `seed` and its size), then returns each process's shards of the
+// params, with their shards of the grads.
+std::vector<std::vector<Tensor>> shards_in_every_process(std::vector<Tensor>& whole, uint64_t seed) {
+  for (Tensor& p : whole)
+    p.set_grad(random_params({p.shape()}, p.dtype(), seed + static_cast<uint64_t>(p.numel()))[0]);
+  std::vector<std::vector<Tensor>> shards(kWorld);
+  for (int r = 0; r < kWorld; ++r)
+    for (const Tensor& t : whole) {
+      shards[static_cast<std::size_t>(r)].push_back(shard_of(t, r));
+      shards[static_cast<std::size_t>(r)].back().set_grad(shard_of(t.grad(), r));
+    }
+  return shards;
 }
 
 // An all-reduce between kWorld threads: each deposits its values and waits for the others; every thread then
@@ -134,11 +138,7 @@ TEST_CASE("shard reductions: norms over shards in two processes are the whole te
     // A 1-element param: the second process's shard of it is empty. An f64 param makes a second bucket.
     std::vector<Tensor> whole = random_params({{9, 6}, {5}, {1}}, Dtype::f32, 3);
     whole.push_back(random_params({{4, 3}}, Dtype::f64, 4)[0]);
-    for (Tensor& p : whole)
-      p.set_grad(random_params({p.shape()}, p.dtype(), 7 + static_cast<uint64_t>(p.numel()))[0]);
-    std::vector<std::vector<Tensor>> shards;
-    for (int r = 0; r < kWorld; ++r)
-      shards.push_back(shards_of(whole, r, true));
+    const std::vector<std::vector<Tensor>> shards = shards_in_every_process(whole, 7);
     const std::map<std::string, double> hypers = {{"lr", 0.1}, {"max_norm", 0.5}};
 
     StepFunction reference =
@@ -169,11 +169,7 @@ TEST_CASE("shard reductions: the built-in LAMB over shards steps as over whole t
   for (const bool clipped : {false, true}) {
     INFO(std::string(clipped ? "clipped" : "not clipped"));
     std::vector<Tensor> whole = random_params({{8, 5}, {7}, {1}}, Dtype::f32, 11);
-    for (Tensor& p : whole)
-      p.set_grad(random_params({p.shape()}, Dtype::f32, 13 + static_cast<uint64_t>(p.numel()))[0]);
-    std::vector<std::vector<Tensor>> shards;
-    for (int r = 0; r < kWorld; ++r)
-      shards.push_back(shards_of(whole, r, true));
+    const std::vector<std::vector<Tensor>> shards = shards_in_every_process(whole, 13);
     const LAMBOptions options{.lr = 0.01, .weight_decay = 0.1};
     const std::optional<Optimizer::GradClipping> clipping =
         clipped ? std::optional(Optimizer::GradClipping{.max_norm = 0.1}) : std::nullopt;
