@@ -1,6 +1,7 @@
 #include "torch_step.h"
 #include "frontend/optim/options.h"
 #include "frontend/optim/registry.h"
+#include "frontend/optim/validation.h"
 #include "runtime/error.h"
 
 #include <nanobind/stl/string.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 
 namespace optjit::python {
 namespace {
@@ -37,11 +39,17 @@ template <class Result, class... Args> std::function<Result(Args...)> with_gil(c
   };
 }
 
+// torch.optim classes whose step refuses a state tensor in another dtype than its param: their lerp_ (Adam's
+// exp_avg.lerp_(grad, 1 - beta1), RMSprop's centered grad_avg, Adafactor's row and column variances) requires one
+// dtype. The others (SGD, Adagrad, Adadelta, Rprop, ASGD) promote, and optjit computes their bucket in the wider dtype.
+const std::set<std::string> kStateDtypeIsParams = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adafactor"};
+
 } // namespace
 
 TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywords& defaults,
                      const std::vector<Keywords>& group_options, nb::handle scalar_dtype)
-    : param_groups_(std::move(param_groups)) {
+    : param_groups_(std::move(param_groups)), views_complex_as_real_(name != "SGD"),
+      state_dtype_is_params_(kStateDtypeIsParams.count(name) != 0) {
   std::vector<ParamGroupSpec> groups;
   for (nb::handle group : param_groups_) {
     ParamGroupSpec spec;
@@ -50,7 +58,7 @@ TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywo
       bound.param = nb::borrow(param);
       bound.name = "param " + std::to_string(params_.size());
       nb::object local = torch_.local(param);
-      bound.view = torch_.view(local, bound.name);
+      bound.view = param_view(bound, local);
       bound.data = torch_.data_ptr(local);
       spec.params.push_back(bound.view);
       flat_of_param_.emplace(param.ptr(), params_.size());
@@ -123,10 +131,56 @@ void TorchStep::sync_options(std::size_t g, nb::handle none_values) {
   }
 }
 
+void TorchStep::check_conjugation(nb::handle tensor, const std::string& what) const {
+  if (views_complex_as_real_ && torch_.lazily_conjugated(tensor))
+    throw Error(what + " is a conjugate view (.conj()), which torch's step refuses: view_as_real doesn't work on "
+                       "unresolved conjugated tensors; resolve it with .resolve_conj() (a copy, not an alias)");
+}
+
+Tensor TorchStep::param_view(BoundParam& p, nb::handle local) {
+  check_conjugation(local, p.name);
+  if (!torch_.lazily_negated(local) && !torch_.lazily_conjugated(local)) {
+    p.staged = nb::none();
+    return torch_.view(local, p.name);
+  }
+  p.staged = torch_.resolved(local);
+  any_staged_ = true;
+  return torch_.view(p.staged, p.name);
+}
+
+void TorchStep::refresh_staged() {
+  if (!any_staged_)
+    return;
+  for (BoundParam& p : params_)
+    if (!p.staged.is_none())
+      p.staged.attr("copy_")(torch_.local(p.param));
+  // Staged state entries are fresh copies: sync_state adopts them again at every step (their views never match).
+}
+
+void TorchStep::write_back_staged() {
+  if (!any_staged_)
+    return;
+  nb::object no_grad = nb::module_::import_("torch").attr("no_grad")();
+  no_grad.attr("__enter__")();
+  try {
+    for (BoundParam& p : params_) {
+      if (!p.staged.is_none())
+        torch_.local(p.param).attr("copy_")(p.staged);
+      for (const HeldState& held : p.state)
+        if (!held.staged.is_none())
+          torch_.local(held.tensor).attr("copy_")(held.staged);
+    }
+  } catch (...) {
+    no_grad.attr("__exit__")(nb::none(), nb::none(), nb::none());
+    throw;
+  }
+  no_grad.attr("__exit__")(nb::none(), nb::none(), nb::none());
+}
+
 void TorchStep::sync_param(BoundParam& p) {
   nb::object local = torch_.local(p.param);
   if (const uintptr_t data = torch_.data_ptr(local); data != p.data) { // `p.data = ...` since the last step
-    p.view.set_data(torch_.view(local, p.name));
+    p.view.set_data(param_view(p, local));
     p.data = data;
   }
   nb::object grad = torch_.grad(p.param);
@@ -142,9 +196,14 @@ void TorchStep::sync_param(BoundParam& p) {
   if (!p.has_grad)
     params_with_grads_.reset();
   // The same grad tensor over the same memory (zero_grad(set_to_none=False) keeps both): its view still holds.
-  if (p.has_grad && p.grad().is(grad) && torch_.data_ptr(torch_.local(grad)) == p.grad_data)
+  if (p.has_grad && !p.grad_resolved && p.grad().is(grad) && torch_.data_ptr(torch_.local(grad)) == p.grad_data)
     return;
-  Tensor view = torch_.view(grad, "the grad of " + p.name);
+  // A grad with a lazy bit (`c.conj().imag`) is read through a resolved copy, made again at every step: its values
+  // may change in place between steps.
+  check_conjugation(grad, "the grad of " + p.name);
+  p.grad_resolved = torch_.lazily_negated(grad) || torch_.lazily_conjugated(grad);
+  p.resolved_grad = p.grad_resolved ? torch_.resolved(grad) : nb::object();
+  Tensor view = torch_.view(p.grad_resolved ? p.resolved_grad : grad, "the grad of " + p.name);
   // `p.data = p.data.reshape(...)` (or .t()) keeps the memory, so the data pointer did not tell: a grad of another
   // shape is the sign to look at the param again, whose new shape the checks then compare with its grad and state.
   if (view.shape() != p.view.shape())
@@ -248,14 +307,46 @@ void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
     throw Error("param " + std::to_string(flat) + " is not one of the " + std::to_string(param_count()) + " params");
   BoundParam& p = params_[static_cast<std::size_t>(flat)];
   ParamState views;
-  std::vector<std::pair<nb::object, nb::object>> held;
+  std::vector<HeldState> held;
   for (auto [key, tensor] : state) {
     const std::string name = nb::cast<std::string>(key);
-    views.emplace_back(name, torch_.view(tensor, "state '" + name + "' of " + p.name));
-    held.emplace_back(nb::borrow(key), nb::borrow(tensor));
+    const std::string what = "state '" + name + "' of " + p.name;
+    nb::object staged = nb::none();
+    if (torch_.is_tensor(tensor)) {
+      check_conjugation(tensor, what);
+      if (torch_.lazily_negated(tensor) || torch_.lazily_conjugated(tensor)) {
+        staged = torch_.resolved(tensor);
+        any_staged_ = true;
+      }
+    }
+    views.emplace_back(name, torch_.view(staged.is_none() ? tensor : nb::handle(staged), what));
+    held.push_back({nb::borrow(key), nb::borrow(tensor), staged, views.back().second});
   }
+  if (loaded)
+    check_adopted(p, views);
   optimizer_->adopt_state(flat, views, loaded ? Optimizer::StateOrigin::Loaded : Optimizer::StateOrigin::Fresh);
   p.state = std::move(held);
+}
+
+void TorchStep::check_adopted(const BoundParam& p, const ParamState& views) const {
+  const int64_t flat = static_cast<int64_t>(&p - params_.data());
+  const std::vector<StateSpec> specs = optimizer_->param_state_specs(flat);
+  for (const auto& [name, view] : views) {
+    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const StateSpec& s) { return s.name == name; });
+    if (spec == specs.end())
+      continue; // adopt_state names keys the optimizer does not keep
+    if (spec->kind == StateKind::Scalar) {
+      if (name == "step" && view.device().kind == DeviceKind::cpu && view.numel() == 1 && view.item() < 0)
+        throw Error("state 'step' of " + p.name + " is " + python_float(view.item()) +
+                    ": a step count is never negative (torch's next step divides by zero in its bias corrections)");
+      continue;
+    }
+    if (state_dtype_is_params_ && !spec->copies_param && view.dtype() != p.view.dtype())
+      throw Error("state '" + name + "' of " + p.name + " has dtype " + std::string(dtype_name(view.dtype())) +
+                  " and its param " + std::string(dtype_name(p.view.dtype())) + ": " + optimizer_->name() +
+                  "'s step in torch refuses state in another dtype than its param (its lerp_ " +
+                  "takes one dtype); cast it with .to(param.dtype)");
+  }
 }
 
 void TorchStep::sync_state(nb::handle state) {
@@ -279,10 +370,13 @@ void TorchStep::sync_state(nb::handle state) {
     const Py_ssize_t count = entries ? PyDict_Size(entries) : 0;
     bool same = count == static_cast<Py_ssize_t>(p.state.size());
     for (std::size_t k = 0; same && k < p.state.size(); ++k) {
-      PyObject* entry = PyDict_GetItemWithError(entries, p.state[k].first.ptr()); // str keys: no Python hash
+      const HeldState& held = p.state[k];
+      PyObject* entry = PyDict_GetItemWithError(entries, held.key.ptr()); // str keys: no Python hash
       if (!entry && PyErr_Occurred())
         throw nb::python_error();
-      same = entry == p.state[k].second.ptr();
+      // The same tensor object may hold other memory now (`m.data = t`, `m.set_(t)`, a storage resized): torch
+      // steps the new memory, and the old view would write memory torch freed.
+      same = entry == held.tensor.ptr() && torch_.still_views(held.tensor, held.view);
     }
     if (!same)
       adopt(static_cast<int64_t>(flat), entries ? nb::borrow<nb::dict>(entries) : nb::dict(), /*loaded=*/true);
@@ -301,9 +395,13 @@ nb::list TorchStep::params_with_grads() {
 }
 
 bool TorchStep::update() {
-  nb::gil_scoped_release release;
+  refresh_staged();
   const int64_t skipped_before = step_->metrics().skipped_steps;
-  step_->update();
+  {
+    nb::gil_scoped_release release;
+    step_->update();
+  }
+  write_back_staged();
   return step_->metrics().skipped_steps == skipped_before;
 }
 
@@ -312,7 +410,7 @@ int TorchStep::kernel_count() { return step_->kernel_count(); }
 nb::dict TorchStep::metrics() const {
   const StepMetrics& m = step_->metrics();
   nb::dict d;
-  d["steps"] = m.steps;
+  d["steps"] = m.steps - m.skipped_steps; // steps that updated: torch's step never runs for a skipped one
   d["skipped_steps"] = m.skipped_steps;
   d["compiles"] = m.compiles;
   d["recompiles"] = m.recompiles;

@@ -87,6 +87,13 @@ public:
   int64_t param_count() const { return static_cast<int64_t>(params_.size()); }
 
 private:
+  // A state entry adopted from torch: its key, the torch tensor, and the view the kernels write: of the tensor
+  // itself, or of `staged`, a resolved copy of a tensor with torch's lazy negation or conjugation bit (written back
+  // after each step, through torch, which resolves the bit as its own in-place ops do).
+  struct HeldState {
+    nb::object key, tensor, staged = nb::none();
+    Tensor view;
+  };
   struct BoundParam {
     nb::object param;   // the torch param (a DTensor under FSDP2)
     std::string name;   // "param 3" in messages
@@ -94,11 +101,14 @@ private:
     // The grad the view's grad slot was made from, by a weak reference: holding the grad would keep its memory
     // after zero_grad(set_to_none=True) until the next step, a whole set of grads more at the peak of a forward
     // pass, and would free it inside the next step (on a GPU, a call into torch's allocator per param).
-    nb::object grad;         // a weakref.ref (None without a grad)
-    bool has_grad = false;   // the view has a grad slot (its tensor may be gone since: the weak reference says)
-    uintptr_t grad_data = 0; // its data_ptr then (`grad.data = ...` keeps the object, not the memory)
-    Tensor view;             // optjit's param: a view of the local tensor
-    std::vector<std::pair<nb::object, nb::object>> state; // torch's state (key, tensor) its state views point into
+    nb::object grad;                // a weakref.ref (None without a grad)
+    bool has_grad = false;          // the view has a grad slot (its tensor may be gone since: the weak reference says)
+    uintptr_t grad_data = 0;        // its data_ptr then (`grad.data = ...` keeps the object, not the memory)
+    bool grad_resolved = false;     // the grad has a lazy bit: read through a resolved copy, made again every step
+    nb::object resolved_grad;       // that copy, held for the step
+    Tensor view;                    // optjit's param: a view of the local tensor (or of `staged`)
+    nb::object staged = nb::none(); // a param with a lazy bit: its resolved copy, refreshed and written back
+    std::vector<HeldState> state;   // torch's state its state views point into
   };
   // Where a C++ group option is read from: torch's key, and the element of a pair (-1: not a pair).
   struct OptionSource {
@@ -118,9 +128,24 @@ private:
   const Tensor& hold(HeldTensor& held, nb::object tensor, const std::string& what);
   void sync_options(std::size_t group, nb::handle none_values);
   void sync_param(BoundParam& p);
+  // A view of `local` (param `p`'s local tensor) for the kernels: of the tensor itself, or of a resolved copy staged
+  // in p.staged when it has a lazy negation or conjugation bit.
+  Tensor param_view(BoundParam& p, nb::handle local);
+  // Refuses a complex tensor with the conjugation bit where torch's step does: every optimizer but SGD views
+  // complex tensors as real (torch.view_as_real), which refuses it.
+  void check_conjugation(nb::handle tensor, const std::string& what) const;
+  // Refuses adopted state torch's step would raise on: a tensor entry in another dtype than its param where torch's
+  // ops refuse it, a loaded step count below 0 (torch's bias corrections divide by zero at its next step).
+  void check_adopted(const BoundParam& p, const ParamState& views) const;
+  // Staged tensors: their copies take the torch tensors' values before a step, and give them back after it.
+  void refresh_staged();
+  void write_back_staged();
 
   TorchTensors torch_;
-  nb::list param_groups_; // torch's list of group dicts at the last sync
+  nb::list param_groups_;      // torch's list of group dicts at the last sync
+  bool views_complex_as_real_; // torch's step views complex tensors as real (all but SGD)
+  bool state_dtype_is_params_; // torch's step refuses state in another dtype than its param (its lerp_ does)
+  bool any_staged_ = false;    // some param or state entry is staged
   std::vector<BoundParam> params_;
   std::unordered_map<PyObject*, std::size_t> flat_of_param_; // params_ by their torch object (held by params_)
   std::vector<nb::object> entries_seen_;                     // sync_state's walk: each param's state dict

@@ -29,7 +29,8 @@ Shape int_tuple(nb::handle tuple, const char* what) {
 TorchTensors::TorchTensors() {
   names_ = {interned("grad"),    interned("data_ptr"),   interned("shape"),         interned("stride"),
             interned("layout"),  interned("dtype"),      interned("device"),        interned("is_cpu"),
-            interned("is_cuda"), interned("get_device"), interned("_local_tensor"), interned("__torch_dispatch__")};
+            interned("is_cuda"), interned("get_device"), interned("_local_tensor"), interned("__torch_dispatch__"),
+            interned("is_neg"),  interned("is_conj"),    interned("resolve_neg"),   interned("resolve_conj")};
   nb::module_ torch = nb::module_::import_("torch");
   tensor_type_ = torch.attr("Tensor");
   strided_ = torch.attr("strided");
@@ -99,6 +100,27 @@ uintptr_t TorchTensors::data_ptr(nb::handle tensor) const {
   return static_cast<uintptr_t>(value);
 }
 
+nb::object TorchTensors::resolved(nb::handle tensor) const {
+  // resolve_*() returns the tensor itself when its bit is not set: clone() makes the copy the caller owns then.
+  nb::object t = call(call(local(tensor), names_.resolve_conj), names_.resolve_neg);
+  return lazily_negated(tensor) || lazily_conjugated(tensor) ? t : t.attr("clone")();
+}
+
+bool TorchTensors::still_views(nb::handle tensor, const Tensor& view) const {
+  nb::object t = local(tensor);
+  if (data_ptr(t) != reinterpret_cast<uintptr_t>(view.data()))
+    return false;
+  if (int_tuple(attr(t, names_.shape), "Tensor.shape") != view.shape() ||
+      int_tuple(call(t, names_.stride), "Tensor.stride()") != view.strides())
+    return false;
+  if (call(t, names_.is_neg).is(Py_True) || call(t, names_.is_conj).is(Py_True)) // `t.data = torch._neg_view(t)`
+    return false;
+  for (const auto& [object, dtype] : dtypes_)
+    if (dtype == view.dtype())
+      return attr(t, names_.dtype).is(object);
+  return false;
+}
+
 bool TorchTensors::plain_dispatch(nb::handle type) const {
   if (std::any_of(plain_types_.begin(), plain_types_.end(), [&](const nb::object& t) { return t.is(type); }))
     return true;
@@ -118,6 +140,11 @@ Tensor TorchTensors::view(nb::handle tensor, const std::string& what) const {
                 ", a tensor subclass with a dispatch of its own (__torch_dispatch__, as a quantized or float8 "
                 "wrapper has): optjit steps the memory of plain tensors, nn.Parameter and DTensor, and cannot see "
                 "through it");
+  if (call(t, names_.is_neg).is(Py_True) || call(t, names_.is_conj).is(Py_True))
+    throw Error(what + " has torch's lazy " + (call(t, names_.is_neg).is(Py_True) ? "negation" : "conjugation") +
+                " bit set (torch._neg_view, .conj(), .conj().imag): its memory holds the " +
+                (call(t, names_.is_neg).is(Py_True) ? "negated" : "conjugated") +
+                " values; resolve it first (.resolve_neg(), .resolve_conj())");
   if (nb::object layout = attr(t, names_.layout); !layout.is(strided_))
     throw Error(what + " has layout " + text(layout) + ": optjit steps dense (torch.strided) tensors, not sparse ones");
   const Device device = device_of(t, what);

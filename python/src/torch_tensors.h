@@ -35,13 +35,24 @@ public:
   Tensor view(nb::handle tensor, const std::string& what) const;
   // The address of a tensor's first element (Tensor.data_ptr()).
   uintptr_t data_ptr(nb::handle tensor) const;
+  // Whether `tensor` carries torch's lazy negation or conjugation bit (torch._neg_view, `.conj()`, and
+  // `.conj().imag` of a complex tensor): its memory holds the negated or conjugated values, which torch resolves as it
+  // reads and writes. view() refuses such tensors; the caller reads them through resolved() or stages them.
+  bool lazily_negated(nb::handle tensor) const { return call(local(tensor), names_.is_neg).is(Py_True); }
+  bool lazily_conjugated(nb::handle tensor) const { return call(local(tensor), names_.is_conj).is(Py_True); }
+  // A new tensor holding `tensor`'s values with both bits resolved (it does not alias `tensor`).
+  nb::object resolved(nb::handle tensor) const;
+  // Whether `view` (made of `tensor` by view()) still describes its memory: the same address, shape, strides and
+  // dtype. torch can change all of them under the same Python object (`t.data = other`, `t.set_(other)`,
+  // `t.data.resize_`, `t.untyped_storage().resize_`), and a view made before would then point at freed memory.
+  bool still_views(nb::handle tensor, const Tensor& view) const;
   // `tensor.grad` (None or a tensor).
   nb::object grad(nb::handle tensor) const { return attr(tensor, names_.grad); }
 
 private:
   struct Names { // interned attribute names
     nb::object grad, data_ptr, shape, stride, layout, dtype, device, is_cpu, is_cuda, get_device, local_tensor,
-        torch_dispatch;
+        torch_dispatch, is_neg, is_conj, resolve_neg, resolve_conj;
   };
   static nb::object attr(nb::handle object, const nb::object& name);
   static nb::object call(nb::handle object, const nb::object& name);
