@@ -827,13 +827,23 @@ std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket
   return slots;
 }
 
+Dtype Optimizer::bucket_compute_dtype(const ParamBucket& bucket) const {
+  const std::vector<StateSpec> specs = step_state_specs(param_traced_structure(bucket.members.front().flat));
+  Dtype widest = compute_dtype(bucket.dtype);
+  for (std::size_t k = 0; k < specs.size() && k < bucket.state_dtypes.size(); ++k)
+    if (specs[k].kind != StateKind::Scalar && !specs[k].copies_param &&
+        compute_dtype(bucket.state_dtypes[k]) == Dtype::f64)
+      widest = Dtype::f64;
+  return widest;
+}
+
 Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   std::string graph_name = name_;
   for (char& c : graph_name)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const Structure s = param_traced_structure(bucket.members.front().flat); // the bucket's members share it
   // bf16 and f16 compute in f32, complex dtypes in their component dtype
-  Tracer tracer(graph_name, compute_dtype(bucket.dtype), slots(s, bucket));
+  Tracer tracer(graph_name, bucket_compute_dtype(bucket), slots(s, bucket));
   if (s["grad_scale"])
     tracer.divide_grads_by("grad_scale", s["unscaled_grads_stored"]);
   if (s["clip_grad_norm"])

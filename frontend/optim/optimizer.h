@@ -292,6 +292,9 @@ public:
   std::vector<Bucket> make_buckets(BucketMembers members = BucketMembers::WithGrads) const;
   std::vector<ParamBucket> compile_buckets() const override { return make_buckets(BucketMembers::All); }
   Graph trace_bucket(const ParamBucket& bucket) const override;
+  // The dtype a bucket's step computes element values in: its params' compute dtype (bf16 and f16 in f32, complex in
+  // its component), or f64 where a state tensor is f64 beside narrower params: torch's ops on them promote.
+  Dtype bucket_compute_dtype(const ParamBucket& bucket) const;
   // The slots a bucket's step declares, by role: the param and its grad in the bucket's dtype, then each state
   // entry in its storage dtype.
   std::vector<Slot> slots(const Structure& structure, const ParamBucket& bucket) const;

@@ -17,6 +17,7 @@ takes the path of what it sees.
 """
 
 import functools
+import threading
 
 from ._optjit import Error, StepInstruction
 
@@ -52,7 +53,9 @@ class _Program:
     """The recorded instructions. A value is recorded once: the same op on the same operands gives the same id, so
     a value written per element of a list (`[1 - beta1 ** s for s in steps]`) is one value of the whole list."""
 
-    def __init__(self, length, min_rank=2):
+    def __init__(self, length, min_rank=2, name="step"):
+        self.name = name  # the step function's, for messages
+        self.closed = False  # the recording has ended: its values stand for nothing any more (_Recorded.id)
         self.instructions = []
         self._ids = {}
         self.kinds = []  # per instruction: what its value holds (_broadcast_kind)
@@ -60,6 +63,8 @@ class _Program:
         self.min_rank = min_rank  # the lowest rank of the params: size(-2) needs 2
 
     def emit(self, op, *inputs, name="", number=0.0, kind=None):
+        if self.closed:
+            _refuse_kept_value(self)
         key = (op, tuple(inputs), name, float(number).hex())  # by its bits: -0.0 is not 0.0, and NaN is NaN
         if key in self._ids and not op.startswith("store"):
             return self._ids[key]
@@ -87,6 +92,35 @@ class _Program:
                 f"{_KIND_TEXT[shape]}: its shape does not fit, as torch's in-place ops refuse"
             )
         return vid if self.kinds[vid] == shape else self.emit("select", like, vid, vid)
+
+
+# The step function recording in this thread now (its name), for messages.
+_recording = threading.local()
+
+
+def _refuse_kept_value(program):
+    current = getattr(_recording, "name", None)
+    raise Error(
+        f"step function {current or program.name} uses a value recorded by an earlier call of step function "
+        f"{program.name} (kept in a global, a closure, an attribute or a default argument): a recording's values "
+        "stand for that call's tensors and hyperparameters only; compute the value again inside the function, or "
+        "keep it in a state list"
+    )
+
+
+class _Recorded:
+    """A symbolic value: its recorded id in `program`, readable only while that program records. A value kept from
+    an earlier recording (in a global, say) would name an unrelated instruction of the current one."""
+
+    @property
+    def id(self):
+        if self.program.closed:
+            _refuse_kept_value(self.program)
+        return self._id
+
+    @id.setter
+    def id(self, vid):
+        self._id = vid
 
 
 _KIND_TEXT = {"el": "element", "rows": "row", "cols": "column", "mat": "matrix", "pt": "tensor"}
@@ -139,7 +173,7 @@ def _value(program, vid, operands, boolean=False):
     return _SymScalar(program, vid, None, entry, tensor=any(_is_tensor(x) for x in operands), boolean=boolean)
 
 
-class _Elementwise:
+class _Elementwise(_Recorded):
     """Python's operators and torch's tensor methods on a symbolic element or per-tensor scalar, recorded with the
     same op table as the torch functions (_ELEMENT_OPS). In-place forms (`+=`, `.add_()`) repoint the value itself,
     as they write the tensor in torch; on a hyperparameter (a Python number in the eager run) `+=` rebinds."""
@@ -383,7 +417,7 @@ for _names, _symbol in (
         setattr(_SymTensor, _name, _refuse_operator(_symbol))
 
 
-class _SymStack:
+class _SymStack(_Recorded):
     """torch.stack of a list of per-tensor scalars (such as _foreach_norm's): reducing it (sum, max, a norm) combines
     the value over every tensor of the lists, which gives one value, the same for every tensor (a _SymScalar)."""
 
