@@ -49,18 +49,21 @@ process's partials are all-reduced over the mesh when the kernel computing them 
 Partial DTensors of an eager run. A size (numel(), size(), a mean) or rows and columns state spans the shards too and
 is refused."""
 
+import collections
 import dis
 import functools
 import inspect
 import numbers
+import time
 import types
+import warnings
 import weakref
 
 import torch
 
-from ._compiled import _cuda_streams, _increment_versions, _local, _shard_reducer
+from ._compiled import _cuda_streams, _increment_versions, _live_steps, _local, _shard_reducer
 from ._optjit import Error, TorchStepFunction
-from ._step_recording import _Program, _SymScalar, _SymTensor
+from ._step_recording import _Program, _recording, _SymScalar, _SymTensor
 
 
 class StepFunction:
@@ -70,11 +73,24 @@ class StepFunction:
         functools.update_wrapper(self, fn)
         self.eager = fn
         self._name = _graph_name(name or getattr(fn, "__name__", None) or type(fn).__name__)
-        self._program = None  # (instructions, list names, list kinds)
-        self._cxx = None
-        self._key = None
+        # Compiled variants by what they were recorded and built for (the lists' slots and kinds, the arguments'
+        # names and static values, the tensors), most recently used last: a function called for several param
+        # groups (an Optimizer subclass's step, HF Trainer's two groups) keeps one per group, as torch.compile keeps
+        # one graph per guard set, instead of rebuilding at every call.
+        self._variants = collections.OrderedDict()
+        self._programs = collections.OrderedDict()  # recorded programs by what they were recorded for
+        self._built_keys = set()  # every variant key ever built: building one again is a rebuild
+        self._cxx = None  # the last call's variant
+        self._metrics = dict(calls=0, records=0, compiles=0, rebuilds=0, cache_hits=0, compile_ms=0.0)
+        self._warned_rebuilds = False
         self._bound = weakref.WeakKeyDictionary()  # as a method: each instance's step function (__get__)
         self._names_read = None  # the globals and attributes the function's code reads (_outside_values)
+        _live_steps.add(self)
+
+    def _release(self):
+        """Drops the compiled variants (at interpreter exit: optjit._compiled._release_at_exit)."""
+        self._variants.clear()
+        self._cxx = None
 
     def _list_names(self, count):
         """The slot of each list: "param", "grad", then each state list's parameter name (another name where it
@@ -118,7 +134,17 @@ class StepFunction:
 
     def _record(self, names, kinds, lists, hypers, statics, sequences):
         params0 = lists[0]
-        program = _Program(len(params0), min(p.dim() for p in params0))
+        program = _Program(len(params0), min(p.dim() for p in params0), self._name)
+        outer = getattr(_recording, "name", None)
+        _recording.name = self._name
+        try:
+            return self._record_into(program, names, kinds, lists, hypers, statics, sequences)
+        finally:
+            program.closed = True  # values kept past this recording are refused by name when used
+            _recording.name = outer
+
+    def _record_into(self, program, names, kinds, lists, hypers, statics, sequences):
+        params0 = lists[0]
         sym_lists = []
         for name in names:
             if kinds.get(name) == "scalar":
@@ -220,8 +246,9 @@ class StepFunction:
             )
 
         held = tensors(lists[:1] + lists[2:])
-        if self._key is not None and held == self._key[1] and len(lists) == len(self._key[0][0]):
-            names, kinds = self._key[0][0], dict(self._key[0][1])  # the same tensors: the same slots and kinds
+        known = next((k for k in reversed(self._variants) if k[1] == held and len(lists) == len(k[0][0])), None)
+        if known is not None:
+            names, kinds = known[0][0], dict(known[0][1])  # the same tensors: the same slots and kinds
         else:
             names = self._list_names(len(lists))
             kinds = self._list_kinds(names, lists)
@@ -244,36 +271,73 @@ class StepFunction:
             self._outside_values(),
         )
         key = (recorded_for, held, tensors(lists[1:2]))
-        if self._cxx is None or key[:2] != self._key[:2]:
-            program = self._program
-            if program is None or key[0] != self._key[0]:
-                instructions = self._record(names, kinds, lists, hypers, statics, sequences)
-                program = (instructions, names, kinds)
-            instructions, names, kinds = program
-            of_kind = {kind: [n for n in names if kinds.get(n) == kind] for kind in ("scalar", "rows", "cols")}
-            self._cxx = None
-            self._streams = _cuda_streams([t for lst in lists for t in lst])
-            with self._streams.lend():
-                self._cxx = TorchStepFunction(
-                    self._name,
-                    instructions,
-                    list(zip(names, lists)),
-                    of_kind["scalar"],
-                    of_kind["rows"],
-                    of_kind["cols"],
-                    {k: float(v) for k, v in hypers.items()},
-                    _shard_reducer(lists[0], f"step function {self._name}'s reductions", _reduces(instructions)),
-                )
-            self._program = program
-            stored = {i.name for i in instructions if i.op.startswith("store")}
-            self._written = [k for k, name in enumerate(names) if name in stored]
-        elif key[2] != self._key[2]:
-            self._cxx.set_grads(lists[1])
-        self._key = key
-        with self._streams.lend():
-            self._cxx({k: float(v) for k, v in hypers.items()})
+        self._metrics["calls"] += 1
+        variant = self._variants.get(key[:2])
+        if variant is None:
+            variant = self._build(key, names, kinds, lists, hypers, statics, sequences)
+        else:
+            self._variants.move_to_end(key[:2])
+            self._metrics["cache_hits"] += 1
+            if key[2] != variant.grads:
+                variant.cxx.set_grads(lists[1])
+                variant.grads = key[2]
+        self._cxx = variant.cxx
+        with variant.streams.lend():
+            variant.cxx({k: float(v) for k, v in hypers.items()})
         # The lists it wrote changed in place, as torch's foreach ops would have counted (autograd's version).
-        _increment_versions([t for k in self._written for t in lists[k]])
+        _increment_versions([t for k in variant.written for t in lists[k]])
+
+    def _build(self, key, names, kinds, lists, hypers, statics, sequences):
+        """Records (unless a program recorded for the same lists and arguments is kept) and compiles the variant for
+        `key`, keeps it (the least recently used one goes past _VARIANTS), and returns it."""
+        start = time.perf_counter()
+        program = self._programs.get(key[0])
+        if program is None:
+            instructions = self._record(names, kinds, lists, hypers, statics, sequences)
+            program = (instructions, names, kinds)
+            self._metrics["records"] += 1
+        instructions, names, kinds = program
+        of_kind = {kind: [n for n in names if kinds.get(n) == kind] for kind in ("scalar", "rows", "cols")}
+        streams = _cuda_streams([t for lst in lists for t in lst])
+        with streams.lend():
+            cxx = TorchStepFunction(
+                self._name,
+                instructions,
+                list(zip(names, lists)),
+                of_kind["scalar"],
+                of_kind["rows"],
+                of_kind["cols"],
+                {k: float(v) for k, v in hypers.items()},
+                _shard_reducer(lists[0], f"step function {self._name}'s reductions", _reduces(instructions)),
+            )
+        stored = {i.name for i in instructions if i.op.startswith("store")}
+        variant = _Variant(cxx, streams, [k for k, name in enumerate(names) if name in stored], key[2])
+        # Kept only once whole: a call that failed before its step ran leaves nothing behind.
+        for cache, cache_key, value in ((self._programs, key[0], program), (self._variants, key[:2], variant)):
+            cache[cache_key] = value
+            cache.move_to_end(cache_key)
+            while len(cache) > _VARIANTS:
+                cache.popitem(last=False)
+        self._metrics["compiles"] += 1
+        self._metrics["compile_ms"] += 1000 * (time.perf_counter() - start)
+        if key[:2] in self._built_keys:
+            self._metrics["rebuilds"] += 1
+            if not self._warned_rebuilds:
+                self._warned_rebuilds = True
+                warnings.warn(
+                    f"step function {self._name} is compiled again for tensors and arguments it was compiled for "
+                    f"before: its calls alternate between more than {_VARIANTS} variants (param groups, static "
+                    "arguments, new tensors every call), and each one past that rebuilds; metrics() counts them",
+                    stacklevel=3,
+                )
+        self._built_keys.add(key[:2])
+        return variant
+
+    def metrics(self):
+        """What calling the function did: calls, records (programs recorded), compiles (variants built), rebuilds
+        (variants built again after being dropped), cache_hits (calls that found their variant), variants (kept
+        now), compile_ms (recording and building)."""
+        return dict(self._metrics, variants=len(self._variants))
 
     def _outside_values(self):
         """The numbers, bools, strings and None the function reads from its module's globals, from its closure and,
@@ -360,6 +424,20 @@ class StepFunction:
         if self._cxx is None:
             raise Error(f"step function {self._name} has not been called yet: nothing is compiled")
         return self._cxx.dump(stage)
+
+
+# Variants kept per step function (torch.compile's recompile limit is 8 too).
+_VARIANTS = 8
+
+
+class _Variant:
+    """One compiled variant of a step function: its C++ step, the CUDA streams it runs on, the lists it writes (by
+    position), and the grads it was last pointed at (their identities and layouts)."""
+
+    __slots__ = ("cxx", "streams", "written", "grads")
+
+    def __init__(self, cxx, streams, written, grads):
+        self.cxx, self.streams, self.written, self.grads = cxx, streams, written, grads
 
 
 def _is_bool(value):

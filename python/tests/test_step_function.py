@@ -1167,3 +1167,62 @@ def test_more_of_torchs_forms_and_refusals_that_say_why():
     with pytest.raises(optjit.Error, match="is a complex tensor: step functions compute on real numbers"):
         _globally_scaled(complex_params, [torch.randn(3, dtype=torch.complex64)], lr=0.1)
     assert all(torch.equal(a, b) for a, b in zip(params, before))
+
+
+def test_a_value_kept_from_an_earlier_recording_is_refused_by_name():
+    kept = {}
+
+    @optjit.step_function
+    def keeps(params, grads, *, lr, scale):
+        if "grad" not in kept:
+            kept["grad"] = grads[0]  # a symbolic value of this recording, kept past it
+        torch._foreach_add_(params, torch._foreach_mul(grads, scale), alpha=-lr)
+
+    @optjit.step_function
+    def uses(params, grads, *, lr):
+        torch._foreach_add_(params, [g + kept["grad"] for g in grads], alpha=-lr)
+
+    params = [torch.zeros(3), torch.zeros(2)]
+    grads = [torch.ones(3), torch.ones(2)]
+    keeps(params, grads, lr=0.1, scale=1.0)
+    before = [p.clone() for p in params]
+    with pytest.raises(optjit.Error, match="step function uses uses a value recorded by an earlier call of step function keeps"):
+        uses(params, grads, lr=0.1)
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+
+
+def test_a_scalar_kept_from_an_earlier_recording_is_refused_in_arithmetic():
+    kept = []
+
+    @optjit.step_function
+    def step(params, grads, *, lr):
+        kept.append(lr)
+        bias = kept[0] * 2  # the first call's hyperparameter, read again in a later recording
+        torch._foreach_add_(params, grads, alpha=-bias)
+
+    params, grads = [torch.zeros(3)], [torch.ones(3)]
+    step(params, grads, lr=0.1)
+    with pytest.raises(optjit.Error, match="value recorded by an earlier call"):
+        step([torch.zeros(4), torch.zeros(2)], [torch.ones(4), torch.ones(2)], lr=0.1)  # two tensors: records again
+
+
+@pytest.mark.parametrize("param_dtype, state_dtype", [(torch.float32, torch.float64), (torch.bfloat16, torch.float64)])
+def test_state_lists_wider_than_the_params_compute_as_torch_promotes_them(param_dtype, state_dtype):
+    @optjit.step_function
+    def momentum(params, grads, bufs, *, lr, beta):
+        torch._foreach_mul_(bufs, beta)
+        torch._foreach_add_(bufs, grads)
+        torch._foreach_add_(params, bufs, alpha=-lr)
+
+    generator = torch.Generator().manual_seed(3)
+    params = [torch.randn(40, generator=generator).to(param_dtype) for _ in range(2)]
+    bufs = [torch.zeros(40, dtype=state_dtype) for _ in params]
+    eager_params, eager_bufs = [p.clone() for p in params], [b.clone() for b in bufs]
+    for _ in range(5):
+        grads = [torch.randn(40, generator=generator).to(param_dtype) for _ in params]
+        momentum(params, grads, bufs, lr=0.1, beta=0.9)
+        momentum.eager(eager_params, grads, eager_bufs, lr=0.1, beta=0.9)
+    for b, e in zip(bufs, eager_bufs):
+        torch.testing.assert_close(b, e, rtol=1e-12, atol=1e-14)  # f64 state keeps f64 precision
+    for p, e in zip(params, eager_params):
+        torch.testing.assert_close(p, e, rtol=0, atol=0)
