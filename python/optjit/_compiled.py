@@ -1,9 +1,12 @@
 """optjit.compile(opt): a torch.optim optimizer's step as one compiled callable, in place on torch's tensors."""
 
+import atexit
 import contextlib
 import copy
 import functools
+import gc
 import inspect
+import sys
 import threading
 import warnings
 import weakref
@@ -51,6 +54,12 @@ class CompiledStep:
         self._norm_params = []  # the params with grads in the last step
         self._cxx = None
         self._groups_seen = None
+        _live_steps.add(self)
+
+    def _release(self):
+        """Drops the C++ step (at interpreter exit: see _release_at_exit)."""
+        self._cxx = None
+        self._groups_seen = None
 
     # torch.optim's step(closure) contract, and GradScaler's grad_scaler= one.
     def __call__(self, closure=None, grad_scaler=None, **kwargs):
@@ -59,6 +68,13 @@ class CompiledStep:
                 f"the compiled step takes only closure= and grad_scaler=, not {', '.join(kwargs)} (a GradScaler "
                 "hands over its scale as opt.grad_scale and opt.found_inf, or itself as grad_scaler=)"
             )
+        if grad_scaler is not None and not hasattr(grad_scaler, "_per_optimizer_states"):
+            raise Error(
+                f"grad_scaler is {grad_scaler!r}: the compiled step takes a torch.amp.GradScaler there (GradScaler.step "
+                "passes itself), or None"
+            )
+        if closure is not None and not callable(closure):
+            raise Error(f"closure is {closure!r}: a step's closure is a callable that returns the loss, or None")
         with self._exclusive(stepping=True):
             return self._call_locked(self._optimizer(), closure, grad_scaler)
 
@@ -68,20 +84,23 @@ class CompiledStep:
         GIL, so a second caller would race with it). Reading (metrics, dump, kernel_count) from the thread that is
         stepping, as a step hook does, is safe: the update is not running then."""
         lock = self._lock
-        if not stepping and lock.owner == threading.get_ident():
+        holder = lock.holder()
+        if not stepping and holder is not None and holder.thread == threading.get_ident():
             yield
             return
-        if not lock.mutex.acquire(blocking=False):
-            raise Error(
-                "this optimizer is already being stepped, from another thread or from a hook or closure of its own "
-                "step: optjit steps an optimizer from one thread at a time (the update runs without the GIL)"
-            )
-        lock.owner = threading.get_ident()
+        claim = _Claim()
+        # Held while `claim` lives: an interrupt (a KeyboardInterrupt, a timer's exception) anywhere from here on
+        # drops this frame's reference, and with it the claim, so the lock can never stay taken.
+        reference = lock.claim(claim)
         try:
+            if lock.holder() is not claim:
+                raise Error(
+                    "this optimizer is already being stepped, from another thread or from a hook or closure of its "
+                    "own step: optjit steps an optimizer from one thread at a time (the update runs without the GIL)"
+                )
             yield
         finally:
-            lock.owner = None
-            lock.mutex.release()
+            lock.unclaim(reference)
 
     def _call_locked(self, opt, closure, grad_scaler=None):
         args, kwargs = (opt,), {} if closure is None else {"closure": closure}
@@ -152,7 +171,10 @@ class CompiledStep:
         with self._exclusive():
             opt = self._optimizer()
             cxx = self._compiled(opt)
-            self._sync(opt, cxx)
+            try:
+                self._sync(opt, cxx)
+            except Error:
+                pass  # a grad or option the next step will refuse: the code dumped is the step compiled last
             return cxx.dump(stage, gpu_sm)
 
     def _optimizer(self):
@@ -160,7 +182,9 @@ class CompiledStep:
 
     def _update(self, opt, grad_scale, found_inf, check_in_step):
         _torch_optim.check_group_flags(opt)
+        _torch_optim.check_step_options(self._cls, opt)
         cxx = self._compiled(opt)
+        _torch_optim.check_lr_range(opt, self._dtype_limits)
         cxx.sync_grad_scaling(grad_scale, found_inf, check_in_step)
         _widen_cast_masters(opt)
         _reseed_changed_masters(opt, self._lock)
@@ -207,7 +231,7 @@ class CompiledStep:
         if self._cxx is not None and groups == self._groups_seen and self._cxx.binds(opt.param_groups):
             return self._cxx
         reason = None
-        if self._cxx is not None:
+        if self._cxx is not None and self._groups_seen is not None:
             old = self._cxx.metrics()
             if groups == self._groups_seen:
                 reason = "a param in the param groups was replaced by another tensor"
@@ -217,7 +241,6 @@ class CompiledStep:
                 reason = f"the param groups changed ({len(self._groups_seen)} -> {len(groups)} groups)"
             old["recompile_reasons"] = old["recompile_reasons"] + [reason]
             old["recompiles"] += 1
-            self._retired.append(old)
         _torch_optim.check_supported(opt, self._cls)
         defaults = _torch_optim.keywords(self._cls, opt.defaults, "default")
         group_options = [
@@ -225,17 +248,24 @@ class CompiledStep:
         ]
         # The C++ step's own scalar state (a rounding stream) takes the first group's dtype; torch's is made per group.
         scalar_dtype = _torch_optim.scalar_state_dtype(opt.param_groups[0] if opt.param_groups else {})
-        self._cxx = TorchStep(self._cls.__name__, opt.param_groups, defaults, group_options, scalar_dtype)
-        self._params = [p for group in opt.param_groups for p in group["params"]]
-        self._group_of = [g for g, group in enumerate(opt.param_groups) for _ in group["params"]]
-        self._streams = _cuda_streams(self._params)
-        self._cxx.set_grad_clipping(*self._clipping)
+        # Built in locals and published at the end, the step last: an exception or an interrupt part way (a
+        # KeyboardInterrupt in the first, compiling call) leaves the old step whole, or none, never half of one.
+        cxx = TorchStep(self._cls.__name__, opt.param_groups, defaults, group_options, scalar_dtype)
+        params = [p for group in opt.param_groups for p in group["params"]]
+        cxx.set_grad_clipping(*self._clipping)
         if self._clipping[0] is not None:
-            self._cxx.set_grad_norm_reducer(_grad_norm_reducer(self._params))
-        self._cxx.set_inf_check_reducer(_inf_check_reducer(self._params))
-        _check_sharded_reductions(self._cls, self._params)
+            cxx.set_grad_norm_reducer(_grad_norm_reducer(params))
+        cxx.set_inf_check_reducer(_inf_check_reducer(params))
+        _check_sharded_reductions(self._cls, params)
+        self._params = params
+        self._group_of = [g for g, group in enumerate(opt.param_groups) for _ in group["params"]]
+        self._streams = _cuda_streams(params)
+        self._dtype_limits = _torch_optim.dtype_limits(opt)
         self._groups_seen = groups
-        return self._cxx
+        if reason is not None:
+            self._retired.append(old)
+        self._cxx = cxx
+        return cxx
 
     def _sync(self, opt, cxx):
         """Hands this step's torch objects to the C++ step: torch's state where it changed since it was adopted
@@ -298,20 +328,65 @@ except TypeError:
     _INCREMENT_TAKES_LISTS = False
 
 
+# Every compiled step and step function alive, to drop their C++ steps when the interpreter exits: one held by
+# something that outlives the modules' teardown (a global step hook, a module-level optimizer's patched step) would
+# otherwise still be alive when nanobind checks for leaked instances, which it reports as a reference-counting bug.
+_live_steps = weakref.WeakSet()
+
+
+@atexit.register
+def _release_at_exit():
+    for step in list(_live_steps):
+        step._release()
+
+
 # One lock per torch optimizer, shared by every compiled step made of it (optjit.compile(opt) twice, or patch).
 _step_locks = weakref.WeakKeyDictionary()
 _step_locks_guard = threading.Lock()
 
 
-class _StepLock:
-    """What every compiled step of one optimizer shares: the lock, and what must outlive a rebuilt step."""
+class _Claim:
+    """A caller's claim on a _StepLock, from the thread that made it."""
+
+    __slots__ = ("thread", "__weakref__")
 
     def __init__(self):
-        self.mutex = threading.Lock()
-        self.owner = None  # the thread holding it
+        self.thread = threading.get_ident()
+
+
+class _StepLock:
+    """What every compiled step of one optimizer shares: the lock, and what must outlive a rebuilt step.
+
+    The lock is a list of weak references to live claims, in the order they were made: the first live one holds it.
+    Taking it is one list append, and it is released when its claim is dropped or dies, so an exception arriving
+    between any two bytecodes (a KeyboardInterrupt inside the first, compiling call, say) never leaves it taken: a
+    mutex acquired just before such an interrupt stayed acquired for good."""
+
+    def __init__(self):
+        self.claims = []
         # id(param) -> (weak reference, autograd version, data address) of each param whose f32 master the last step wrote
         self.master_versions = {}
         self.load_hooks = False  # _keep_f32_masters has hooked the optimizer's load_state_dict
+
+    def claim(self, claim):
+        reference = weakref.ref(claim)
+        self.claims.append(reference)  # one atomic step under the GIL
+        return reference
+
+    def unclaim(self, reference):
+        try:
+            self.claims.remove(reference)
+        except ValueError:  # dropped as dead by holder() already
+            pass
+
+    def holder(self):
+        """The claim holding the lock (the first live one), or None. Dead claims met on the way are dropped."""
+        for reference in list(self.claims):
+            claim = reference()
+            if claim is not None:
+                return claim
+            self.unclaim(reference)
+        return None
 
 
 def _keep_f32_masters(opt, record):
@@ -556,6 +631,10 @@ def _clipping(max_grad_norm, norm_type, error_if_nonfinite):
         raise Error(f"norm_type is {norm_type!r}: fused clipping takes 2 or inf (the 2-norm or the largest |grad|)")
     if max_grad_norm is not None:
         if isinstance(max_grad_norm, torch.Tensor):
+            if max_grad_norm.numel() != 1:
+                raise Error(
+                    f"max_grad_norm is a tensor of {max_grad_norm.numel()} elements: clip_grad_norm_ takes one number"
+                )
             max_grad_norm = max_grad_norm.item()
         if isinstance(max_grad_norm, bool) or not isinstance(max_grad_norm, (int, float)):
             raise Error(f"max_grad_norm is {max_grad_norm!r}, not a number")
@@ -563,24 +642,66 @@ def _clipping(max_grad_norm, norm_type, error_if_nonfinite):
     return (max_grad_norm, float(norm_type), bool(error_if_nonfinite))
 
 
+def _unwrapped(opt):
+    """The torch optimizer inside a training framework's wrapper: accelerate's AcceleratedOptimizer (.optimizer) and
+    Lightning's LightningOptimizer (._optimizer) step the optimizer they wrap, which is what optjit compiles."""
+    for cls in type(opt).__mro__:
+        if cls.__name__ == "AcceleratedOptimizer" and cls.__module__.startswith("accelerate"):
+            return _unwrapped(opt.optimizer)
+        if cls.__name__ == "LightningOptimizer" and cls.__module__.startswith(("lightning", "pytorch_lightning")):
+            return _unwrapped(opt._optimizer)
+    return opt
+
+
+def _accelerate_wrappers(opt):
+    """accelerate's AcceleratedOptimizers wrapping `opt` with a GradScaler: each saved opt.step when it wrapped it and
+    puts that method back as opt.step around every scaled step, which would drop a patch made after wrapping."""
+    accelerate = sys.modules.get("accelerate.optimizer")
+    if accelerate is None:
+        return []
+    wrappers = []
+    for referrer in gc.get_referrers(opt):  # a wrapper's __dict__ holds the optimizer
+        if not isinstance(referrer, dict) or referrer.get("optimizer") is not opt:
+            continue
+        for owner in gc.get_referrers(referrer):
+            if isinstance(owner, accelerate.AcceleratedOptimizer) and getattr(owner, "scaler", None) is not None:
+                wrappers.append(owner)
+    return wrappers
+
+
 def compile(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
     """opt's step as a compiled callable (compiles on the first call); see CompiledStep. With max_grad_norm, each
     step clips the grads first, exactly as torch.nn.utils.clip_grad_norm_(params, max_grad_norm, norm_type,
-    error_if_nonfinite) would, fused into the step."""
-    return CompiledStep(opt, max_grad_norm, norm_type, error_if_nonfinite)
+    error_if_nonfinite) would, fused into the step. A framework's wrapper (accelerate's AcceleratedOptimizer,
+    Lightning's LightningOptimizer) compiles the optimizer it wraps."""
+    return CompiledStep(_unwrapped(opt), max_grad_norm, norm_type, error_if_nonfinite)
 
 
-def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse_inf_check=False):
+def patch(
+    opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse_inf_check=False, fuse_unscale=False
+):
     """Makes opt.step itself the compiled step, so that loops calling opt.step() (or GradScaler.step(opt)) need no
     change. Returns the CompiledStep; optjit.unpatch(opt) undoes it. max_grad_norm and the rest: as compile.
 
-    fuse_inf_check: the patched step takes grad_scaler=, so GradScaler.step(opt) hands it the whole unscale-and-check
-    and runs no inf-check pass of its own over the grads: the step checks them in its first pass (see CompiledStep).
-    torch warns (FutureWarning) that it will stop passing grad_scaler= one day; until then this saves a pass.
+    A framework's wrapper (accelerate's AcceleratedOptimizer, Lightning's LightningOptimizer) patches the optimizer it
+    wraps; an AcceleratedOptimizer with a GradScaler, which puts back the step it saved at wrap time around every
+    scaled step, is given the compiled step to put back instead (whether the wrapper or the optimizer is patched).
+
+    fuse_unscale: the patched optimizer claims the contract of torch's fused optimizers (_step_supports_amp_scaling):
+    GradScaler.step(opt) hands it opt.grad_scale and opt.found_inf, and the kernel divides the grads, instead of
+    GradScaler unscaling them in a pass of its own. Off by default, as for the torch optimizer patched (its fused=True
+    claims it): frameworks that clip grads between unscale_ and step refuse fused optimizers (Lightning does).
+
+    fuse_inf_check (implies fuse_unscale): the patched step takes grad_scaler=, so GradScaler.step(opt) hands it the
+    whole unscale-and-check and runs no inf-check pass of its own over the grads: the step checks them in its first
+    pass (see CompiledStep). torch warns (FutureWarning) that it will stop passing grad_scaler= one day; until then
+    this saves a pass.
 
     Patching a patched optimizer again with the same arguments returns its compiled step; with others (clipping
     turned on, say), it patches it anew with them."""
-    arguments = (_clipping(max_grad_norm, norm_type, error_if_nonfinite), bool(fuse_inf_check))
+    opt = _unwrapped(opt)
+    fuse_unscale = bool(fuse_unscale or fuse_inf_check)
+    arguments = (_clipping(max_grad_norm, norm_type, error_if_nonfinite), bool(fuse_inf_check), fuse_unscale)
     undo = getattr(opt, "_optjit_unpatch", None)
     if undo is not None:
         if undo.arguments == arguments:
@@ -607,9 +728,16 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse
     step.compiled = compiled
     step._wrapped_by_lr_sched = True  # LR schedulers see the step they track (compiled steps set _opt_called)
     opt.step = step
-    # As torch's fused optimizers do, the patched step lets GradScaler hand it the scale (opt.grad_scale) and the
-    # inf check (opt.found_inf) instead of unscaling every grad in a pass of its own: the kernel divides.
-    opt._step_supports_amp_scaling = True
+    if fuse_unscale:
+        # As torch's fused optimizers do, the patched step lets GradScaler hand it the scale (opt.grad_scale) and the
+        # inf check (opt.found_inf) instead of unscaling every grad in a pass of its own: the kernel divides.
+        opt._step_supports_amp_scaling = True
+    wrappers = [(w, w._optimizer_original_step_method, w._optimizer_patched_step_method) for w in _accelerate_wrappers(opt)]
+    for wrapper, _, _ in wrappers:
+        from accelerate.optimizer import patch_optimizer_step
+
+        wrapper._optimizer_original_step_method = step
+        wrapper._optimizer_patched_step_method = patch_optimizer_step(wrapper, step)
 
     def deepcopy_patched(memo):
         """copy.deepcopy(opt): the copy torch makes (its __getstate__ keeps defaults, state and param_groups), patched
@@ -619,7 +747,7 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse
             copied = copy.deepcopy(opt, memo)
         finally:
             opt.__deepcopy__ = deepcopy_patched
-        patch(copied, max_grad_norm, norm_type, error_if_nonfinite, fuse_inf_check)
+        patch(copied, max_grad_norm, norm_type, error_if_nonfinite, fuse_inf_check, fuse_unscale)
         return copied
 
     opt.__deepcopy__ = deepcopy_patched
@@ -631,8 +759,11 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse
             opt.step = saved_step
         if had_amp:
             opt._step_supports_amp_scaling = saved_amp
-        else:
+        elif "_step_supports_amp_scaling" in vars(opt):
             del opt._step_supports_amp_scaling
+        for wrapper, original, patched in wrappers:
+            wrapper._optimizer_original_step_method = original
+            wrapper._optimizer_patched_step_method = patched
         del opt.__deepcopy__
         del opt._optjit_unpatch
 
@@ -643,7 +774,7 @@ def patch(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False, fuse
 
 def unpatch(opt):
     """Undoes optjit.patch(opt): opt.step is torch's again."""
-    undo = getattr(opt, "_optjit_unpatch", None)
+    undo = getattr(_unwrapped(opt), "_optjit_unpatch", None)
     if undo is None:
         raise Error("this optimizer is not patched by optjit.patch")
     undo()

@@ -4,6 +4,7 @@ update itself is optjit's compiled C++ step."""
 
 import functools
 import inspect
+import math
 import numbers
 
 import torch
@@ -234,3 +235,88 @@ def new_state(param, entries, scalar_dtype, scalar_device, grad_layout=()):
             like = param.grad if key in grad_layout and param.grad is not None else param
             state[key] = torch.full_like(like, value, dtype=param.dtype, memory_format=torch.preserve_format)
     return state
+
+
+# Errors optjit raises where torch's own step raises: an optjit.Error that is also torch's exception type (a
+# KeyError for a group that lost an option, say), so that code catching either sees it.
+_AS_TORCH_ERROR = {}
+
+
+def torch_error(kind, message):
+    """An optjit.Error that is also a `kind` (KeyError, ValueError, TypeError, ZeroDivisionError): what torch's step
+    raises there, refused before anything changes."""
+    if kind not in _AS_TORCH_ERROR:
+        _AS_TORCH_ERROR[kind] = type(kind.__name__, (Error, kind), {"__module__": "optjit"})
+    return _AS_TORCH_ERROR[kind](message)
+
+
+# Options torch's step reads with group[key] that it does not need to find (it reads them with .get(), or never).
+_OPTIONAL_KEYS = {torch.optim.SGD: {"differentiable"}, torch.optim.Adagrad: {"initial_accumulator_value"}}
+# Options torch's step unpacks into two values (`beta1, beta2 = group["betas"]`).
+_PAIR_KEYS = {"betas", "etas", "step_sizes"}
+# (option, element, value) that makes torch's single-tensor step divide a Python float by zero: Adam's and Adamax's
+# bias correction 1 - beta1 ** step, RAdam's rho_inf = 2 / (1 - beta2) - 1.
+_ZERO_DIVISORS = {
+    torch.optim.Adam: (("betas", 0, 1.0),),
+    torch.optim.AdamW: (("betas", 0, 1.0),),
+    torch.optim.Adamax: (("betas", 0, 1.0),),
+    torch.optim.RAdam: (("betas", 1, 1.0),),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _required_keys(cls):
+    keys = set(inspect.signature(cls.__init__).parameters) - {"self", "params"}
+    return frozenset(keys - _OPTIONAL_KEYS.get(cls, set()))
+
+
+def check_step_options(cls, opt):
+    """Refuses, before anything changes, a group torch's step would raise on: a missing option (KeyError), a pair
+    option that is not two values (ValueError, TypeError, as Python's unpacking says), or an option that makes torch
+    divide by zero (ZeroDivisionError). O(groups)."""
+    required = _required_keys(cls)
+    for g, group in enumerate(opt.param_groups):
+        missing = [key for key in sorted(required) if key not in group]
+        if missing:
+            raise torch_error(KeyError, f"param group {g} has no option '{missing[0]}', which torch's step reads")
+        if cls is torch.optim.Adafactor:
+            pairs = ("eps",)
+        else:
+            pairs = [key for key in _PAIR_KEYS if key in group]
+        for key in pairs:
+            value = group[key]
+            try:
+                _, _ = value
+            except (TypeError, ValueError) as e:
+                raise torch_error(type(e), f"param group {g} option '{key}' is {value!r}: {e}") from None
+        for key, element, bad in _ZERO_DIVISORS.get(cls, ()):
+            value = group[key][element]
+            if not isinstance(value, torch.Tensor) and value == bad:
+                raise torch_error(
+                    ZeroDivisionError,
+                    f"param group {g} option '{key}' has {value!r} at index {element}: torch's step divides by "
+                    "zero (float division by zero)",
+                )
+
+
+def check_lr_range(opt, dtype_limits):
+    """Refuses a finite float lr beyond the range of its group's params' dtype, where torch's conversion of the
+    scalar for the params' ops refuses it (SGD's `param.add_(grad, alpha=-lr)`). `dtype_limits[g]`: the largest
+    finite value of group g's narrowest param dtype (dtype_limits())."""
+    for g, group in enumerate(opt.param_groups):
+        lr = group.get("lr")
+        limit = dtype_limits[g] if g < len(dtype_limits) else None
+        if limit is not None and isinstance(lr, numbers.Real) and math.isfinite(lr) and abs(lr) > limit:
+            raise Error(
+                f"param group {g} option 'lr' is {lr!r}: value cannot be converted to the params' dtype without "
+                f"overflow (its largest finite value is {limit!r})"
+            )
+
+
+def dtype_limits(opt):
+    """The largest finite value of each group's narrowest floating param dtype (None for a group without params)."""
+    limits = []
+    for group in opt.param_groups:
+        finite = [torch.finfo(p.dtype).max for p in group["params"] if p.is_floating_point() or p.is_complex()]
+        limits.append(min(finite) if finite else None)
+    return limits

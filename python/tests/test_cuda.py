@@ -226,7 +226,7 @@ def test_cuda_grad_scaler_drives_a_patched_step_as_it_drives_torch_fused():
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).cuda()
         params = list(model.parameters())
         opt = torch.optim.AdamW(params, lr=0.01, weight_decay=0.1, fused=not patched)
-        compiled = optjit.patch(opt) if patched else None
+        compiled = optjit.patch(opt, fuse_unscale=True) if patched else None
         scaler = torch.amp.GradScaler("cuda", init_scale=2.0**10, growth_interval=2)
         data = torch.Generator().manual_seed(1)
         scales = []

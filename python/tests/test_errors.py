@@ -192,3 +192,126 @@ def test_numpy_scalars_are_numbers_as_torch_takes_them():
     ref.step()
     for p, t in zip(ps, twin):
         torch.testing.assert_close(p.detach(), t.detach())
+
+
+def _stepped_once(cls, **options):
+    ps = params()
+    opt = cls(ps, **options)
+    step = optjit.compile(opt)
+    for p in ps:
+        p.grad = torch.ones_like(p)
+    step()
+    return ps, opt, step
+
+
+def _unchanged(ps, opt):
+    """A snapshot of the params and state, and a check that nothing differs from it."""
+    before = [p.detach().clone() for p in ps], {id(p): {k: v.clone() for k, v in opt.state[p].items()} for p in ps}
+
+    def check():
+        for a, p in zip(before[0], ps):
+            assert torch.equal(a, p.detach())
+        for p in ps:
+            for k, v in before[1][id(p)].items():
+                assert torch.equal(v, opt.state[p][k]), k
+
+    return check
+
+
+def _group_edit(key, value):
+    def edit(group):
+        if value is KeyError:
+            del group[key]
+        else:
+            group[key] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "cls, edit, torch_type",
+    [
+        (torch.optim.RAdam, _group_edit("betas", (0.9, 1.0)), ZeroDivisionError),
+        (torch.optim.Adam, _group_edit("betas", (1.0, 0.999)), ZeroDivisionError),
+        (torch.optim.Adamax, _group_edit("betas", (1.0, 0.999)), ZeroDivisionError),
+        (torch.optim.Adam, _group_edit("betas", (0.9, 0.99, 0.5)), ValueError),
+        (torch.optim.Adam, _group_edit("betas", (0.9,)), ValueError),
+        (torch.optim.Adam, _group_edit("betas", 0.9), TypeError),
+        (torch.optim.Rprop, _group_edit("etas", (0.5,)), ValueError),
+        (torch.optim.Adam, _group_edit("betas", KeyError), KeyError),
+        (torch.optim.SGD, _group_edit("momentum", KeyError), KeyError),
+        (torch.optim.Adagrad, _group_edit("lr_decay", KeyError), KeyError),
+    ],
+)
+def test_a_group_torchs_step_raises_on_raises_its_exception_type_with_nothing_changed(cls, edit, torch_type):
+    options = dict(lr=0.1, momentum=0.9) if cls is torch.optim.SGD else dict(lr=0.1)
+    # torch's own step raises that exception type on the same group.
+    ps = params()
+    reference = cls(ps, **options)
+    for p in ps:
+        p.grad = torch.ones_like(p)
+    reference.step()
+    edit(reference.param_groups[0])
+    with pytest.raises(torch_type):
+        reference.step()
+
+    ps, opt, step = _stepped_once(cls, **options)
+    edit(opt.param_groups[0])
+    check = _unchanged(ps, opt)
+    with pytest.raises(optjit.Error) as raised:
+        step()
+    assert isinstance(raised.value, torch_type)
+    check()
+
+
+def test_a_loaded_negative_step_count_is_refused_with_nothing_changed():
+    ps, opt, step = _stepped_once(torch.optim.Adam, lr=0.1)
+    saved = opt.state_dict()
+    for entry in saved["state"].values():
+        entry["step"] = torch.tensor(-1.0)
+    opt.load_state_dict(saved)
+    check = _unchanged(ps, opt)
+    with pytest.raises(optjit.Error, match="step"):
+        step()
+    check()
+
+
+def test_an_lr_beyond_the_params_dtype_is_refused_with_nothing_changed():
+    ps, opt, step = _stepped_once(torch.optim.SGD, lr=0.1)
+    opt.param_groups[0]["lr"] = 1e308
+    check = _unchanged(ps, opt)
+    with pytest.raises(optjit.Error, match="overflow"):
+        step()
+    check()
+
+
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.RAdam, torch.optim.Adafactor])
+def test_state_in_another_dtype_than_its_param_is_refused_where_torch_refuses_it(cls):
+    ps, opt, step = _stepped_once(cls, lr=0.1)
+    key = "exp_avg" if cls is not torch.optim.Adafactor else "variance"
+    target = next(p for p in ps if key in opt.state[p] and opt.state[p][key].dim() > 0)
+    opt.state[target][key] = opt.state[target][key].double()
+    check = _unchanged(ps, opt)
+    with pytest.raises(optjit.Error, match="dtype"):
+        step()
+    check()
+
+
+def test_state_in_a_wider_dtype_steps_as_torch_promotes_it_where_torch_steps():
+    ps, opt, step = _stepped_once(torch.optim.SGD, lr=0.1, momentum=0.9)
+    twin = [p.detach().clone().requires_grad_() for p in ps]
+    reference = torch.optim.SGD(twin, lr=0.1, momentum=0.9)
+    reference.load_state_dict(opt.state_dict())
+    for o, group in ((opt, ps), (reference, twin)):
+        for p in group:
+            o.state[p]["momentum_buffer"] = o.state[p]["momentum_buffer"].double()
+    for s in range(3):
+        for p, q in zip(ps, twin):
+            p.grad = torch.full_like(p, 0.1 * (s + 1))
+            q.grad = p.grad.clone()
+        step()
+        reference.step()
+    for p, q in zip(ps, twin):
+        assert opt.state[p]["momentum_buffer"].dtype == torch.float64
+        torch.testing.assert_close(opt.state[p]["momentum_buffer"], reference.state[q]["momentum_buffer"])
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=0)

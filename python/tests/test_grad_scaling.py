@@ -33,7 +33,7 @@ def _model(seed):
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
 
 
-def _train(cls, options, patched, steps=8, fuse_inf_check=False, max_grad_norm=None, nan=False):
+def _train(cls, options, patched, steps=8, fuse_inf_check=False, max_grad_norm=None, nan=False, fuse_unscale=False):
     """`steps` GradScaler steps of a small model (an inf grad at INF_STEP, or a NaN); returns the params, the
     optimizer, the scale before every step, and what optjit measured when patched. Unpatched runs with max_grad_norm
     clip as torch's recipe does: scaler.unscale_(opt), clip_grad_norm_, scaler.step(opt)."""
@@ -41,7 +41,9 @@ def _train(cls, options, patched, steps=8, fuse_inf_check=False, max_grad_norm=N
     params = list(model.parameters())
     opt = cls(params, **options)
     compiled = (
-        optjit.patch(opt, max_grad_norm=max_grad_norm, fuse_inf_check=fuse_inf_check) if patched else None
+        optjit.patch(opt, max_grad_norm=max_grad_norm, fuse_inf_check=fuse_inf_check, fuse_unscale=fuse_unscale)
+        if patched
+        else None
     )
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     data = torch.Generator().manual_seed(1)
@@ -68,7 +70,7 @@ def _train(cls, options, patched, steps=8, fuse_inf_check=False, max_grad_norm=N
 )
 def test_grad_scaler_matches_torch_fused(cls, options):
     """The same contract as torch's fused kernels: the scale goes in, the grads stay scaled, an inf step is skipped."""
-    params, opt, scales, grads, compiled = _train(cls, options, patched=True)
+    params, opt, scales, grads, compiled = _train(cls, options, patched=True, fuse_unscale=True)
     fused_params, fused_opt, fused_scales, fused_grads, _ = _train(cls, dict(options, fused=True), patched=False)
     assert scales == fused_scales
     assert scales[INF_STEP] == 2 * scales[0] and scales[INF_STEP + 1] == scales[0]  # grew, then halved at the inf
@@ -82,7 +84,7 @@ def test_grad_scaler_matches_torch_fused(cls, options):
             torch.testing.assert_close(a / scale, b / scale, rtol=1e-5, atol=1e-6, msg=lambda m: f"{message}: {m}")
     assert all(torch.isinf(g[0, 0]) for g in (grads[INF_STEP][0], fused_grads[INF_STEP][0]))  # left as they were
     metrics = compiled.metrics()
-    assert metrics["skipped_steps"] == 1 and metrics["steps"] == 8
+    assert metrics["skipped_steps"] == 1 and metrics["steps"] == 7  # steps that updated: 8 calls, 1 skipped
     assert metrics["compiles"] == 1 and metrics["recompiles"] == 0  # new scales are values, not new kernels
 
 
@@ -93,7 +95,10 @@ def test_grad_scaler_matches_torch_unscaling_itself(cls, options):
     torch_params, torch_opt, torch_scales, _, _ = _train(cls, dict(options, foreach=False), patched=False)
     assert scales == torch_scales
     assert_same_state(opt, params, torch_opt, torch_params, torch.float32)
-    assert compiled.metrics()["skipped_steps"] == 1
+    # Patched without fuse_unscale, the optimizer is a non-fused one to GradScaler: it unscales and checks the grads
+    # itself, and does not call the step it skips.
+    assert not getattr(opt, "_step_supports_amp_scaling", False)
+    assert compiled.metrics()["skipped_steps"] == 0 and compiled.metrics()["steps"] == 7
 
 
 @pytest.mark.parametrize("cls,options", ALL, ids=lambda c: getattr(c, "__name__", ""))
