@@ -37,6 +37,20 @@ Shape axis_slot_shape(const Slot& slot, Shape shape) {
 ListArguments make_arguments(const Graph& graph, const std::vector<Shape>& shapes, const KeywordOptions& hypers,
                              uint64_t seed) {
   ListArguments args;
+  // The hyperparameters first: a missing --set is refused before the tensors are made (they may be gigabytes).
+  const std::vector<std::string> read = signature_of(graph).hypers;
+  for (const auto& [name, values] : hypers)
+    if (std::find(read.begin(), read.end(), name) == read.end())
+      throw Error(fmt::format("--set {}: the graph reads no hyperparameter of that name (it reads: {})", name,
+                              read.empty() ? std::string("none") : fmt::format("{}", fmt::join(read, ", "))));
+  for (const std::string& name : read) {
+    auto it = hypers.find(name);
+    if (it == hypers.end() || it->second.size() != 1)
+      throw Error(
+          fmt::format("the graph reads hyperparameter '{}': give it one value with --set {}=VALUE", name, name));
+    args.hyper_names.push_back(name);
+    args.hyper.push_back(it->second[0]);
+  }
   const std::vector<Tensor> random = random_params(shapes, Dtype::f64, seed);
   for (const Slot& slot : graph.slots) {
     std::vector<Tensor> tensors;
@@ -54,19 +68,6 @@ ListArguments make_arguments(const Graph& graph, const std::vector<Shape>& shape
     }
     args.slot_names.push_back(slot.name);
     args.slot_tensors.push_back(std::move(tensors));
-  }
-  const std::vector<std::string> read = signature_of(graph).hypers;
-  for (const auto& [name, values] : hypers)
-    if (std::find(read.begin(), read.end(), name) == read.end())
-      throw Error(fmt::format("--set {}: the graph reads no hyperparameter of that name (it reads: {})", name,
-                              read.empty() ? std::string("none") : fmt::format("{}", fmt::join(read, ", "))));
-  for (const std::string& name : read) {
-    auto it = hypers.find(name);
-    if (it == hypers.end() || it->second.size() != 1)
-      throw Error(
-          fmt::format("the graph reads hyperparameter '{}': give it one value with --set {}=VALUE", name, name));
-    args.hyper_names.push_back(name);
-    args.hyper.push_back(it->second[0]);
   }
   args.group_of.assign(shapes.size(), 0);
   args.shapes = shapes; // what kernels that walk rows and columns count them by

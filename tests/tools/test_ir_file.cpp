@@ -44,6 +44,9 @@ TEST_CASE("ir files: every stage of a graph read from text, and a run that agree
   CHECK(run_ir_file({.file = file.path.string(), .params = "100,3x3", .set = "lr=0.5"}) == 0);
   check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = ""}); },
                        "the graph reads hyperparameter 'lr': give it one value with --set lr=VALUE");
+  // Refused before the tensors are made: these would take 8 TB.
+  check_error_contains([&] { run_ir_file({.file = file.path.string(), .params = "1000000000000", .set = ""}); },
+                       "the graph reads hyperparameter 'lr': give it one value with --set lr=VALUE");
   check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = "lr=1,momentum=0.5"}); },
                        "--set momentum: the graph reads no hyperparameter of that name (it reads: lr)");
   check_error_contains([&] { run_ir_file({.file = file.path.string(), .set = "lr=1", .steps = 0}); },
