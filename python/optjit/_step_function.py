@@ -90,6 +90,7 @@ class StepFunction:
     def _release(self):
         """Drops the compiled variants (at interpreter exit: optjit._compiled._release_at_exit)."""
         self._variants.clear()
+        self._programs.clear()
         self._cxx = None
 
     def _list_names(self, count):
@@ -165,7 +166,18 @@ class StepFunction:
         for k, (size, is_list) in sequences.items():  # one hyperparameter per element, in a tuple (or list)
             values = [sym_hypers.pop(_element_name(k, i)) for i in range(size)]
             sym_hypers[k] = values if is_list else tuple(values)
-        returned = self.eager(*sym_lists, **sym_hypers)
+        try:
+            returned = self.eager(*sym_lists, **sym_hypers)
+        except Error:
+            raise
+        except Exception as e:
+            # What the function does with its symbolic values that torch or Python refuse (torch.tensor(lr): torch
+            # cannot tell the dtype of a value it does not see) is named as the step function's, as optjit.Error.
+            raise Error(
+                f"step function {self._name} raised {type(e).__name__} while optjit recorded it: {e}. A step "
+                "function is recorded with symbolic tensors and hyperparameters: it may call torch ops, tensor "
+                "methods and Python operators on them, not make tensors of them (torch.tensor(lr)) or read their values"
+            ) from e
         if returned is not None:
             raise Error(
                 f"step function {self._name} returns a value: a compiled step's results are its lists, updated in "

@@ -315,3 +315,42 @@ def test_state_in_a_wider_dtype_steps_as_torch_promotes_it_where_torch_steps():
         assert opt.state[p]["momentum_buffer"].dtype == torch.float64
         torch.testing.assert_close(opt.state[p]["momentum_buffer"], reference.state[q]["momentum_buffer"])
         torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=0)
+
+
+def test_malformed_arguments_are_optjit_errors():
+    ps, opt, step = _stepped_once(torch.optim.SGD, lr=0.1)
+    with pytest.raises(optjit.Error, match="grad_scaler is 5"):
+        step(None, 5)
+    with pytest.raises(optjit.Error, match="closure is 3"):
+        step(3)
+    with pytest.raises(optjit.Error, match="max_grad_norm is a tensor of 2 elements"):
+        optjit.compile(opt, max_grad_norm=torch.tensor([1.0, 2.0]))
+
+
+def test_dump_shows_the_compiled_step_while_a_bad_grad_waits_for_the_next_step():
+    ps, opt, step = _stepped_once(torch.optim.SGD, lr=0.1)
+    ps[0].grad.data = torch.ones(7)  # the wrong shape (torch checks `p.grad = ...` only): the next step refuses it
+    with pytest.raises(optjit.Error):
+        step()
+    assert "kernel" in step.dump("fused")
+
+
+def test_a_compiled_step_held_by_a_global_hook_at_exit_leaks_nothing():
+    import subprocess
+    import sys
+
+    script = (
+        "import torch, optjit\n"
+        "from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook\n"
+        "p = torch.nn.Parameter(torch.ones(3)); p.grad = torch.ones(3)\n"
+        "opt = torch.optim.Adam([p]); step = optjit.compile(opt); step()\n"
+        "register_optimizer_step_post_hook(lambda o, a, k: step.metrics())\n"
+        "@optjit.step_function\n"
+        "def f(params, grads, *, lr):\n"
+        "    torch._foreach_add_(params, grads, alpha=-lr)\n"
+        "f([torch.zeros(2)], [torch.ones(2)], lr=0.1)\n"
+        "register_optimizer_step_pre_hook(lambda o, a, k: f.metrics())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "leaked" not in done.stderr, done.stderr

@@ -1226,3 +1226,42 @@ def test_state_lists_wider_than_the_params_compute_as_torch_promotes_them(param_
         torch.testing.assert_close(b, e, rtol=1e-12, atol=1e-14)  # f64 state keeps f64 precision
     for p, e in zip(params, eager_params):
         torch.testing.assert_close(p, e, rtol=0, atol=0)
+
+
+def test_what_torch_or_python_refuse_while_recording_is_an_optjit_error_naming_the_function():
+    @optjit.step_function
+    def makes_a_tensor(params, grads, *, lr):
+        torch._foreach_add_(params, grads, alpha=-torch.tensor(lr).item())
+
+    with pytest.raises(optjit.Error, match="step function makes_a_tensor raised RuntimeError while optjit recorded"):
+        makes_a_tensor([torch.zeros(3)], [torch.ones(3)], lr=0.1)
+
+
+def test_a_function_shared_by_param_groups_keeps_one_variant_per_group():
+    @optjit.step_function
+    def sgd(params, grads, *, lr):
+        torch._foreach_add_(params, grads, alpha=-lr)
+
+    groups = [[torch.zeros(3), torch.zeros(2)], [torch.zeros(5)]]
+    for _ in range(4):
+        for params in groups:
+            sgd(params, [torch.ones_like(p) for p in params], lr=0.5)
+    for params in groups:
+        assert all(torch.equal(p, torch.full_like(p, -2.0)) for p in params)
+    metrics = sgd.metrics()
+    assert metrics["calls"] == 8 and metrics["compiles"] == 2 and metrics["cache_hits"] == 6, metrics
+    assert metrics["records"] == 2 and metrics["rebuilds"] == 0 and metrics["variants"] == 2, metrics
+
+
+def test_calls_that_alternate_between_more_variants_than_are_kept_warn_that_they_rebuild():
+    @optjit.step_function
+    def sgd(params, grads, *, lr):
+        torch._foreach_add_(params, grads, alpha=-lr)
+
+    groups = [[torch.zeros(k + 1)] for k in range(10)]
+    with pytest.warns(UserWarning, match="compiled again"):
+        for _ in range(2):
+            for params in groups:
+                sgd(params, [torch.ones_like(p) for p in params], lr=1.0)
+    assert sgd.metrics()["rebuilds"] == 10 and sgd.metrics()["variants"] == 8
+    assert all(torch.equal(p[0], torch.full_like(p[0], -2.0)) for p in groups)
