@@ -36,8 +36,8 @@ class CompiledStep:
     total_norm is the norm of the last step, before clipping (what clip_grad_norm_ returns, in its dtype).
 
     Gradient scaling: the step reads GradScaler's opt.grad_scale and opt.found_inf as torch's fused optimizers do
-    (optjit.patch sets _step_supports_amp_scaling). Called with grad_scaler= (GradScaler's older contract, which
-    optjit.patch(opt, fuse_inf_check=True) asks for), it takes over GradScaler's inf check as well: the grads are
+    (optjit.patch(opt, fuse_unscale=True) sets _step_supports_amp_scaling). Called with grad_scaler= (GradScaler's
+    older contract, which optjit.patch(opt, fuse_inf_check=True) asks for), it takes over GradScaler's inf check as well: the grads are
     checked for infs and NaNs in the step's first pass (with the clipping norm, when there is one), not in a pass of
     GradScaler's own, and the step is skipped when one is found."""
 
@@ -70,8 +70,8 @@ class CompiledStep:
             )
         if grad_scaler is not None and not hasattr(grad_scaler, "_per_optimizer_states"):
             raise Error(
-                f"grad_scaler is {grad_scaler!r}: the compiled step takes a torch.amp.GradScaler there (GradScaler.step "
-                "passes itself), or None"
+                f"grad_scaler is {grad_scaler!r}: the compiled step takes a torch.amp.GradScaler there "
+                "(GradScaler.step passes itself), or None"
             )
         if closure is not None and not callable(closure):
             raise Error(f"closure is {closure!r}: a step's closure is a callable that returns the loss, or None")
@@ -659,14 +659,19 @@ def _accelerate_wrappers(opt):
     accelerate = sys.modules.get("accelerate.optimizer")
     if accelerate is None:
         return []
-    wrappers = []
-    for referrer in gc.get_referrers(opt):  # a wrapper's __dict__ holds the optimizer
-        if not isinstance(referrer, dict) or referrer.get("optimizer") is not opt:
-            continue
-        for owner in gc.get_referrers(referrer):
-            if isinstance(owner, accelerate.AcceleratedOptimizer) and getattr(owner, "scaler", None) is not None:
-                wrappers.append(owner)
-    return wrappers
+    owners = []
+    for referrer in gc.get_referrers(opt):  # the wrapper itself, or its __dict__ where it has one
+        if isinstance(referrer, dict) and referrer.get("optimizer") is opt:
+            owners.extend(gc.get_referrers(referrer))
+        else:
+            owners.append(referrer)
+    return [
+        owner
+        for owner in owners
+        if isinstance(owner, accelerate.AcceleratedOptimizer)
+        and getattr(owner, "optimizer", None) is opt
+        and getattr(owner, "scaler", None) is not None
+    ]
 
 
 def compile(opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
@@ -732,7 +737,9 @@ def patch(
         # As torch's fused optimizers do, the patched step lets GradScaler hand it the scale (opt.grad_scale) and the
         # inf check (opt.found_inf) instead of unscaling every grad in a pass of its own: the kernel divides.
         opt._step_supports_amp_scaling = True
-    wrappers = [(w, w._optimizer_original_step_method, w._optimizer_patched_step_method) for w in _accelerate_wrappers(opt)]
+    wrappers = [
+        (w, w._optimizer_original_step_method, w._optimizer_patched_step_method) for w in _accelerate_wrappers(opt)
+    ]
     for wrapper, _, _ in wrappers:
         from accelerate.optimizer import patch_optimizer_step
 

@@ -1186,7 +1186,8 @@ def test_a_value_kept_from_an_earlier_recording_is_refused_by_name():
     grads = [torch.ones(3), torch.ones(2)]
     keeps(params, grads, lr=0.1, scale=1.0)
     before = [p.clone() for p in params]
-    with pytest.raises(optjit.Error, match="step function uses uses a value recorded by an earlier call of step function keeps"):
+    kept_by_keeps = "step function uses uses a value recorded by an earlier call of step function keeps"
+    with pytest.raises(optjit.Error, match=kept_by_keeps):
         uses(params, grads, lr=0.1)
     assert all(torch.equal(p, b) for p, b in zip(params, before))
 
