@@ -250,12 +250,16 @@ class StepFunction:
         def tensors(group):
             # Everything a view of the tensor depends on: a grad is not held between calls, so a new one at a freed
             # one's address is the same view only if its layout is the same too. (A DTensor's view is of its local
-            # tensor: its own address is 0, and a new grad DTensor may take a freed one's id.)
+            # tensor: its own address is 0, and a new grad DTensor may take a freed one's id.) torch's lazy negation
+            # bit too: such a tensor holds -value in its memory, and is stepped through a staged copy.
             return tuple(
-                (id(t), m.data_ptr(), tuple(m.shape), m.stride(), m.dtype, m.device)
+                (id(t), m.data_ptr(), tuple(m.shape), m.stride(), m.dtype, m.device, m.is_neg())
                 for lst in group
                 for t, m in ((t, _local(t)) for t in lst)
             )
+
+        # Grads with the negation bit (`.conj().imag` of a complex tensor) are read through resolved copies.
+        lists[1] = [g.resolve_neg() if _local(g).is_neg() else g for g in lists[1]]
 
         held = tensors(lists[:1] + lists[2:])
         known = next((k for k in reversed(self._variants) if k[1] == held and len(lists) == len(k[0][0])), None)
@@ -294,8 +298,15 @@ class StepFunction:
                 variant.cxx.set_grads(lists[1])
                 variant.grads = key[2]
         self._cxx = variant.cxx
+        with torch.no_grad():
+            for k, j, copy in variant.staged:  # the values now: they may have changed since the last call
+                copy.copy_(lists[k][j])
         with variant.streams.lend():
             variant.cxx({k: float(v) for k, v in hypers.items()})
+        with torch.no_grad():
+            for k, j, copy in variant.staged:
+                if k in variant.written:
+                    lists[k][j].copy_(copy)  # through torch, which writes -value into a negated view's memory
         # The lists it wrote changed in place, as torch's foreach ops would have counted (autograd's version).
         _increment_versions([t for k in variant.written for t in lists[k]])
 
@@ -311,11 +322,17 @@ class StepFunction:
         instructions, names, kinds = program
         of_kind = {kind: [n for n in names if kinds.get(n) == kind] for kind in ("scalar", "rows", "cols")}
         streams = _cuda_streams([t for lst in lists for t in lst])
+        # Params and state with the negation bit are stepped in copies holding their values, written back after
+        # each call (grads were resolved already).
+        staged = [(k, j, t.resolve_neg()) for k, lst in enumerate(lists) for j, t in enumerate(lst) if t.is_neg()]
+        bound = [list(lst) for lst in lists]
+        for k, j, copy in staged:
+            bound[k][j] = copy
         with streams.lend():
             cxx = TorchStepFunction(
                 self._name,
                 instructions,
-                list(zip(names, lists)),
+                list(zip(names, bound)),
                 of_kind["scalar"],
                 of_kind["rows"],
                 of_kind["cols"],
@@ -323,7 +340,8 @@ class StepFunction:
                 _shard_reducer(lists[0], f"step function {self._name}'s reductions", _reduces(instructions)),
             )
         stored = {i.name for i in instructions if i.op.startswith("store")}
-        variant = _Variant(cxx, streams, [k for k, name in enumerate(names) if name in stored], key[2])
+        written = [k for k, name in enumerate(names) if name in stored]
+        variant = _Variant(cxx, streams, written, key[2], staged)
         # Kept only once whole: a call that failed before its step ran leaves nothing behind.
         for cache, cache_key, value in ((self._programs, key[0], program), (self._variants, key[:2], variant)):
             cache[cache_key] = value
@@ -446,10 +464,11 @@ class _Variant:
     """One compiled variant of a step function: its C++ step, the CUDA streams it runs on, the lists it writes (by
     position), and the grads it was last pointed at (their identities and layouts)."""
 
-    __slots__ = ("cxx", "streams", "written", "grads")
+    __slots__ = ("cxx", "streams", "written", "grads", "staged")
 
-    def __init__(self, cxx, streams, written, grads):
+    def __init__(self, cxx, streams, written, grads, staged):
         self.cxx, self.streams, self.written, self.grads = cxx, streams, written, grads
+        self.staged = staged  # (list, entry, copy) of each tensor with the negation bit, stepped in its copy
 
 
 def _is_bool(value):

@@ -25,6 +25,15 @@ EVERY_OPTIMIZER = [
 SHAPES = [(4, 3), (), (0,), (7,), (2, 3, 2)]
 
 
+def lion_update(params, grads, exp_avgs, *, lr, beta1, beta2, weight_decay):
+    """Lion written with torch's foreach calls, to compile with optjit.step_function (each test its own)."""
+    update = torch._foreach_lerp(exp_avgs, grads, 1 - beta1)
+    torch._foreach_sign_(update)
+    torch._foreach_mul_(params, 1 - lr * weight_decay)
+    torch._foreach_add_(params, update, alpha=-lr)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta2)
+
+
 def make_params(dtype, seed=0, shapes=SHAPES):
     generator = torch.Generator().manual_seed(seed)
     return [torch.nn.Parameter(torch.randn(shape, generator=generator, dtype=dtype)) for shape in shapes]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import optjit
+from conftest import lion_update
 
 transformers = pytest.importorskip("transformers")
 accelerate = pytest.importorskip("accelerate")
@@ -124,13 +125,7 @@ def test_hf_trainer_with_clipping_fused_by_the_callback_trains_as_torch_clipping
 
 
 def test_a_step_function_inside_an_optimizer_subclass_trains_in_hf_trainer(tmp_path):
-    @optjit.step_function
-    def lion(params, grads, exp_avgs, *, lr, beta1, beta2, weight_decay):
-        update = torch._foreach_lerp(exp_avgs, grads, 1 - beta1)
-        torch._foreach_sign_(update)
-        torch._foreach_mul_(params, 1 - lr * weight_decay)
-        torch._foreach_add_(params, update, alpha=-lr)
-        torch._foreach_lerp_(exp_avgs, grads, 1 - beta2)
+    lion = optjit.step_function(lion_update, name="lion")
 
     def lion_optimizer(compiled):
         class Lion(torch.optim.Optimizer):

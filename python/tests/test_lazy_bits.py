@@ -137,3 +137,29 @@ def test_a_conjugate_complex_grad_under_sgd_is_read_as_torch_reads_it():
         step()
         reference.step()
         torch.testing.assert_close(params[0].detach(), twin[0].detach())
+
+
+def test_a_step_function_steps_negated_params_state_and_grads_as_its_eager_run():
+    # Written one tensor at a time: torch's in-place foreach ops refuse lists with negated tensors ("materialize
+    # all the negation input tensor(s)"), its tensor methods step them.
+    @optjit.step_function
+    def momentum(params, grads, bufs, *, lr, beta):
+        for p, g, b in zip(params, grads, bufs):
+            b.mul_(beta).add_(g)
+            p.add_(b, alpha=-lr)
+
+    def negated(values):
+        """Tensors with the negation bit holding `values` (their memory holds -values)."""
+        return [torch._neg_view(v.neg()) for v in values]
+
+    generator = torch.Generator().manual_seed(4)
+    start = [torch.randn(s, generator=generator) for s in SHAPES]
+    params, eager_params = negated(start), negated(start)
+    bufs, eager_bufs = negated([torch.zeros(s) for s in SHAPES]), negated([torch.zeros(s) for s in SHAPES])
+    for _ in range(3):
+        grads = negated([torch.randn(s, generator=generator) for s in SHAPES])
+        momentum(params, grads, bufs, lr=0.1, beta=0.9)
+        momentum.eager(eager_params, grads, eager_bufs, lr=0.1, beta=0.9)
+        for a, b in zip(params + bufs, eager_params + eager_bufs):
+            assert a.is_neg()
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

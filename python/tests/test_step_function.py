@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import optjit
-from conftest import assert_close, assert_kernels
+from conftest import assert_close, assert_kernels, lion_update
 
 
 def _lists(dtype, seed, count, shapes=((33, 7), (5,), (4, 4, 3))):
@@ -23,13 +23,7 @@ def _clone(lists):
     return [[t.clone() for t in lst] for lst in lists]
 
 
-@optjit.step_function
-def lion(params, grads, exp_avgs, *, lr, beta1, beta2, weight_decay):
-    update = torch._foreach_lerp(exp_avgs, grads, 1 - beta1)
-    torch._foreach_sign_(update)
-    torch._foreach_mul_(params, 1 - lr * weight_decay)
-    torch._foreach_add_(params, update, alpha=-lr)
-    torch._foreach_lerp_(exp_avgs, grads, 1 - beta2)
+lion = optjit.step_function(lion_update, name="lion")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])

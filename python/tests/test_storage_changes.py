@@ -46,53 +46,40 @@ def storage_freed_then_back(t):
 CHANGES = [replace_data, replace_with_set, grow_then_shrink, storage_freed_then_back]
 
 
-@pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__)
-@pytest.mark.parametrize("key", ["exp_avg", "exp_avg_sq"])
-def test_a_state_tensor_whose_memory_changed_is_stepped_at_its_new_memory(change, key):
-    params, opt, twin, reference = pair(torch.optim.Adam, lr=0.05, weight_decay=0.1)
+def step_both(cls, options, changed, change, grads_kept=False):
+    """Steps a compiled and a torch optimizer of `cls` alike for 4 steps, applying `change` before the third to the
+    tensors `changed(opt, params)` names in each (before the third and the fourth with `grads_kept`: the grads of the
+    first two steps stay the same objects then); their params and state must agree after every step."""
+    params, opt, twin, reference = pair(cls, **options)
     step = optjit.compile(opt)
     for s in range(4):
-        set_grads(s, params, twin, none_every=0)
-        if s == 2:
-            for p, q in zip(params, twin):
+        if s < 2 or not grads_kept:
+            set_grads(s, params, twin, none_every=0)
+        if s == 2 or (s > 2 and grads_kept):
+            for o, ps in ((opt, params), (reference, twin)):
                 with torch.no_grad():
-                    change(opt.state[p][key])
-                    change(reference.state[q][key])
+                    for t in changed(o, ps):
+                        change(t)
         step()
         reference.step()
         assert_same_state(opt, params, reference, twin, torch.float32)
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("key", ["exp_avg", "exp_avg_sq"])
+def test_a_state_tensor_whose_memory_changed_is_stepped_at_its_new_memory(change, key):
+    step_both(torch.optim.Adam, dict(lr=0.05, weight_decay=0.1), lambda o, ps: [o.state[p][key] for p in ps], change)
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__)
 def test_a_param_whose_memory_changed_is_stepped_at_its_new_memory(change):
-    params, opt, twin, reference = pair(torch.optim.SGD, lr=0.1, momentum=0.9)
-    step = optjit.compile(opt)
-    for s in range(4):
-        set_grads(s, params, twin, none_every=0)
-        if s == 2:
-            for p, q in zip(params, twin):
-                with torch.no_grad():
-                    change(p)
-                    change(q)
-        step()
-        reference.step()
-        assert_same_state(opt, params, reference, twin, torch.float32)
+    step_both(torch.optim.SGD, dict(lr=0.1, momentum=0.9), lambda o, ps: ps, change)
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__)
 def test_a_grad_whose_memory_changed_is_read_at_its_new_memory(change):
-    params, opt, twin, reference = pair(torch.optim.SGD, lr=0.1, momentum=0.9)
-    step = optjit.compile(opt)
-    for s in range(4):
-        if s < 2:
-            set_grads(s, params, twin, none_every=0)
-        else:  # the same grad objects, whose memory changes between steps
-            for p, q in zip(params, twin):
-                change(p.grad)
-                change(q.grad)
-        step()
-        reference.step()
-        assert_same_state(opt, params, reference, twin, torch.float32)
+    # The same grad objects from the third step on, whose memory changes between steps.
+    step_both(torch.optim.SGD, dict(lr=0.1, momentum=0.9), lambda o, ps: [p.grad for p in ps], change, True)
 
 
 def test_a_state_tensor_given_a_shape_its_param_does_not_have_is_refused_with_nothing_changed():
