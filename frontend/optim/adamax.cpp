@@ -49,7 +49,11 @@ void Adamax::check_step_options(const ParamGroup& group, std::size_t index) cons
   require_first_bias_correction(group.get("beta1"), name(), index);
 }
 
-Structure Adamax::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
+Structure Adamax::structure(const ParamGroup& group) const {
+  Structure s = maximize_and_weight_decay(group);
+  s.set("lr_f32_tensor", group.holds_f32_tensor("lr"));
+  return s;
+}
 
 std::vector<StateSpec> Adamax::state_specs(const Structure&) const {
   return {{"step", StateKind::Scalar}, {"exp_avg"}, {"exp_inf"}};
@@ -69,7 +73,11 @@ void Adamax::trace(Tracer& t, const Structure& s) const {
     grads = foreach_add(grads, params, t.hyper("weight_decay"));
   Sym exp_avgs = foreach_lerp(t.tensors("exp_avg"), grads, 1.0 - beta1);
   Sym exp_infs = maximum(t.tensors("exp_inf") * beta2, abs(grads) + eps);
-  Sym clr = -1.0 * (lr / (1.0 - pow(beta1, step)));
+  // With an f32 tensor lr, torch's clr = lr / bias_correction is an f32 tensor (its divisor rounded to f32 first).
+  Sym clr = lr / (1.0 - pow(beta1, step));
+  if (s["lr_f32_tensor"])
+    clr = t.rounded(Dtype::f32, lr / t.rounded(Dtype::f32, 1.0 - pow(beta1, step)));
+  clr = -1.0 * clr;
   t.store("param", foreach_addcdiv(params, exp_avgs, exp_infs, clr));
   t.store("exp_avg", exp_avgs);
   t.store("exp_inf", exp_infs);

@@ -66,7 +66,11 @@ void NAdam::validate_options(const OptionMap& o) const {
   require_non_negative(o.at("momentum_decay"), "Invalid momentum_decay value: ");
 }
 
-Structure NAdam::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
+Structure NAdam::structure(const ParamGroup& group) const {
+  Structure s = maximize_and_weight_decay(group);
+  s.set("lr_f32_tensor", group.holds_f32_tensor("lr"));
+  return s;
+}
 
 std::vector<StateSpec> NAdam::state_specs(const Structure&) const {
   return {{"step", StateKind::Scalar}, {"mu_product", StateKind::Scalar, 1.0}, {"exp_avg"}, {"exp_avg_sq"}};
@@ -85,7 +89,9 @@ void NAdam::trace(Tracer& t, const Structure& s) const {
   if (s["maximize"])
     grads = -grads;
   Sym step = t.store_scalar("step", t.scalar_state("step") + 1.0);
-  if (s["decoupled_weight_decay"])
+  if (s["decoupled_weight_decay"] && s["lr_f32_tensor"]) // f32 tensor arithmetic, as in Adam::trace
+    params = params * t.rounded(Dtype::f32, 1.0 - t.rounded(Dtype::f32, lr * t.rounded(Dtype::f32, weight_decay)));
+  else if (s["decoupled_weight_decay"])
     params = params * (1.0 - lr * weight_decay);
   else if (s["weight_decay"])
     grads = foreach_add(grads, params, weight_decay);
@@ -100,6 +106,11 @@ void NAdam::trace(Tracer& t, const Structure& s) const {
   Sym denom = sqrt(exp_avg_sqs) / sqrt(bias_correction2) + eps;
   Sym step_size_grads = lr * (1.0 - mu) / (1.0 - mu_product) * -1.0;
   Sym step_size_exp_avg = lr * mu_next / (1.0 - mu_product * mu_next) * -1.0;
+  if (s["lr_f32_tensor"]) { // torch's -lr * (1 - mu) / (1 - mu_product) and its twin are f32 tensor arithmetic then
+    const auto f32 = [&](Sym value) { return t.rounded(Dtype::f32, value); };
+    step_size_grads = f32(f32(lr * -1.0 * f32(1.0 - mu)) / f32(1.0 - mu_product));
+    step_size_exp_avg = f32(f32(lr * -1.0 * f32(mu_next)) / f32(1.0 - mu_product * mu_next));
+  }
   params = foreach_addcdiv(params, grads, denom, step_size_grads);
   params = foreach_addcdiv(params, exp_avgs, denom, step_size_exp_avg);
   t.store("param", params);

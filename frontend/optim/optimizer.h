@@ -39,6 +39,13 @@ struct ParamGroup {
   std::vector<std::string> param_names = {};
 
   double get(const std::string& name) const; // the tensor's value when tensor-held; throws for an unknown key
+  // Whether option `name` is held in an f32 tensor: torch then computes with it in f32 tensor arithmetic (lr /
+  // bias_correction1 is an f32 tensor), which a step that follows torch's rounding traces (structure flag
+  // "lr_f32_tensor", with Tracer::rounded).
+  bool holds_f32_tensor(const std::string& name) const {
+    const auto held = tensor_options.find(name);
+    return held != tensor_options.end() && held->second.dtype() == Dtype::f32;
+  }
   bool has(const std::string& name) const { return options.count(name) > 0; }
   // Only keys the group has. A tensor-held option is filled in place, as torch's LR schedulers do.
   void set(const std::string& name, double value);

@@ -99,3 +99,31 @@ def test_an_inf_grad_spreads_as_in_torch(cls):
     torch.testing.assert_close(ours, theirs, equal_nan=True)
     for key, value in ref.state[theirs].items():
         torch.testing.assert_close(opt.state[ours][key], value, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "cls, options",
+    [
+        (torch.optim.Adam, {}),
+        (torch.optim.AdamW, dict(weight_decay=0.1)),
+        (torch.optim.Adam, dict(amsgrad=True)),
+        (torch.optim.Adamax, {}),
+        (torch.optim.NAdam, {}),
+        (torch.optim.NAdam, dict(decoupled_weight_decay=True, weight_decay=0.1)),
+    ],
+    ids=["Adam", "AdamW", "Adam amsgrad", "Adamax", "NAdam", "NAdam decoupled"],
+)
+def test_an_f32_tensor_lr_over_f64_params_follows_torchs_f32_arithmetic(cls, options):
+    """torch computes lr / bias_correction1 and 1 - lr * weight_decay as f32 tensors when lr is one: the steps it
+    takes are those f32 values, which a computation in f64 misses by ~1e-9. (ASGD's eta, an f32 power, still differs
+    by ~2e-9.)"""
+    params = make_params(torch.float64)
+    twin = clone_params(params)
+    opt, reference = cls(params, lr=torch.tensor(0.01), **options), cls(twin, lr=torch.tensor(0.01), **options)
+    step = optjit.compile(opt)
+    for s in range(8):
+        set_grads(s, params, twin)
+        step()
+        reference.step()
+    for p, q in zip(params, twin):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-15, atol=1e-16)
