@@ -354,3 +354,16 @@ def test_a_compiled_step_held_by_a_global_hook_at_exit_leaks_nothing():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "leaked" not in done.stderr, done.stderr
+
+
+def test_a_refused_rebuild_retires_nothing_and_metrics_count_each_step_once():
+    ps, opt, step = _stepped_once(torch.optim.Adam, lr=0.1)
+    bad = torch.nn.Parameter(torch.zeros(3).to(torch.float8_e4m3fn))
+    opt.add_param_group({"params": [bad]})
+    for _ in range(2):
+        with pytest.raises(optjit.Error, match="dtype"):
+            step()
+    opt.param_groups.pop()
+    step()
+    metrics = step.metrics()
+    assert metrics["steps"] == 2 and metrics["compiles"] == 1, metrics
