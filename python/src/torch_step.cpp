@@ -375,7 +375,8 @@ void TorchStep::sync_state(nb::handle state) {
       if (!entry && PyErr_Occurred())
         throw nb::python_error();
       // The same tensor object may hold other memory now (`m.data = t`, `m.set_(t)`, a storage resized): torch
-      // steps the new memory, and the old view would write memory torch freed.
+      // steps the new memory, and the old view would write memory torch freed. (A staged entry's view is of its
+      // copy: never the same address, so it is adopted, and copied, again at every step.)
       same = entry == held.tensor.ptr() && torch_.still_views(held.tensor, held.view);
     }
     if (!same)

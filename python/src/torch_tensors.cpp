@@ -107,18 +107,7 @@ nb::object TorchTensors::resolved(nb::handle tensor) const {
 }
 
 bool TorchTensors::still_views(nb::handle tensor, const Tensor& view) const {
-  nb::object t = local(tensor);
-  if (data_ptr(t) != reinterpret_cast<uintptr_t>(view.data()))
-    return false;
-  if (int_tuple(attr(t, names_.shape), "Tensor.shape") != view.shape() ||
-      int_tuple(call(t, names_.stride), "Tensor.stride()") != view.strides())
-    return false;
-  if (call(t, names_.is_neg).is(Py_True) || call(t, names_.is_conj).is(Py_True)) // `t.data = torch._neg_view(t)`
-    return false;
-  for (const auto& [object, dtype] : dtypes_)
-    if (dtype == view.dtype())
-      return attr(t, names_.dtype).is(object);
-  return false;
+  return data_ptr(local(tensor)) == reinterpret_cast<uintptr_t>(view.data());
 }
 
 bool TorchTensors::plain_dispatch(nb::handle type) const {
