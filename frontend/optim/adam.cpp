@@ -115,20 +115,15 @@ void Adam::trace(Tracer& t, const Structure& s) const {
   t.store_scalar("step", step);
   if (s["maximize"])
     grads = -grads;
-  // A tensor lr is a 0-d f32 tensor in torch's step: what it computes with it (1 - lr * weight_decay, lr /
-  // bias_correction1) are f32 tensors, their Python-float operands rounded to f32 first, which reach the params as
-  // those f32 values (a 0-d tensor does not promote a param of a wider dtype).
-  const bool lr_f32 = s["lr_f32_tensor"];
-  const auto f32 = [&](Sym value) { return lr_f32 ? t.rounded(Dtype::f32, value) : value; };
   if (s["decoupled_weight_decay"])
-    params = params * f32(1.0 - f32(lr * f32(weight_decay)));
+    params = params * decoupled_decay_factor(t, s, lr, weight_decay);
   else if (s["weight_decay"])
     grads = foreach_add(grads, params, weight_decay);
   exp_avgs = foreach_lerp(exp_avgs, grads, 1.0 - beta1);
   exp_avg_sqs = foreach_addcmul(exp_avg_sqs * beta2, grads, grads, 1.0 - beta2);
   Sym bias_correction1 = 1.0 - pow(beta1, step);
   Sym bias_correction2 = 1.0 - pow(beta2, step);
-  Sym step_size = f32(lr / f32(bias_correction1)) * -1.0;
+  Sym step_size = lr_divided_by(t, s, lr, bias_correction1) * -1.0;
   Sym bias_correction2_sqrt = sqrt(bias_correction2);
   Sym second_moment = exp_avg_sqs;
   if (s["amsgrad"]) {

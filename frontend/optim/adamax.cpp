@@ -73,11 +73,7 @@ void Adamax::trace(Tracer& t, const Structure& s) const {
     grads = foreach_add(grads, params, t.hyper("weight_decay"));
   Sym exp_avgs = foreach_lerp(t.tensors("exp_avg"), grads, 1.0 - beta1);
   Sym exp_infs = maximum(t.tensors("exp_inf") * beta2, abs(grads) + eps);
-  // With an f32 tensor lr, torch's clr = lr / bias_correction is an f32 tensor (its divisor rounded to f32 first).
-  Sym clr = lr / (1.0 - pow(beta1, step));
-  if (s["lr_f32_tensor"])
-    clr = t.rounded(Dtype::f32, lr / t.rounded(Dtype::f32, 1.0 - pow(beta1, step)));
-  clr = -1.0 * clr;
+  Sym clr = -1.0 * lr_divided_by(t, s, lr, 1.0 - pow(beta1, step));
   t.store("param", foreach_addcdiv(params, exp_avgs, exp_infs, clr));
   t.store("exp_avg", exp_avgs);
   t.store("exp_inf", exp_infs);

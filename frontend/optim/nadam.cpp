@@ -89,10 +89,8 @@ void NAdam::trace(Tracer& t, const Structure& s) const {
   if (s["maximize"])
     grads = -grads;
   Sym step = t.store_scalar("step", t.scalar_state("step") + 1.0);
-  if (s["decoupled_weight_decay"] && s["lr_f32_tensor"]) // f32 tensor arithmetic, as in Adam::trace
-    params = params * t.rounded(Dtype::f32, 1.0 - t.rounded(Dtype::f32, lr * t.rounded(Dtype::f32, weight_decay)));
-  else if (s["decoupled_weight_decay"])
-    params = params * (1.0 - lr * weight_decay);
+  if (s["decoupled_weight_decay"])
+    params = params * decoupled_decay_factor(t, s, lr, weight_decay);
   else if (s["weight_decay"])
     grads = foreach_add(grads, params, weight_decay);
   Sym bias_correction2 = 1.0 - pow(beta2, step);

@@ -89,6 +89,18 @@ Structure maximize_and_weight_decay(const ParamGroup& group) {
   return s;
 }
 
+Sym decoupled_decay_factor(Tracer& t, const Structure& s, Sym lr, Sym weight_decay) {
+  if (!s["lr_f32_tensor"])
+    return 1.0 - lr * weight_decay;
+  return t.rounded(Dtype::f32, 1.0 - t.rounded(Dtype::f32, lr * t.rounded(Dtype::f32, weight_decay)));
+}
+
+Sym lr_divided_by(Tracer& t, const Structure& s, Sym lr, Sym divisor) {
+  if (!s["lr_f32_tensor"])
+    return lr / divisor;
+  return t.rounded(Dtype::f32, lr / t.rounded(Dtype::f32, divisor));
+}
+
 std::vector<ParamGroupSpec> one_param_group(std::vector<Tensor> params) {
   if (params.empty())
     throw Error("optimizer got an empty parameter list");

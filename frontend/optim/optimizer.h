@@ -479,6 +479,14 @@ private:
 // decoupled_weight_decay (set only with a non-zero weight decay).
 Structure maximize_and_weight_decay(const ParamGroup& group);
 
+// What torch's decoupled weight decay multiplies the params by, 1 - lr * weight_decay. With the structure flag
+// "lr_f32_tensor" (an f32 tensor lr) torch computes it in 0-d f32 tensors, each Python-float operand rounded to f32
+// first, and a param of a wider dtype is multiplied by that f32 value (a 0-d tensor does not promote it).
+Sym decoupled_decay_factor(Tracer& t, const Structure& s, Sym lr, Sym weight_decay);
+// lr / divisor (a bias correction) as torch computes it: with "lr_f32_tensor", a 0-d f32 tensor, the Python-float
+// divisor rounded to f32 first.
+Sym lr_divided_by(Tracer& t, const Structure& s, Sym lr, Sym divisor);
+
 // Declares an optimizer class's two constructors (a plain param list, or param groups; each with its options
 // struct) and the algorithm it supplies to the Optimizer base.
 #define OPTJIT_DECLARE_OPTIMIZER(Class, OptionsStruct)                                                                 \

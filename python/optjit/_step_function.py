@@ -298,15 +298,17 @@ class StepFunction:
                 variant.cxx.set_grads(lists[1])
                 variant.grads = key[2]
         self._cxx = variant.cxx
-        with torch.no_grad():
-            for k, j, copy in variant.staged:  # the values now: they may have changed since the last call
-                copy.copy_(lists[k][j])
+        if variant.staged:
+            with torch.no_grad():
+                for k, j, copy in variant.staged:  # the values now: they may have changed since the last call
+                    copy.copy_(lists[k][j])
         with variant.streams.lend():
             variant.cxx({k: float(v) for k, v in hypers.items()})
-        with torch.no_grad():
-            for k, j, copy in variant.staged:
-                if k in variant.written:
-                    lists[k][j].copy_(copy)  # through torch, which writes -value into a negated view's memory
+        if variant.staged:
+            with torch.no_grad():
+                for k, j, copy in variant.staged:
+                    if k in variant.written:
+                        lists[k][j].copy_(copy)  # through torch, which writes -value into a negated view's memory
         # The lists it wrote changed in place, as torch's foreach ops would have counted (autograd's version).
         _increment_versions([t for k in variant.written for t in lists[k]])
 

@@ -267,7 +267,7 @@ _ZERO_DIVISORS = {
 @functools.lru_cache(maxsize=None)
 def _required_keys(cls):
     keys = set(inspect.signature(cls.__init__).parameters) - {"self", "params"}
-    return frozenset(keys - _OPTIONAL_KEYS.get(cls, set()))
+    return tuple(sorted(keys - _OPTIONAL_KEYS.get(cls, set())))
 
 
 def check_step_options(cls, opt):
@@ -276,7 +276,7 @@ def check_step_options(cls, opt):
     divide by zero (ZeroDivisionError). O(groups)."""
     required = _required_keys(cls)
     for g, group in enumerate(opt.param_groups):
-        missing = [key for key in sorted(required) if key not in group]
+        missing = [key for key in required if key not in group]
         if missing:
             raise torch_error(KeyError, f"param group {g} has no option '{missing[0]}', which torch's step reads")
         if cls is torch.optim.Adafactor:

@@ -131,21 +131,22 @@ void TorchStep::sync_options(std::size_t g, nb::handle none_values) {
   }
 }
 
-void TorchStep::check_conjugation(nb::handle tensor, const std::string& what) const {
-  if (views_complex_as_real_ && torch_.lazily_conjugated(tensor))
+void TorchStep::check_conjugation(TorchTensors::LazyBits bits, const std::string& what) const {
+  if (views_complex_as_real_ && bits.conjugated)
     throw Error(what + " is a conjugate view (.conj()), which torch's step refuses: view_as_real doesn't work on "
                        "unresolved conjugated tensors; resolve it with .resolve_conj() (a copy, not an alias)");
 }
 
 Tensor TorchStep::param_view(BoundParam& p, nb::handle local) {
-  check_conjugation(local, p.name);
-  if (!torch_.lazily_negated(local) && !torch_.lazily_conjugated(local)) {
+  const TorchTensors::LazyBits bits = torch_.lazy_bits(local);
+  check_conjugation(bits, p.name);
+  if (!bits.any()) {
     p.staged = nb::none();
-    return torch_.view(local, p.name);
+    return torch_.view(local, p.name, bits);
   }
   p.staged = torch_.resolved(local);
   any_staged_ = true;
-  return torch_.view(p.staged, p.name);
+  return torch_.view(p.staged, p.name, {});
 }
 
 void TorchStep::refresh_staged() {
@@ -200,10 +201,12 @@ void TorchStep::sync_param(BoundParam& p) {
     return;
   // A grad with a lazy bit (`c.conj().imag`) is read through a resolved copy, made again at every step: its values
   // may change in place between steps.
-  check_conjugation(grad, "the grad of " + p.name);
-  p.grad_resolved = torch_.lazily_negated(grad) || torch_.lazily_conjugated(grad);
+  const TorchTensors::LazyBits bits = torch_.lazy_bits(grad);
+  check_conjugation(bits, "the grad of " + p.name);
+  p.grad_resolved = bits.any();
   p.resolved_grad = p.grad_resolved ? torch_.resolved(grad) : nb::object();
-  Tensor view = torch_.view(p.grad_resolved ? p.resolved_grad : grad, "the grad of " + p.name);
+  Tensor view = p.grad_resolved ? torch_.view(p.resolved_grad, "the grad of " + p.name, {})
+                                : torch_.view(grad, "the grad of " + p.name, bits);
   // `p.data = p.data.reshape(...)` (or .t()) keeps the memory, so the data pointer did not tell: a grad of another
   // shape is the sign to look at the param again, whose new shape the checks then compare with its grad and state.
   if (view.shape() != p.view.shape())
@@ -311,15 +314,13 @@ void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
   for (auto [key, tensor] : state) {
     const std::string name = nb::cast<std::string>(key);
     const std::string what = "state '" + name + "' of " + p.name;
-    nb::object staged = nb::none();
-    if (torch_.is_tensor(tensor)) {
-      check_conjugation(tensor, what);
-      if (torch_.lazily_negated(tensor) || torch_.lazily_conjugated(tensor)) {
-        staged = torch_.resolved(tensor);
-        any_staged_ = true;
-      }
-    }
-    views.emplace_back(name, torch_.view(staged.is_none() ? tensor : nb::handle(staged), what));
+    if (!torch_.is_tensor(tensor)) // view() names it
+      views.emplace_back(name, torch_.view(tensor, what));
+    const TorchTensors::LazyBits bits = torch_.lazy_bits(tensor);
+    check_conjugation(bits, what);
+    nb::object staged = bits.any() ? torch_.resolved(tensor) : nb::none();
+    any_staged_ = any_staged_ || bits.any();
+    views.emplace_back(name, bits.any() ? torch_.view(staged, what, {}) : torch_.view(tensor, what, bits));
     held.push_back({nb::borrow(key), nb::borrow(tensor), staged, views.back().second});
   }
   if (loaded)

@@ -133,7 +133,7 @@ private:
   Tensor param_view(BoundParam& p, nb::handle local);
   // Refuses a complex tensor with the conjugation bit where torch's step does: every optimizer but SGD views
   // complex tensors as real (torch.view_as_real), which refuses it.
-  void check_conjugation(nb::handle tensor, const std::string& what) const;
+  void check_conjugation(TorchTensors::LazyBits bits, const std::string& what) const;
   // Refuses adopted state torch's step would raise on: a tensor entry in another dtype than its param where torch's
   // ops refuse it, a loaded step count below 0 (torch's bias corrections divide by zero at its next step).
   void check_adopted(const BoundParam& p, const ParamState& views) const;

@@ -100,10 +100,13 @@ uintptr_t TorchTensors::data_ptr(nb::handle tensor) const {
   return static_cast<uintptr_t>(value);
 }
 
+TorchTensors::LazyBits TorchTensors::lazy_bits(nb::handle tensor) const {
+  nb::object t = local(tensor);
+  return {call(t, names_.is_neg).is(Py_True), call(t, names_.is_conj).is(Py_True)};
+}
+
 nb::object TorchTensors::resolved(nb::handle tensor) const {
-  // resolve_*() returns the tensor itself when its bit is not set: clone() makes the copy the caller owns then.
-  nb::object t = call(call(local(tensor), names_.resolve_conj), names_.resolve_neg);
-  return lazily_negated(tensor) || lazily_conjugated(tensor) ? t : t.attr("clone")();
+  return call(call(local(tensor), names_.resolve_conj), names_.resolve_neg); // each a copy when its bit is set
 }
 
 bool TorchTensors::still_views(nb::handle tensor, const Tensor& view) const {
@@ -120,7 +123,7 @@ bool TorchTensors::plain_dispatch(nb::handle type) const {
   return true;
 }
 
-Tensor TorchTensors::view(nb::handle tensor, const std::string& what) const {
+Tensor TorchTensors::view(nb::handle tensor, const std::string& what, LazyBits bits) const {
   if (!is_tensor(tensor))
     throw Error(what + " is a " + text(nb::handle(Py_TYPE(tensor.ptr()))) + ", not a torch.Tensor");
   nb::object t = local(tensor);
@@ -129,10 +132,10 @@ Tensor TorchTensors::view(nb::handle tensor, const std::string& what) const {
                 ", a tensor subclass with a dispatch of its own (__torch_dispatch__, as a quantized or float8 "
                 "wrapper has): optjit steps the memory of plain tensors, nn.Parameter and DTensor, and cannot see "
                 "through it");
-  if (call(t, names_.is_neg).is(Py_True) || call(t, names_.is_conj).is(Py_True))
-    throw Error(what + " has torch's lazy " + (call(t, names_.is_neg).is(Py_True) ? "negation" : "conjugation") +
+  if (bits.any())
+    throw Error(what + " has torch's lazy " + (bits.negated ? "negation" : "conjugation") +
                 " bit set (torch._neg_view, .conj(), .conj().imag): its memory holds the " +
-                (call(t, names_.is_neg).is(Py_True) ? "negated" : "conjugated") +
+                (bits.negated ? "negated" : "conjugated") +
                 " values; resolve it first (.resolve_neg(), .resolve_conj())");
   if (nb::object layout = attr(t, names_.layout); !layout.is(strided_))
     throw Error(what + " has layout " + text(layout) + ": optjit steps dense (torch.strided) tensors, not sparse ones");

@@ -30,17 +30,21 @@ public:
   nb::object local(nb::handle tensor) const;
   // optjit's dtype for torch's; an optjit::Error naming `what` for a dtype optjit does not run yet.
   Dtype dtype_of(nb::handle torch_dtype, const std::string& what) const;
+  // torch's lazy bits of a tensor (torch._neg_view, `.conj()`, and `.conj().imag` of a complex tensor): its memory
+  // holds the negated or conjugated values, which torch resolves as it reads and writes.
+  struct LazyBits {
+    bool negated = false, conjugated = false;
+    bool any() const { return negated || conjugated; }
+  };
+  LazyBits lazy_bits(nb::handle tensor) const;
   // A view of a strided tensor's memory, on the CPU or a CUDA device (its device address); optjit::Error naming
-  // `what` for another layout or device.
-  Tensor view(nb::handle tensor, const std::string& what) const;
+  // `what` for another layout or device, or for a tensor with a lazy bit (the caller reads such a tensor through
+  // resolved(), or stages it). With `bits`, the tensor's lazy bits as the caller read them already.
+  Tensor view(nb::handle tensor, const std::string& what) const { return view(tensor, what, lazy_bits(tensor)); }
+  Tensor view(nb::handle tensor, const std::string& what, LazyBits bits) const;
   // The address of a tensor's first element (Tensor.data_ptr()).
   uintptr_t data_ptr(nb::handle tensor) const;
-  // Whether `tensor` carries torch's lazy negation or conjugation bit (torch._neg_view, `.conj()`, and
-  // `.conj().imag` of a complex tensor): its memory holds the negated or conjugated values, which torch resolves as it
-  // reads and writes. view() refuses such tensors; the caller reads them through resolved() or stages them.
-  bool lazily_negated(nb::handle tensor) const { return call(local(tensor), names_.is_neg).is(Py_True); }
-  bool lazily_conjugated(nb::handle tensor) const { return call(local(tensor), names_.is_conj).is(Py_True); }
-  // A new tensor holding `tensor`'s values with both bits resolved (it does not alias `tensor`).
+  // A new tensor holding the values of `tensor`, which has a lazy bit, with its bits resolved (not an alias).
   nb::object resolved(nb::handle tensor) const;
   // Whether `view` (made of `tensor` by view()) still points at its memory: the same address. torch can give the
   // same Python object other memory (`t.data = other`, `t.set_(other)`, `t.data.resize_` growing,
