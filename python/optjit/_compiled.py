@@ -37,9 +37,9 @@ class CompiledStep:
 
     Gradient scaling: the step reads GradScaler's opt.grad_scale and opt.found_inf as torch's fused optimizers do
     (optjit.patch(opt, fuse_unscale=True) sets _step_supports_amp_scaling). Called with grad_scaler= (GradScaler's
-    older contract, which optjit.patch(opt, fuse_inf_check=True) asks for), it takes over GradScaler's inf check as well: the grads are
-    checked for infs and NaNs in the step's first pass (with the clipping norm, when there is one), not in a pass of
-    GradScaler's own, and the step is skipped when one is found."""
+    older contract, which optjit.patch(opt, fuse_inf_check=True) asks for), it takes over GradScaler's inf check as
+    well: the grads are checked for infs and NaNs in the step's first pass (with the clipping norm, when there is
+    one), not in a pass of GradScaler's own, and the step is skipped when one is found."""
 
     def __init__(self, opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
         self._cls = _torch_optim.optimizer_class(opt)
