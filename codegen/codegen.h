@@ -1,7 +1,7 @@
 // Codegen's public face: kernel plans in, callable kernels or text out. No LLVM type appears here.
 #pragma once
 
-#include "compiler/ir/kernel_plan.h"
+#include "ir/kernel_plan.h"
 #include "runtime/kernel_abi.h"
 
 #include <memory>
@@ -42,7 +42,7 @@ struct GpuKernelCode {
 
 // Compiles a kernel plan to PTX for sm_80 or sm_90 through LLVM's NVPTX backend; needs no GPU.
 GpuKernelCode compile_gpu_kernel(const KernelPlan& plan, int sm);
-// The GPU's exp, log and pow (codegen/device_math.h) compiled for the host, so tests can hold them against libm.
+// The GPU's exp, log and pow (codegen/cuda/device_math.h) compiled for the host, so tests can hold them against libm.
 struct HostDeviceMath {
   double (*exp)(double);
   double (*log)(double);
@@ -50,7 +50,7 @@ struct HostDeviceMath {
 };
 HostDeviceMath device_math_on_host();
 
-// How an emulated block's threads run (codegen/gpu_emulation.cpp): concurrently, meeting at a real barrier; or in
+// How an emulated block's threads run (codegen/cuda/gpu_emulation.cpp): concurrently, meeting at a real barrier; or in
 // turns, one thread at a time between barriers, in thread order and in reverse order alternately, so that a missing
 // barrier shows as a wrong value every time (slower: a thread switch per thread and barrier). Blocks run one after
 // another: in block order concurrently, in reverse block order in turns, so that a block that writes what a later

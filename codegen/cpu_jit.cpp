@@ -4,8 +4,8 @@
 // concurrent compilation support, compiles each module to machine code on the thread that looks it up. Target
 // machines come from a pool, one per compile running at once (TargetMachinePool).
 #include "codegen/codegen.h"
-#include "codegen/device_math.h"
-#include "codegen/gpu_emulation.h"
+#include "codegen/cuda/device_math.h"
+#include "codegen/cuda/gpu_emulation.h"
 #include "codegen/kernel_emitter.h"
 #include "runtime/log.h"
 

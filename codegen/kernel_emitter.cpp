@@ -1,5 +1,5 @@
 #include "codegen/kernel_emitter.h"
-#include "codegen/device_math.h"
+#include "codegen/cuda/device_math.h"
 #include "runtime/kernel_abi.h"
 #include "runtime/stochastic_rounding.h"
 

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "codegen/llvm.h"
-#include "compiler/ir/kernel_plan.h"
+#include "ir/kernel_plan.h"
 
 #include <cstdint>
 
@@ -23,7 +23,7 @@ EmittedKernel emit_cpu_kernel(const KernelPlan& plan, llvm::Module& module, cons
                               bool native_bf16 = false);
 
 // What a GPU kernel run on host threads calls for its thread and block registers and its block barrier
-// (codegen/gpu_emulation.cpp); its global and shared memory are host memory.
+// (codegen/cuda/gpu_emulation.cpp); its global and shared memory are host memory.
 struct GpuEmulationHooks {
   uint32_t (*thread_index)();  // %tid.x
   uint32_t (*block_threads)(); // %ntid.x
@@ -32,7 +32,7 @@ struct GpuEmulationHooks {
 };
 
 // The GPU split (runtime/kernel_abi.h): one kernel entry `symbol`, a block per work item, 128-bit accesses where
-// aligned, scalar state written by the last block of each tensor; exp, log and pow from codegen/device_math.h.
+// aligned, scalar state written by the last block of each tensor; exp, log and pow from codegen/cuda/device_math.h.
 // With `emulation`, the same kernel for the host CPU, calling the hooks (an ordinary C function of the GPU
 // parameters).
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol,

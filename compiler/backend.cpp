@@ -1,5 +1,5 @@
 #include "compiler/backend.h"
-#include "compiler/ir/printer.h"
+#include "ir/printer.h"
 #include "runtime/error.h"
 
 namespace optjit {

@@ -4,9 +4,9 @@
 #pragma once
 
 #include "compiler/compile_options.h"
-#include "compiler/ir/arguments.h"
 #include "compiler/pipeline.h"
 #include "compiler/target.h"
+#include "ir/arguments.h"
 
 #include <memory>
 #include <string>

@@ -3,8 +3,8 @@
 // the hyperparameters are rewritten each step.
 #pragma once
 
-#include "compiler/ir/arguments.h"
-#include "compiler/ir/kernel_plan.h"
+#include "ir/arguments.h"
+#include "ir/kernel_plan.h"
 #include "runtime/kernel_abi.h"
 #include "runtime/work_items.h"
 

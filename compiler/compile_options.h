@@ -1,8 +1,8 @@
 // How the driver compiles and launches a step: the stages it can show, and the options a user chooses.
 #pragma once
 
-#include "compiler/ir/kernel_plan.h"
 #include "compiler/target.h"
+#include "ir/kernel_plan.h"
 #include "runtime/work_items.h"
 
 #include <cstddef>

@@ -2,8 +2,8 @@
 // kernel plans (+ statistics). Codegen takes it from there.
 #pragma once
 
-#include "compiler/ir/ir.h"
-#include "compiler/ir/kernel_plan.h"
+#include "ir/ir.h"
+#include "ir/kernel_plan.h"
 
 #include <vector>
 

@@ -4,9 +4,9 @@
 // options or algorithm, only these answers.
 #pragma once
 
-#include "compiler/ir/arguments.h"
-#include "compiler/ir/ir.h"
-#include "compiler/ir/op_semantics.h"
+#include "ir/arguments.h"
+#include "ir/ir.h"
+#include "ir/op_semantics.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 
@@ -35,7 +35,7 @@ struct ParamBucket {
   std::vector<BucketMember> members;
   // The params are on a device and some of their scalar state entries in host memory (torch's steps that are not
   // capturable), bit k for the k-th entry, the same in every member: the driver runs the bucket
-  // with_scalar_state_on_host (compiler/host_scalar_state.h).
+  // with_scalar_state_on_host (compiler/backends/host_scalar_state.h).
   uint64_t host_scalar_entries = 0;
 };
 

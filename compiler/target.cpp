@@ -1,6 +1,6 @@
 #include "compiler/target.h"
 #include "codegen/codegen.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "runtime/error.h"
 
 #include <spdlog/fmt/fmt.h>

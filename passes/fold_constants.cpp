@@ -2,7 +2,7 @@
 // applies only IEEE-exact identities (x*1, 1*x, x/1, x-0, x+(-0), -(-x), select on a constant condition).
 // Never x*0, x-x, x+0 or anything else that changes NaN, infinity or signed-zero results: optimizers must match
 // torch bit for bit where they can. Assumes a verified graph; keeps every store.
-#include "compiler/ir/op_semantics.h"
+#include "ir/op_semantics.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 

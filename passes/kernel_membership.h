@@ -5,7 +5,7 @@
 // extents are read by every kernel that uses them (repeated_per_kernel).
 #pragma once
 
-#include "compiler/ir/kernel_plan.h"
+#include "ir/kernel_plan.h"
 #include "runtime/error.h"
 
 #include <vector>

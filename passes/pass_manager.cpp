@@ -1,6 +1,6 @@
 #include "passes/pass_manager.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 #include "runtime/log.h"
 
 #include <chrono>

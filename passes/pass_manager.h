@@ -2,7 +2,7 @@
 // OPTJIT_LOG=passes prints the graph after each pass (or "(unchanged)").
 #pragma once
 
-#include "compiler/ir/ir.h"
+#include "ir/ir.h"
 
 #include <string>
 #include <vector>

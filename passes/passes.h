@@ -2,8 +2,8 @@
 // a new graph and never mutate their input.
 #pragma once
 
-#include "compiler/ir/ir.h"
-#include "compiler/ir/kernel_plan.h"
+#include "ir/ir.h"
+#include "ir/kernel_plan.h"
 
 #include <vector>
 

@@ -2,7 +2,7 @@
 // to do with the nodes it changes.
 #pragma once
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 
 #include <vector>
 

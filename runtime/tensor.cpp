@@ -1,6 +1,6 @@
 #include "runtime/tensor.h"
 #include "runtime/allocator.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "runtime/error.h"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // python3 with torch is present (tools/bench_torch.py).
 #include "compiler/compiled_step.h"
 #include "frontend/optim/adam.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "runtime/error.h"
 #include "tools/commands.h"
 #include "tools/device_timing.h"

@@ -1,6 +1,6 @@
 #include "tools/device_timing.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/gpu_module.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/gpu_module.h"
 
 #include <algorithm>
 #include <vector>

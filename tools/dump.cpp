@@ -1,7 +1,7 @@
 // optjit dump: one stage of the code optjit generates for an optimizer configuration, as text.
 #include "compiler/compiled_step.h"
 #include "frontend/optim/registry.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "runtime/error.h"
 #include "tools/cli_text.h"
 #include "tools/commands.h"

@@ -1,10 +1,10 @@
-// Optimizers written as IR text (the printer's format, compiler/ir/printer.h): `optjit dump --ir FILE` prints a
+// Optimizers written as IR text (the printer's format, ir/printer.h): `optjit dump --ir FILE` prints a
 // stage of the code the pipeline makes of it, and `optjit run FILE` runs it, so that passes and codegen can be
 // exercised without C++.
 #pragma once
 
 #include "compiler/compile_options.h"
-#include "compiler/ir/ir.h"
+#include "ir/ir.h"
 
 #include <cstdint>
 #include <filesystem>

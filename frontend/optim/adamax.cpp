@@ -1,7 +1,7 @@
 #include "frontend/optim/adamax.h"
-#include "compiler/ir/op_semantics.h"
 #include "frontend/optim/lerp.h"
 #include "frontend/optim/validation.h"
+#include "ir/op_semantics.h"
 
 #include <cmath>
 

@@ -5,13 +5,13 @@
 #pragma once
 
 #include "compiler/compiled_step.h"
-#include "compiler/ir/arguments.h"
-#include "compiler/ir/ir.h"
 #include "compiler/step_source.h"
 #include "frontend/optim/hooks.h"
 #include "frontend/optim/layout_staging.h"
 #include "frontend/optim/param_state.h"
 #include "frontend/trace/foreach.h"
+#include "ir/arguments.h"
+#include "ir/ir.h"
 #include "runtime/tensor.h"
 
 #include <functional>

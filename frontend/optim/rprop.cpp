@@ -1,6 +1,6 @@
 #include "frontend/optim/rprop.h"
-#include "compiler/ir/op_semantics.h"
 #include "frontend/optim/validation.h"
+#include "ir/op_semantics.h"
 
 #include <cmath>
 

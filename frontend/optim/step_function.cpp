@@ -2,7 +2,7 @@
 // hyperparameters and whose state is the caller's lists, adopted in place (Optimizer::adopt_state). The driver,
 // guards, bindings and kernel cache are the optimizers' own.
 #include "frontend/optim/step_function.h"
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 #include "runtime/error.h"
 #include "runtime/shared_memory.h"
 

@@ -4,7 +4,7 @@
 // so float32 results round as torch's do.
 #pragma once
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 
 #include <string>
 #include <vector>

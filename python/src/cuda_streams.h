@@ -1,9 +1,9 @@
 // CudaStreams: torch's current CUDA streams lent to optjit while a step runs, as a Python context manager
 // (`with CudaStreams([(device, stream handle), ...]):`), so that the step's copies and launches queue on the streams
-// torch queues the model's work on, in order with it (runtime/cuda_driver.h's StreamScope, on this thread).
+// torch queues the model's work on, in order with it (runtime/cuda/cuda_driver.h's StreamScope, on this thread).
 #pragma once
 
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 
 #include <memory>
 #include <utility>

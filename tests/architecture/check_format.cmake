@@ -4,7 +4,7 @@
 cmake_minimum_required(VERSION 3.25)
 
 set(sources "")
-foreach(top runtime compiler passes codegen frontend tools tests python)
+foreach(top runtime ir compiler passes codegen frontend tools tests python)
   file(GLOB_RECURSE found "${SOURCE_DIR}/${top}/*.h" "${SOURCE_DIR}/${top}/*.cpp")
   list(APPEND sources ${found})
 endforeach()

@@ -5,14 +5,14 @@
 cmake_minimum_required(VERSION 3.25)
 
 # Layers bottom to top, and what each may include besides itself. Longest folder prefix decides a file's layer.
-set(layers runtime compiler/ir passes codegen compiler frontend/trace frontend/optim frontend/schedulers frontend tools
+set(layers runtime ir passes codegen compiler frontend/trace frontend/optim frontend/schedulers frontend tools
     python)
 set(allowed_runtime "")
-set(allowed_compiler/ir runtime)
-set(allowed_passes runtime compiler/ir)
-set(allowed_codegen runtime compiler/ir)
-set(allowed_compiler runtime compiler/ir passes codegen)
-set(allowed_frontend/trace runtime compiler/ir passes codegen compiler)
+set(allowed_ir runtime)
+set(allowed_passes runtime ir)
+set(allowed_codegen runtime ir)
+set(allowed_compiler runtime ir passes codegen)
+set(allowed_frontend/trace runtime ir passes codegen compiler)
 set(allowed_frontend/optim ${allowed_frontend/trace} frontend/trace)
 set(allowed_frontend/schedulers ${allowed_frontend/optim} frontend/optim)
 set(allowed_frontend ${allowed_frontend/schedulers} frontend/schedulers)
@@ -37,7 +37,7 @@ endfunction()
 
 set(violations "")
 set(checked 0)
-foreach(top runtime compiler passes codegen frontend tools python)
+foreach(top runtime ir compiler passes codegen frontend tools python)
   file(GLOB_RECURSE sources RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/${top}/*.h" "${SOURCE_DIR}/${top}/*.cpp"
        "${SOURCE_DIR}/${top}/*.def")
   foreach(source ${sources})

@@ -4,8 +4,8 @@
 // subnormal; ctest runs this case again with OPTJIT_NATIVE_BF16=0 for the integer rounding alone.
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
-#include "compiler/ir/parser.h"
 #include "compiler/pipeline.h"
+#include "ir/parser.h"
 #include "runtime/dtype.h"
 
 #include <doctest/doctest.h>

@@ -5,10 +5,10 @@
 // (its memory model, its math instructions, real concurrency between blocks) is test_cuda.cpp's.
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
-#include "compiler/gpu_table.h"
-#include "compiler/ir/parser.h"
+#include "compiler/backends/cuda/gpu_table.h"
 #include "compiler/pipeline.h"
 #include "helpers.h"
+#include "ir/parser.h"
 #include "tools/count_configs.h"
 
 #include <doctest/doctest.h>

@@ -3,10 +3,10 @@
 // a host copy, so every part but the device upload is checked without a GPU: the trajectory equals the ordinary
 // compiled one bit for bit (a kernel that read the updated values would bias-correct with the next step's count).
 #include "compiler/backend.h"
-#include "compiler/host_scalar_state.h"
-#include "compiler/ir/parser.h"
+#include "compiler/backends/host_scalar_state.h"
 #include "compiler/pipeline.h"
 #include "helpers.h"
+#include "ir/parser.h"
 
 #include <doctest/doctest.h>
 

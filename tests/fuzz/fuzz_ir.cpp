@@ -4,11 +4,11 @@
 // optjit::Error; a verified graph must get through the passes and codegen without an internal error, and printing
 // it must give text that parses back to the same graph (the printer and parser agree).
 #include "codegen/codegen.h"
-#include "compiler/ir/kernel_plan.h"
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
 #include "compiler/pipeline.h"
+#include "ir/kernel_plan.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 #include "runtime/error.h"
 
 #include <cstddef>

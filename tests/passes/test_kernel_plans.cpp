@@ -4,11 +4,11 @@
 // to hold the machinery the planner's splits at reductions will use.
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
-#include "compiler/ir/interpreter.h"
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
 #include "helpers.h"
+#include "ir/interpreter.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 #include "passes/passes.h"
 #include "runtime/error.h"
 

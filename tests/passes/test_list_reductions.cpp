@@ -5,11 +5,11 @@
 // hand computation, bitwise for every thread count; their GPU kernels assemble (tests/codegen/test_cuda.cpp).
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
-#include "compiler/ir/interpreter.h"
-#include "compiler/ir/kernel_plan.h"
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
 #include "compiler/pipeline.h"
+#include "ir/interpreter.h"
+#include "ir/kernel_plan.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
 #include "runtime/error.h"
 #include "runtime/thread_pool.h"
 

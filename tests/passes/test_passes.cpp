@@ -1,8 +1,8 @@
 // Each pass on a small graph: the IR before, the IR expected after (printer text), and what it must not touch.
-#include "compiler/ir/parser.h"
-#include "compiler/ir/printer.h"
-#include "compiler/ir/verifier.h"
 #include "compiler/pipeline.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
 #include "passes/passes.h"
 
 #include <doctest/doctest.h>

@@ -2,7 +2,7 @@
 // loader.
 #include "helpers.h"
 #include "runtime/allocator.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "runtime/tensor.h"
 #include "runtime/thread_pool.h"
 #include "runtime/work_items.h"

@@ -1,7 +1,7 @@
 // The tracer records an algorithm over the slots it declares, by role; a slot it does not declare is an error that
 // names the ones it does, and a stored scalar reads back rounded to its slot's storage dtype.
-#include "compiler/ir/printer.h"
 #include "frontend/trace/foreach.h"
+#include "ir/printer.h"
 
 #include "helpers.h"
 

@@ -1,0 +1,115 @@
+// The IR: a flat SSA graph of plain nodes in topological order, plus an effect list of stores that run after
+// every value is computed (so every load sees the values from before the step), over the slots the graph
+// declares (each with a role and a storage dtype). The graph owns its nodes; passes return new graphs.
+#pragma once
+
+#include "runtime/dtype.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace optjit {
+
+enum class Op : uint8_t {
+#define OPTJIT_OP(name, arity, traits) name,
+#include "ir/ops.def"
+#undef OPTJIT_OP
+};
+
+enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2, kReduction = 4, kAxis = 8, kListReduction = 16 };
+
+std::string_view op_name(Op op);
+int op_arity(Op op);
+bool op_has_trait(Op op, OpTraits trait);
+// Looks an op up by its printed name; false when there is none.
+bool op_from_name(std::string_view name, Op& op);
+
+// Per-tensor values run once per tensor (f64 scalar math, as torch does on the host); element values run once
+// per element in the graph's dtype.
+enum class Level : uint8_t { PerTensor, Element };
+
+using ValueId = int32_t;
+
+struct Node {
+  Op op = Op::constant;
+  Level level = Level::PerTensor;
+  Dtype dtype = Dtype::f64;
+  std::vector<ValueId> inputs;
+  double number = 0; // constant
+  std::string name;  // hyper, scalar_state, tensor
+  bool operator==(const Node&) const = default;
+};
+
+enum class StoreKind : uint8_t { Tensor, Scalar, Carry };
+
+// Writes value `value` into slot `name`: a tensor slot (element value), a scalar-state slot (per-tensor value,
+// rounded to the graph's dtype), or a carried value (per-tensor, any dtype) that later kernels of a plan read with
+// `carried "name"`.
+struct Store {
+  StoreKind kind = StoreKind::Tensor;
+  std::string name;
+  ValueId value = -1;
+  bool operator==(const Store&) const = default;
+};
+
+// What a slot holds for the algorithm. Drivers find a step's grads by role, never by name; an optimizer may read
+// or write any slot it declares.
+enum class SlotRole : uint8_t { Param, Grad, State };
+// Element data with the param's shape, one per-tensor scalar (a 1-element tensor: `step`), or one value per row
+// (shape [..., m, 1] of a param [..., m, n]) or per column ([..., 1, n]) of a param of rank >= 2: a load reads the
+// element's row or column, a store writes each row or column once (from its last element).
+enum class SlotKind : uint8_t { Tensor, Scalar, Rows, Cols };
+// Whether element values read and write slots of this kind (every kind but Scalar).
+inline bool is_element_slot(SlotKind kind) { return kind != SlotKind::Scalar; }
+
+// A slot of the graph: its name, role, kind and storage dtype (what its tensors hold; loads convert to the
+// compute dtype of the ops that read them, stores round to it).
+struct Slot {
+  std::string name;
+  SlotRole role = SlotRole::State;
+  SlotKind kind = SlotKind::Tensor;
+  Dtype dtype = Dtype::f32;
+  bool operator==(const Slot&) const = default;
+};
+
+std::string_view slot_role_name(SlotRole role); // "param", "grad", "state"
+std::string_view slot_kind_name(SlotKind kind); // "tensor", "scalar"
+
+struct Graph {
+  std::string name;
+  Dtype dtype = Dtype::f32; // the compute dtype of element values
+  std::vector<Slot> slots;  // every slot a node or store may name, in declaration order
+  std::vector<Node> nodes;
+  std::vector<Store> stores;
+
+  // The declared slot `name`; nullptr when the graph does not declare it.
+  const Slot* slot(const std::string& name) const {
+    for (const Slot& s : slots)
+      if (s.name == name)
+        return &s;
+    return nullptr;
+  }
+  const Node& node(ValueId id) const { return nodes[static_cast<std::size_t>(id)]; }
+  int size() const { return static_cast<int>(nodes.size()); }
+  bool operator==(const Graph&) const = default;
+};
+
+// Per node, how many reductions lie on its longest path from the inputs: the pass over the data after which its
+// value can exist (a reduction's phase is one more than its operand's; a list reduction's too, unless its operand
+// is an element reduction, whose pass it ends with). Values of phase 0 need no reduction.
+std::vector<int> reduction_phases(const Graph& graph);
+
+// The slots a graph touches, in order of first appearance.
+struct GraphSignature {
+  std::vector<std::string> tensor_slots; // loaded or stored element slots
+  std::vector<std::string> scalar_slots; // loaded or stored per-tensor state slots
+  std::vector<std::string> hypers;
+  std::vector<std::string> carried_in;  // carried values read
+  std::vector<std::string> carried_out; // carried values written
+  bool operator==(const GraphSignature&) const = default;
+};
+GraphSignature signature_of(const Graph& graph);
+
+} // namespace optjit
