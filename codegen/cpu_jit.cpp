@@ -7,6 +7,7 @@
 #include "codegen/cuda/device_math.h"
 #include "codegen/cuda/gpu_emulation.h"
 #include "codegen/kernel_emitter.h"
+#include "codegen/optimization_pipeline.h"
 #include "runtime/log.h"
 
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
@@ -14,7 +15,6 @@
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/TargetParser/Host.h>
 
@@ -98,28 +98,11 @@ public:
   bool native_bf16() const { return native_bf16_; }
 
 private:
-  // The O3 pipeline for the host, with `machine`'s layout and features on every function.
+  // The host's layout and triple, then the pipeline both targets share (codegen/optimization_pipeline.h).
   static void optimize_with(llvm::Module& module, llvm::TargetMachine& machine) {
-    llvm::TargetMachine* tm = &machine;
-    module.setDataLayout(tm->createDataLayout());
-    module.setTargetTriple(tm->getTargetTriple().str());
-    for (llvm::Function& fn : module) {
-      if (fn.isDeclaration())
-        continue;
-      fn.addFnAttr("target-cpu", tm->getTargetCPU());
-      fn.addFnAttr("target-features", tm->getTargetFeatureString());
-    }
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm);
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
+    module.setDataLayout(machine.createDataLayout());
+    module.setTargetTriple(machine.getTargetTriple().str());
+    optimize_for_target(module, machine);
   }
 
   CpuJit() : builder_(detect()), machines_(builder_) {

@@ -1,7 +1,8 @@
-// KernelEmitter: a kernel plan -> LLVM IR functions following runtime/kernel_abi.h. The body emitter (one
-// expression DAG over tensor slots and per-tensor scalars) is target-independent; a target only decides how the
-// iteration space is split. The CPU split: a tensor-phase loop over tensors, and an element-phase loop over work
-// items, each item's range walked with vectors of `lanes` elements and a scalar tail.
+// The kernel emitters: a kernel plan -> LLVM IR functions following runtime/kernel_abi.h. Every target shares the
+// body (codegen/kernel_body.h: one expression DAG over tensor slots and per-tensor scalars); a target decides how the
+// iteration space is split. The CPU split (codegen/cpu_kernel.cpp): a tensor-phase loop over tensors, and an
+// element-phase loop over work items, each item's range walked with vectors of `lanes` elements and a scalar tail.
+// The GPU split: codegen/cuda/gpu_kernel.cpp and codegen/cuda/axis_sweeps.cpp.
 #pragma once
 
 #include "codegen/llvm.h"

@@ -2,11 +2,11 @@
 // compute capability, through LLVM's NVPTX backend. Loading the PTX is the runtime's job (cuModuleLoadDataEx).
 #include "codegen/codegen.h"
 #include "codegen/kernel_emitter.h"
+#include "codegen/optimization_pipeline.h"
 #include "runtime/log.h"
 
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/MC/TargetRegistry.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 
 #include <chrono>
@@ -51,23 +51,7 @@ std::unique_ptr<llvm::Module> build_gpu_module(const KernelPlan& plan, llvm::LLV
   module->setDataLayout(tm.createDataLayout());
   module->setTargetTriple(kTriple);
   emit_gpu_kernel(plan, *module, plan.name);
-  for (llvm::Function& fn : *module) {
-    if (fn.isDeclaration())
-      continue;
-    fn.addFnAttr("target-cpu", tm.getTargetCPU());
-    fn.addFnAttr("target-features", tm.getTargetFeatureString());
-  }
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(&tm);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*module, mam);
+  optimize_for_target(*module, tm);
   return module;
 }
 
