@@ -45,6 +45,9 @@ public:
   virtual std::vector<double> carried(const std::string& name) const = 0;
   // CUDA graphs captured so far (CompileOptions::cuda_graphs).
   virtual int64_t graph_captures() const { return 0; }
+  // The graph the host runs before each launch, once bound (scalar state held on the host:
+  // compiler/backends/host_scalar_state.h), or null when the host runs none. CompiledStep::dump shows it.
+  virtual const Graph* host_graph() const { return nullptr; }
 };
 
 class Backend {

@@ -621,6 +621,8 @@ std::string CompiledStep::dump(Stage stage, int gpu_sm) {
       break;
     case Stage::Optimized:
       text += print_graph(bp.pipeline.optimized);
+      if (const Graph* host = bp.code ? bp.code->host_graph() : nullptr)
+        text += "; run on the host before each launch (its scalar state is held there):\n" + print_graph(*host);
       break;
     case Stage::Fused:
       if (bp.grad_pass_pipeline)

@@ -20,6 +20,14 @@ PipelineResult run_pipeline(Graph traced) {
   return result;
 }
 
+Graph run_host_scalar_state_pipeline(const Graph& optimized, const std::vector<std::string>& host_slots) {
+  PassManager passes({
+      {"keep_host_scalar_stores", [&](const Graph& g) { return keep_host_scalar_stores(g, host_slots); }},
+      {"dce", eliminate_dead_code},
+  });
+  return passes.run(optimized);
+}
+
 std::string print_fused(const PipelineResult& result) {
   std::string text = "fusion of @" + result.optimized.name + ": " + std::to_string(result.stats.kernels) +
                      " kernel(s) per step (op by op: " + std::to_string(result.stats.unfused_kernels) + ")\n";

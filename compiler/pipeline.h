@@ -5,6 +5,7 @@
 #include "ir/ir.h"
 #include "ir/kernel_plan.h"
 
+#include <string>
 #include <vector>
 
 namespace optjit {
@@ -18,6 +19,10 @@ struct PipelineResult {
 };
 
 PipelineResult run_pipeline(Graph traced);
+// The host's part of a bucket whose scalar state lives on the host beside device params
+// (compiler/backends/host_scalar_state.h): the optimized graph's stores to `host_slots` and the nodes they need
+// (keep_host_scalar_stores, dce). Throws optjit::Error when such a store needs what only the device has.
+Graph run_host_scalar_state_pipeline(const Graph& optimized, const std::vector<std::string>& host_slots);
 // The fused stage as text: the fusion decisions, then every kernel plan.
 std::string print_fused(const PipelineResult& result);
 

@@ -4,6 +4,7 @@
 
 #include "ir/ir.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,7 @@ namespace optjit {
 
 struct GraphPass {
   const char* name;
-  Graph (*run)(const Graph&);
+  std::function<Graph(const Graph&)> run;
 };
 
 struct PassTiming {

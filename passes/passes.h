@@ -5,6 +5,7 @@
 #include "ir/ir.h"
 #include "ir/kernel_plan.h"
 
+#include <string>
 #include <vector>
 
 namespace optjit {
@@ -13,6 +14,7 @@ Graph fold_constants(const Graph& graph);
 Graph eliminate_common_subexpressions(const Graph& graph);
 Graph eliminate_dead_code(const Graph& graph);
 Graph hoist_scalars(const Graph& graph);
+Graph keep_host_scalar_stores(const Graph& graph, const std::vector<std::string>& host_slots);
 FusionPlan plan_fusion(const Graph& graph);
 std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan);
 KernelStats kernel_stats(const Graph& graph, const std::vector<KernelPlan>& kernels);

@@ -1,6 +1,5 @@
 #include "compiler/backends/host_scalar_state.h"
 #include "ir/interpreter.h"
-#include "passes/passes.h"
 #include "runtime/cuda/pinned_ring.h"
 #include "runtime/error.h"
 
@@ -11,34 +10,6 @@
 #include <optional>
 
 namespace optjit {
-
-Graph scalar_state_updates(const Graph& graph, const std::vector<std::string>& host_slots) {
-  const auto on_host = [&](const std::string& slot) {
-    return std::find(host_slots.begin(), host_slots.end(), slot) != host_slots.end();
-  };
-  Graph updates = graph;
-  std::erase_if(updates.stores, [&](const Store& s) { return s.kind != StoreKind::Scalar || !on_host(s.name); });
-  updates = eliminate_dead_code(updates);
-  for (const Store& s : updates.stores) {
-    std::vector<ValueId> pending{s.value};
-    while (!pending.empty()) {
-      const ValueId id = pending.back();
-      pending.pop_back();
-      const Node& n = updates.node(id);
-      if (n.level == Level::Element || op_has_trait(n.op, kReduction) || op_has_trait(n.op, kListReduction) ||
-          n.op == Op::carried)
-        throw Error(fmt::format("graph @{}: scalar state '{}' is computed from tensor data (%{} = {}), which only the "
-                                "params' device has: keep this state on the params' device",
-                                graph.name, s.name, id, op_name(n.op)));
-      if (n.op == Op::scalar_state && !on_host(n.name))
-        throw Error(fmt::format("graph @{}: scalar state '{}', held on the host, is computed from scalar state '{}', "
-                                "which is on the params' device: keep both on one side",
-                                graph.name, s.name, n.name));
-      pending.insert(pending.end(), n.inputs.begin(), n.inputs.end());
-    }
-  }
-  return updates;
-}
 
 namespace {
 
@@ -139,7 +110,7 @@ public:
       }
     }
     if (!updates_ || host_slots != host_slots_) {
-      updates_ = scalar_state_updates(graph_, host_slots);
+      updates_ = run_host_scalar_state_pipeline(graph_, host_slots);
       host_slots_ = host_slots;
     }
     if (!mirror_ || !mirror_->fits(host_.slot_tensors))
@@ -174,13 +145,14 @@ public:
   bool advance(std::vector<ListPartials>& pending) override { return device_code_->advance(pending); }
   std::vector<double> carried(const std::string& name) const override { return device_code_->carried(name); }
   int64_t graph_captures() const override { return device_code_->graph_captures(); }
+  const Graph* host_graph() const override { return updates_ ? &*updates_ : nullptr; }
 
 private:
   std::unique_ptr<Executable> device_code_;
   Graph graph_;
   Device device_;
   std::vector<std::string> host_slots_; // the scalar-state slots held on the host, as bound
-  std::optional<Graph> updates_;        // their updates (scalar_state_updates)
+  std::optional<Graph> updates_;        // their updates (run_host_scalar_state_pipeline)
   std::string first_tensor_slot_;
   ListArguments host_; // the scalar-state slots, on the host, with the hyperparameters and shapes
   std::optional<ScalarStateMirror> mirror_;

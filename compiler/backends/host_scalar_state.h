@@ -13,11 +13,6 @@
 
 namespace optjit {
 
-// The part of `graph` that computes its stores to the scalar-state slots `host_slots`: those stores and every node
-// they depend on. Throws optjit::Error naming the slot when one depends on what only the device has: tensor data (an
-// element value, a reduction, a carried value) or a scalar-state slot not in `host_slots`.
-Graph scalar_state_updates(const Graph& graph, const std::vector<std::string>& host_slots);
-
 // `device_code` (the kernels of `graph` for params on `device`), run with some scalar-state slots of its arguments
 // on the host: bind() takes arguments whose scalar-state tensors are host tensors (such a slot is held on the host)
 // or device tensors (the kernels update those, as always), and each start() updates the host ones as one step

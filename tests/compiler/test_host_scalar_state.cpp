@@ -61,6 +61,21 @@ TEST_CASE("host scalar state: every optimizer's step equals the compiled one bit
   }
 }
 
+TEST_CASE("host scalar state: the host's graph is the step count's update alone, shown once bound") {
+  std::vector<Tensor> params = random_params(two_linear_shapes(), Dtype::f32, 5);
+  randomize_grads(params, 3);
+  std::unique_ptr<Optimizer> opt = test::make_single_group("adam", params, {{"lr", {0.01}}}, true);
+  HostStateRun run(*opt);
+  CHECK(run.buckets.front().code->host_graph() == nullptr); // which slots the host holds is known at bind
+  run.step(*opt);
+  const Graph* host = run.buckets.front().code->host_graph();
+  REQUIRE(host != nullptr);
+  REQUIRE(host->stores.size() == 1);
+  CHECK(host->stores[0].name == "step");
+  for (ValueId id = 0; id < host->size(); ++id) // dce kept only what the count needs: no tensor data
+    CHECK(host->node(id).level != Level::Element);
+}
+
 TEST_CASE("host scalar state: state computed from tensor data cannot be held on the host") {
   const Graph g = parse_graph(R"(graph @peak f32 {
   slot "param" : param tensor f32
@@ -74,9 +89,9 @@ TEST_CASE("host scalar state: state computed from tensor data cannot be held on 
   store_scalar "peak" %4
 }
 )");
-  CHECK_THROWS_WITH_AS(scalar_state_updates(g, {"peak"}),
+  CHECK_THROWS_WITH_AS(run_host_scalar_state_pipeline(g, {"peak"}),
                        doctest::Contains("scalar state 'peak' is computed from tensor data (%2 = reduce_max)"), Error);
-  CHECK(scalar_state_updates(g, {}).stores.empty()); // on the device, it is the kernels' to update
+  CHECK(run_host_scalar_state_pipeline(g, {}).stores.empty()); // on the device, it is the kernels' to update
 }
 
 TEST_CASE("host scalar state: a host slot computed from a device slot is refused, the other way round is not") {
@@ -97,8 +112,9 @@ TEST_CASE("host scalar state: a host slot computed from a device slot is refused
   store_scalar "mu_product" %4
 }
 )");
-  CHECK(scalar_state_updates(g, {"step"}).stores.size() == 1); // mu_product's update (on the device) reads step
-  CHECK_THROWS_WITH_AS(scalar_state_updates(g, {"mu_product"}),
+  // mu_product's update (on the device) reads step: step alone is the host's.
+  CHECK(run_host_scalar_state_pipeline(g, {"step"}).stores.size() == 1);
+  CHECK_THROWS_WITH_AS(run_host_scalar_state_pipeline(g, {"mu_product"}),
                        doctest::Contains("scalar state 'mu_product', held on the host, is computed from scalar state "
                                          "'step', which is on the params' device"),
                        Error);
