@@ -5,6 +5,7 @@
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/registry.h"
 #include "runtime/error.h"
+#include "skip.h"
 #include "tools/model.h"
 
 #include <doctest/doctest.h>

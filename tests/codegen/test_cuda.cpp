@@ -60,7 +60,7 @@ std::pair<int, std::string> run(const std::string& command) {
 bool skip_without_gpu() {
   if (cuda::available())
     return false;
-  MESSAGE("skipped: no CUDA driver or GPU on this machine (GPU tests run where `optjit bench --device cuda` can)");
+  skip_test("no CUDA driver or GPU on this machine (GPU tests run where `optjit bench --device cuda` can)");
   return true;
 }
 
@@ -117,7 +117,7 @@ void check_gpu_against_forloop(const std::string& name, const KeywordOptions& op
 TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_80 and sm_90, without spills but in "
           "axis kernels") {
   if (!std::filesystem::exists(kPtxas)) {
-    MESSAGE("skipped: " << kPtxas << " is absent (install the CUDA toolkit's ptxas to run this check)");
+    skip_test(std::string(kPtxas) + " is absent (install the CUDA toolkit's ptxas to run this check)");
     return;
   }
   const std::filesystem::path file = test::temp_path("kernel.ptx");
@@ -213,7 +213,7 @@ const char* kGlobalClip = R"(graph @clip f32 {
 
 TEST_CASE("cuda ptx: a plan with a list reduction assembles for sm_80 and sm_90, without spills") {
   if (!std::filesystem::exists(kPtxas)) {
-    MESSAGE("skipped: " << kPtxas << " is absent (install the CUDA toolkit's ptxas to run this check)");
+    skip_test(std::string(kPtxas) + " is absent (install the CUDA toolkit's ptxas to run this check)");
     return;
   }
   const PipelineResult r = run_pipeline(parse_graph(kGlobalClip));
