@@ -1,0 +1,184 @@
+// The grad pass: gradient scaling (GradScaler's grad_scale and found_inf), the in-step inf check and fused grad-norm
+// clipping, traced as a pass of its own before the update; and the same on the host for the eager steps.
+#include "frontend/optim/optimizer.h"
+#include "frontend/optim/optimizer_parts.h"
+#include "frontend/optim/validation.h"
+#include "ir/op_semantics.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <spdlog/spdlog.h>
+#include <utility>
+
+namespace optjit {
+
+using namespace optimizer_detail;
+
+void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads, InfCheck check) {
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor&>{"grad_scale", grad_scale}, {"found_inf", found_inf}})
+    if (t.defined() && (t.numel() != 1 || t.dtype() != Dtype::f32))
+      throw Error(fmt::format("{} is {}: a gradient scaler's {} holds one f32 element", name, t.describe(), name));
+  if (check == InfCheck::InStep && !found_inf.defined())
+    throw Error("found_inf is undefined, and an in-step inf check writes what it finds there: pass a found_inf "
+                "tensor holding 0");
+  grad_scale_ = std::move(grad_scale);
+  found_inf_ = std::move(found_inf);
+  grads_after_step_ = grads;
+  inf_check_ = check;
+}
+
+bool Optimizer::step_skipped() const { return found_inf_.defined() && found_inf_.item() != 0; }
+
+// A copy of `grad` in its compute dtype with every element f(element, number) (the forloop's unscaling and clipping).
+template <class F> static Tensor transformed(const Tensor& grad, double number, F f) {
+  Tensor g = grad.to(compute_dtype(grad.dtype()));
+  if (g.same(grad))
+    g = grad.clone();
+  visit_compute_dtype(g.dtype(), [&]<class T>() {
+    T* values = g.data_as<T>();
+    for (int64_t i = 0; i < g.numel(); ++i)
+      values[i] = f(values[i], static_cast<T>(number));
+  });
+  return g;
+}
+
+Tensor optimizer_detail::unscaled(const Tensor& grad, double scale) {
+  return transformed(grad, scale, [](auto v, auto s) { return v / s; });
+}
+
+Tensor optimizer_detail::clipped(const Tensor& grad, double coefficient) {
+  return transformed(grad, coefficient, [](auto v, auto c) { return v * c; });
+}
+
+// A grad's elements in its compute dtype, contiguous (the forloop's norm and inf check walk them flat).
+static Tensor contiguous_compute_values(const Tensor& grad) {
+  const Tensor g = grad.real_view().to(compute_dtype(grad.real_view().dtype()));
+  return g.is_contiguous() ? g : g.clone();
+}
+
+// The forloop's partial grad norm: each grad's sum of squares (or largest |element|) in f64, combined in param order
+// (GradNormTotal: each norm rounded to its grad's dtype, as torch's).
+double optimizer_detail::forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
+  GradNormTotal total(norm_type);
+  for (const Tensor& grad : grads) {
+    if (!grad.defined())
+      continue;
+    const Tensor g = contiguous_compute_values(grad);
+    double contribution = norm_type == 2.0 ? 0.0 : -std::numeric_limits<double>::infinity();
+    visit_compute_dtype(g.dtype(), [&]<class T>() {
+      const T* values = g.data_as<T>();
+      for (int64_t i = 0; i < g.numel(); ++i) {
+        const double v = static_cast<double>(values[i]);
+        contribution = norm_type == 2.0 ? contribution + v * v : max_propagating_nan(contribution, std::fabs(v));
+      }
+    });
+    total.add(contribution, grad.dtype());
+  }
+  return total.partial();
+}
+
+bool Optimizer::any_nonfinite(const std::vector<Tensor>& grads) {
+  for (const Tensor& grad : grads)
+    if (grad.defined()) {
+      const Tensor g = contiguous_compute_values(grad);
+      bool found = false;
+      visit_compute_dtype(g.dtype(), [&]<class T>() {
+        const T* values = g.data_as<T>();
+        for (int64_t i = 0; i < g.numel() && !found; ++i)
+          found = !std::isfinite(values[i]);
+      });
+      if (found)
+        return true;
+    }
+  return false;
+}
+
+void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
+  if (clipping) {
+    // Any max_norm, as clip_grad_norm_ takes it: inf clips nothing (the coefficient clamps to 1) and only logs the
+    // norm; a negative one flips the grads, as torch's coefficient does.
+    if (clipping->norm_type != 2.0 && clipping->norm_type != std::numeric_limits<double>::infinity())
+      throw Error("norm_type is " + python_float(clipping->norm_type) + ": fused clipping takes 2 or inf");
+  }
+  clipping_ = clipping;
+  state_created_since_grad_pass_.clear();
+}
+
+Graph Optimizer::trace_grad_pass(const ParamBucket& bucket) const {
+  OPTJIT_ASSERT(has_grad_pass(), "trace_grad_pass with neither clipping nor an in-step inf check");
+  const Structure s = param_traced_structure(bucket.members.front().flat); // the bucket's members share it
+  std::vector<Slot> grad_slot;
+  for (const Slot& slot : slots(s, bucket))
+    if (slot.role == SlotRole::Grad)
+      grad_slot.push_back(slot);
+  Tracer tracer("grad_pass", compute_dtype(bucket.dtype), grad_slot);
+  // The check reads the grads as given, before grad_scale divides them, as GradScaler's check does. x * 0 is 0 for a
+  // finite x and NaN for an inf or a NaN, so the sum of g * 0 is NaN exactly when an element is one (never folded:
+  // fold_constants keeps x * 0). A sum, not a max: a max of vectors is a chain of compares and blends per step,
+  // which made the pass latency-bound (3x a sum's time); a sum of squares would overflow on large finite grads.
+  if (checks_grads_finite())
+    tracer.store_carry(kGradNonfiniteCarry, sum(tracer.tensors(grad_slot.front().name) * 0.0));
+  if (s["grad_scale"])
+    tracer.divide_grads_by("grad_scale", false);
+  Sym grads = tracer.tensors(grad_slot.front().name);
+  if (clipping_)
+    tracer.store_carry(kGradNormCarry, clipping_->norm_type == 2.0 ? sum(grads * grads) : max_of(abs(grads)));
+  return tracer.finish();
+}
+
+ListArguments Optimizer::grad_arguments(const ParamBucket& bucket) const {
+  ListArguments args;
+  args.hyper_names = step_hyper_names();
+  args.hyper = hyper_values();
+  args.slot_names = {"grad"};
+  args.slot_tensors.emplace_back();
+  for (const BucketMember& m : bucket.members) {
+    args.slot_tensors.front().push_back(kernel_grad(m.flat));
+    args.group_of.push_back(m.group);
+    args.shapes.push_back(flat_param(m.flat).real_view().shape());
+  }
+  return args;
+}
+
+void Optimizer::drop_state_created_since_grad_pass() {
+  const std::vector<int64_t> created = std::exchange(state_created_since_grad_pass_, {});
+  for (int64_t i : created)
+    states_[static_cast<std::size_t>(i)].clear();
+  if (!created.empty())
+    ++state_version_;
+}
+
+bool Optimizer::take_grad_pass(const GradPassTotals& totals) {
+  const bool skipped = checks_grads_finite() && found_in_any_process(totals.nonfinite);
+  if (skipped) // written before clipping may throw: GradScaler's unscale_ has found the inf when clip_grad_norm_ raises
+    found_inf_.set_item(0, 1.0);
+  if (clipping_)
+    set_total_grad_norm(total_over_processes(totals.norm_partial)); // may throw
+  if (skipped)
+    drop_state_created_since_grad_pass(); // the step is skipped: the state it made for first-time params goes too
+  return !skipped;
+}
+
+double Optimizer::total_over_processes(double partial) const {
+  const bool l2 = clipping_->norm_type == 2.0;
+  if (grad_norm_reducer_)
+    partial = grad_norm_reducer_(partial, l2);
+  return GradNormTotal::total_of(l2, partial);
+}
+
+void Optimizer::set_total_grad_norm(double total) {
+  OPTJIT_ASSERT(clipping_.has_value(), "set_total_grad_norm without clipping");
+  if (clipping_->error_if_nonfinite && !std::isfinite(total)) {
+    drop_state_created_since_grad_pass(); // the step is refused: the state it made for first-time params goes too
+    throw Error("The total norm of order " + python_float(clipping_->norm_type) +
+                " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable this error and "
+                "scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`");
+  }
+  total_grad_norm_ = total;
+  const double coefficient = clipping_->max_norm / (total + 1e-6);
+  clip_coefficient_ = std::isnan(coefficient) ? coefficient : std::min(coefficient, 1.0); // torch's clamp(max=1)
+}
+
+} // namespace optjit

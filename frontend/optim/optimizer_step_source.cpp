@@ -1,0 +1,230 @@
+// What the compiler sees of an optimizer (compiler/step_source.h): buckets of params, the traced graph of each, the
+// slots and argument lists, this step's hyperparameters, and layout staging.
+#include "frontend/optim/optimizer.h"
+#include "frontend/optim/optimizer_parts.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/stochastic_rounding.h"
+
+#include <utility>
+
+namespace optjit {
+
+using namespace optimizer_detail;
+
+std::vector<double> Optimizer::hyper_values() const {
+  const std::vector<std::string> names = hyper_names();
+  const double scale = grad_scale_.defined() ? grad_scale_.item() : 0.0; // read once: a device scale costs a copy
+  const bool rounding = any_stochastic_rounding();
+  const double counter = // exact: < 2^53
+      rounding ? static_cast<double>(rounding_counter(rounding_seed_, rounding_steps_)) : 0.0;
+  std::vector<double> values;
+  values.reserve(groups_.size() * (names.size() + 2));
+  for (const ParamGroup& group : groups_) {
+    for (const std::string& name : names)
+      values.push_back(hyper_value(group, name));
+    if (grad_scale_.defined())
+      values.push_back(scale);
+    if (clipping_)
+      values.push_back(clip_coefficient_);
+    if (rounding)
+      values.push_back(counter);
+  }
+  return values;
+}
+
+std::vector<std::string> Optimizer::step_hyper_names() const {
+  std::vector<std::string> names = hyper_names();
+  if (grad_scale_.defined())
+    names.emplace_back("grad_scale");
+  if (clipping_)
+    names.emplace_back(kClipCoefficient);
+  if (any_stochastic_rounding())
+    names.emplace_back(kRoundingCounter);
+  return names;
+}
+
+void Optimizer::after_step() {
+  ++rounding_steps_;
+  state_created_since_grad_pass_.clear(); // a step that ran keeps the state it made
+}
+
+Structure Optimizer::traced_structure(const ParamGroup& group) const {
+  Structure s = structure(group);
+  s.set("grad_scale", grad_scale_.defined());
+  s.set("clip_grad_norm", clipping_.has_value());
+  s.set("check_finite_grads", checks_grads_finite()); // the grad pass is compiled with the step
+  s.set("unscaled_grads_stored", stores_unscaled_grads());
+  s.set("master_weights", group.get("master_weights") != 0);
+  s.set("stochastic_rounding", group.get("stochastic_rounding") != 0);
+  return s;
+}
+
+Structure Optimizer::param_traced_structure(int64_t flat) const {
+  Structure s = traced_structure(groups_[static_cast<std::size_t>(group_of_flat(flat))]);
+  param_structure(flat_param(flat), s);
+  return s;
+}
+
+std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) const {
+  std::vector<Bucket> buckets;
+  ParamStructures structures(*this);
+  for (int64_t i = 0; i < param_count(); ++i) {
+    const Tensor& p = flat_param(i);
+    if (members == BucketMembers::WithGrads && !p.grad().defined())
+      continue;
+    int g = flat_group_[static_cast<std::size_t>(i)];
+    const ParamStructures::Entry& structure = structures.of(i);
+    const std::string& key = structure.key;
+    std::vector<Dtype> state_dtypes = state_dtypes_of(*this, i, structure.specs);
+    const uint64_t on_host = host_scalar_entries(flat_state(i), p);
+    Bucket* bucket = nullptr;
+    for (Bucket& b : buckets)
+      if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key && b.state_dtypes == state_dtypes &&
+          b.host_scalar_entries == on_host)
+        bucket = &b;
+    if (!bucket) {
+      buckets.push_back(Bucket{p.dtype(), p.device(), key, std::move(state_dtypes), {}, on_host});
+      bucket = &buckets.back();
+    }
+    bucket->members.push_back({g, i});
+  }
+  return buckets;
+}
+
+static SlotKind slot_kind_of(StateKind kind) {
+  switch (kind) {
+  case StateKind::Tensor:
+    return SlotKind::Tensor;
+  case StateKind::Scalar:
+    return SlotKind::Scalar;
+  case StateKind::Rows:
+    return SlotKind::Rows;
+  case StateKind::Cols:
+    return SlotKind::Cols;
+  }
+  __builtin_unreachable();
+}
+
+std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket& bucket) const {
+  // Kernels run on real views: a complex bucket's tensors are slots of their component dtype.
+  const Dtype stored = component_dtype(bucket.dtype);
+  std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, stored},
+                             {"grad", SlotRole::Grad, SlotKind::Tensor, stored}};
+  const std::vector<StateSpec> specs = step_state_specs(structure);
+  OPTJIT_ASSERT(bucket.state_dtypes.size() == specs.size(), "the bucket's state dtypes do not match its state specs");
+  for (std::size_t k = 0; k < specs.size(); ++k)
+    slots.push_back(
+        {specs[k].name, SlotRole::State, slot_kind_of(specs[k].kind), component_dtype(bucket.state_dtypes[k])});
+  return slots;
+}
+
+Dtype Optimizer::bucket_compute_dtype(const ParamBucket& bucket) const {
+  const std::vector<StateSpec> specs = step_state_specs(param_traced_structure(bucket.members.front().flat));
+  Dtype widest = compute_dtype(bucket.dtype);
+  for (std::size_t k = 0; k < specs.size() && k < bucket.state_dtypes.size(); ++k)
+    if (specs[k].kind != StateKind::Scalar && !specs[k].copies_param &&
+        compute_dtype(bucket.state_dtypes[k]) == Dtype::f64)
+      widest = Dtype::f64;
+  return widest;
+}
+
+Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
+  std::string graph_name = name_;
+  for (char& c : graph_name)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const Structure s = param_traced_structure(bucket.members.front().flat); // the bucket's members share it
+  // bf16 and f16 compute in f32, complex dtypes in their component dtype
+  Tracer tracer(graph_name, bucket_compute_dtype(bucket), slots(s, bucket));
+  if (s["grad_scale"])
+    tracer.divide_grads_by("grad_scale", s["unscaled_grads_stored"]);
+  if (s["clip_grad_norm"])
+    tracer.multiply_grads_by(kClipCoefficient);
+  if (s["master_weights"])
+    tracer.update_through_master(kMasterParam);
+  if (s["stochastic_rounding"])
+    tracer.round_stochastically(kRoundingCounter, kRoundingStream);
+  trace(tracer, s);
+  return tracer.finish();
+}
+
+ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
+  ListArguments args;
+  args.hyper_names = step_hyper_names();
+  args.hyper = hyper_values();
+  const std::vector<Slot> declared = slots(param_traced_structure(bucket.members.front().flat), bucket);
+  for (const Slot& slot : declared) {
+    args.slot_names.push_back(slot.name);
+    args.slot_tensors.emplace_back();
+  }
+  for (const Member& m : bucket.members) {
+    const Tensor& p = flat_param(m.flat);
+    const bool staged = staging_.is_staged(m.flat); // its kernels run on contiguous copies
+    args.group_of.push_back(m.group);
+    args.shapes.push_back(p.real_view().shape());
+    for (std::size_t k = 0; k < declared.size(); ++k) {
+      Tensor t;
+      switch (declared[k].role) {
+      case SlotRole::Param:
+        t = staged ? staging_.param_copy(m.flat) : p;
+        break;
+      case SlotRole::Grad:
+        t = staged ? staging_.grad_copy(m.flat) : p.grad();
+        break;
+      case SlotRole::State:
+        t = staged ? staging_.state_copy(m.flat, declared[k].name) : Tensor();
+        if (!t.defined()) // not staged, or a scalar entry
+          t = find_state(flat_state(m.flat), declared[k].name);
+        OPTJIT_ASSERT(t.defined(), "state " + declared[k].name + " missing; ensure_state() runs first");
+        break;
+      }
+      args.slot_tensors[k].push_back(t.real_view()); // complex tensors run as their (re, im) components
+    }
+  }
+  return args;
+}
+
+bool Optimizer::needs_staging(int64_t flat) const {
+  const Tensor& p = flat_param(flat);
+  if (!p.impl()->grad)
+    return false;
+  // Rows and columns are found by element order: such a param's kernels walk contiguous tensors.
+  if (walks_rows_and_columns(flat) && !(p.is_contiguous() && p.grad().is_contiguous()))
+    return true;
+  return !LayoutStaging::walkable_flat(p, p.grad(), flat_state(flat));
+}
+
+bool Optimizer::param_traced_structure_has_axes(int64_t flat) const {
+  if (!has_param_structure())
+    return false;
+  for (const StateSpec& spec : step_state_specs(param_traced_structure(flat)))
+    if (spec.kind == StateKind::Rows || spec.kind == StateKind::Cols)
+      return true;
+  return false;
+}
+
+void Optimizer::prepare_staging() {
+  staging_.clear();
+  for (int64_t i = 0; i < param_count(); ++i)
+    if (needs_staging(i)) {
+      OPTJIT_LOG(guards, "{}: param {} ({}, grad {}) shares no dense layout with its grad and state: staged", name_, i,
+                 flat_param(i).describe(), flat_param(i).grad().describe());
+      staging_.stage(i, flat_param(i), flat_state(i));
+    }
+}
+
+void Optimizer::stage_in() const {
+  if (!staging_.empty())
+    staging_.copy_in(flat_params_, states_);
+}
+
+void Optimizer::stage_out() const {
+  if (!staging_.empty())
+    staging_.copy_out(flat_params_, states_, writes_grads());
+}
+
+Tensor Optimizer::kernel_grad(int64_t flat) const {
+  return (staging_.is_staged(flat) ? staging_.grad_copy(flat) : flat_param(flat).grad()).real_view();
+}
+
+} // namespace optjit
