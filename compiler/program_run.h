@@ -1,0 +1,18 @@
+// Running a bound program: every bucket's kernels, or all of them in phases when list reductions combine over the
+// buckets or a step over shards combines its reductions over the processes; and the grad pass with its totals.
+#pragma once
+
+#include "compiler/program.h"
+
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+// Launches every bucket with a grad, in phases when the program runs so; counts CUDA graph captures.
+void launch_program(Program& program, const CompileOptions& options, const std::string& name, StepMetrics& metrics);
+// Every bucket's grad pass, then the totals over all of them (and over the processes, with a shard reducer).
+StepSource::GradPassTotals run_grad_pass(const StepSource& source, Program& program, const std::vector<double>& hyper,
+                                         const CompileOptions& options);
+
+} // namespace optjit
