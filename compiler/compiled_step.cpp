@@ -26,6 +26,7 @@ struct CompiledStep::Impl {
   GuardFacts facts;                // reused every step
   uint64_t checked_slot_epoch = 0; // tensor_slot_epoch() when the current program's guards and binding last held
   ArgumentChanges changes;         // reused every step
+  LayoutStaging staging;           // the params whose kernels run on contiguous copies, as last bound
 
   std::weak_ptr<const void> source_alive; // expires with the source
   std::string source_name;                // for the message once it has
@@ -126,11 +127,11 @@ struct CompiledStep::Impl {
     if (!unchanged_since_last_step(slot_epoch)) {
       read_facts();
       Program& checked = program_for_facts();
-      check_arguments(source, checked, changes);
+      check_arguments(source, checked, staging, changes);
       if (changes.rebind_reason)
-        bind(source, checked, changes.rebind_reason, metrics);
+        bind(source, checked, staging, changes.rebind_reason, metrics);
       else if (!changes.replaced_grads.empty())
-        repoint_grads(source, checked, changes.replaced_grads, metrics);
+        repoint_grads(source, checked, staging, changes.replaced_grads, metrics);
       checked_slot_epoch = slot_epoch;
     }
     Program& program = *current;
@@ -143,7 +144,7 @@ struct CompiledStep::Impl {
                               "processes itself, and the optimizer has its own grad norm or inf check reducer too: "
                               "they would combine twice; set one of them",
                               source.name()));
-    source.stage_in();
+    staging.copy_in(source);
     if (source.has_grad_pass()) {
       if (!source.take_grad_pass(run_grad_pass(source, program, hyper, options))) { // may throw: nothing is written yet
         ++metrics.steps; // an inf or NaN in the grads: the update does not run (staged copies are left unread)
@@ -156,7 +157,7 @@ struct CompiledStep::Impl {
       if (bp.launched)
         bp.code->set_hyper(hyper);
     launch_program(program, options, source.name(), metrics);
-    source.stage_out(); // staged params are CPU params: their launches have finished
+    staging.copy_out(source); // staged params are CPU params: their launches have finished
     source.after_step();
     ++metrics.steps;
   }

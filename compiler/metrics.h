@@ -19,6 +19,7 @@ struct StepMetrics {
   int64_t guard_cache_hits = 0;  // guard misses answered by an earlier compiled variant
   int64_t skipped_steps = 0;     // steps a gradient scaler's found_inf skipped (they count in `steps` too)
   int64_t graph_captures = 0;    // CUDA graphs captured (CompileOptions::cuda_graphs): one per staging slot per bind
+  int64_t staged_params = 0;     // params the last binding staged: their kernels run on contiguous copies
   double compile_ms = 0;         // total time spent tracing and compiling
   double dispatch_ms = 0;        // host time of steps that did not compile, before their launches: guards,
                                  // argument checks, binding and hyperparameters

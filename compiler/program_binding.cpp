@@ -3,7 +3,8 @@
 
 namespace optjit {
 
-void check_arguments(const StepSource& source, const Program& program, ArgumentChanges& changes) {
+void check_arguments(const StepSource& source, const Program& program, const LayoutStaging& staging,
+                     ArgumentChanges& changes) {
   changes.replaced_grads.clear();
   const char* reason = !program.bound                                          ? "first step of this variant"
                        : program.bound_state_version != source.state_version() ? "optimizer state created or replaced"
@@ -33,8 +34,8 @@ void check_arguments(const StepSource& source, const Program& program, ArgumentC
       reason = "a param's data was replaced";
     // A new contiguous grad of an unstaged contiguous param (the usual zero_grad(set_to_none=True) step) leaves the
     // staging decision as the bind made it: it depends on the grad only through the grad's layout.
-    const bool still_flat = same_param && !source.is_staged(i) && p.contiguous && g->contiguous;
-    if (!still_flat && source.needs_staging(i) != source.is_staged(i) && !reason)
+    const bool still_flat = same_param && !staging.is_staged(i) && p.contiguous && g->contiguous;
+    if (!still_flat && LayoutStaging::needed(source, i) != staging.is_staged(i) && !reason)
       reason = "a param's tensors stopped or started sharing one memory layout";
     changes.replaced_grads.push_back(i);
   }
@@ -43,25 +44,27 @@ void check_arguments(const StepSource& source, const Program& program, ArgumentC
   changes.rebind_reason = reason;
 }
 
-void repoint_grads(StepSource& source, Program& program, const std::vector<int64_t>& replaced, StepMetrics& metrics) {
+void repoint_grads(StepSource& source, Program& program, const LayoutStaging& staging,
+                   const std::vector<int64_t>& replaced, StepMetrics& metrics) {
   OPTJIT_LOG(guards, "{}: {} grad buffer(s) replaced at step #{}, repointing them", source.name(), replaced.size(),
              metrics.steps);
   for (int64_t i : replaced) {
     const Tensor grad = source.flat_param(i).grad();
     const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
     BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
-    bp.code->repoint(bp.grad_slot, entry, source.kernel_grad(i)); // a staging copy, or the grad's real view
+    bp.code->repoint(bp.grad_slot, entry, staging.kernel_grad(source, i)); // a staging copy, or the grad's real view
     if (bp.grad_pass_code)
-      bp.grad_pass_code->repoint(bp.grad_slot, entry, source.kernel_grad(i));
+      bp.grad_pass_code->repoint(bp.grad_slot, entry, staging.kernel_grad(source, i));
     program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.impl()->layout_id;
   }
   ++metrics.rebinds;
 }
 
-void bind(StepSource& source, Program& program, const char* reason, StepMetrics& metrics) {
+void bind(StepSource& source, Program& program, LayoutStaging& staging, const char* reason, StepMetrics& metrics) {
   OPTJIT_LOG(guards, "{}: rebinding arguments at step #{}: {}", source.name(), metrics.steps, reason);
   source.ensure_state();
-  source.prepare_staging();
+  staging.prepare(source);
+  metrics.staged_params = staging.staged_count();
   program.entry_of_flat.assign(static_cast<std::size_t>(source.param_count()), {-1, 0});
   for (std::size_t b = 0; b < program.buckets.size(); ++b) {
     BucketProgram& bp = program.buckets[b];
@@ -69,9 +72,14 @@ void bind(StepSource& source, Program& program, const char* reason, StepMetrics&
     bp.launched = !present.members.empty();
     if (!bp.launched)
       continue;
-    bp.code->bind(source.list_arguments(present));
-    if (bp.grad_pass_code)
-      bp.grad_pass_code->bind(source.grad_arguments(present));
+    ListArguments args = source.list_arguments(present);
+    staging.substitute(args, present, bp.pipeline.traced.slots);
+    bp.code->bind(args);
+    if (bp.grad_pass_code) {
+      ListArguments grads = source.grad_arguments(present);
+      staging.substitute(grads, present, bp.grad_pass_pipeline->traced.slots);
+      bp.grad_pass_code->bind(grads);
+    }
     for (std::size_t t = 0; t < present.members.size(); ++t)
       program.entry_of_flat[static_cast<std::size_t>(present.members[t].flat)] = {static_cast<int>(b),
                                                                                   static_cast<int64_t>(t)};

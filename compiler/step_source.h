@@ -4,6 +4,7 @@
 // options or algorithm, only these answers.
 #pragma once
 
+#include "compiler/param_state.h"
 #include "ir/arguments.h"
 #include "ir/ir.h"
 #include "ir/op_semantics.h"
@@ -171,19 +172,13 @@ public:
   virtual uint64_t state_version() const = 0;
 
   // Layouts. Kernels walk a param's tensors flat, which needs its param, grad and tensor state to share one dense
-  // layout; a param whose tensors do not is staged: its kernels run on contiguous copies (frontend/optim/
-  // layout_staging.h).
-  // Whether param `flat` needs staging with the tensors it holds now, and whether the last binding staged it.
-  virtual bool needs_staging(int64_t flat) const = 0;
-  virtual bool is_staged(int64_t flat) const = 0;
-  // Decides which params with a grad are staged and makes their copies; list_arguments then hands those out. The
-  // driver calls it when it binds, after ensure_state().
-  virtual void prepare_staging() = 0;
-  // Around every launch of a step: the staged params' tensors into their copies, and what the step wrote back.
-  virtual void stage_in() const = 0;
-  virtual void stage_out() const = 0;
-  // What a kernel reads as param `flat`'s grad: the grad's real view, or its staging copy.
-  virtual Tensor kernel_grad(int64_t flat) const = 0;
+  // layout; the driver stages a param whose tensors do not: its kernels run on contiguous copies
+  // (compiler/layout_staging.h). What it reads for that: each param's state, whether its kernels find rows and
+  // columns by element order (they need contiguous tensors then), and whether a step writes its grads (a staged
+  // grad is then copied back too).
+  virtual const ParamState& flat_state(int64_t flat) const = 0;
+  virtual bool walks_rows_and_columns(int64_t flat) const = 0;
+  virtual bool writes_grads() const = 0;
   // After the launches of a step that was not skipped.
   virtual void after_step() = 0;
 

@@ -5,10 +5,9 @@
 #pragma once
 
 #include "compiler/compiled_step.h"
+#include "compiler/param_state.h"
 #include "compiler/step_source.h"
 #include "frontend/optim/hooks.h"
-#include "frontend/optim/layout_staging.h"
-#include "frontend/optim/param_state.h"
 #include "frontend/trace/foreach.h"
 #include "ir/arguments.h"
 #include "ir/ir.h"
@@ -151,6 +150,9 @@ public:
   // the post hooks (this optimizer's, then global), as torch's step wrapper does; returns the closure's loss (0
   // without one). Compiled steps run through it too.
   double run_with_step_hooks(const std::function<void()>& update, const Closure& closure = {}) override;
+  // What the eager foreach steps' driver did (compiles of the interpreted graph, rebinds, staged params); null
+  // before the first such step.
+  const StepMetrics* eager_metrics() const;
   // set_to_none: every grad becomes None; otherwise grads are zeroed in place (buffers kept).
   void zero_grad(bool set_to_none = true);
 
@@ -219,13 +221,6 @@ public:
   void adopt_state(int64_t flat, const ParamState& visible, StateOrigin origin);
   uint64_t state_version() const override { return state_version_; }
 
-  // Layouts (compiler/step_source.h): params whose tensors share no dense layout run on staging copies.
-  bool needs_staging(int64_t flat) const override;
-  bool is_staged(int64_t flat) const override { return staging_.is_staged(flat); }
-  void prepare_staging() override;
-  void stage_in() const override;
-  void stage_out() const override;
-  Tensor kernel_grad(int64_t flat) const override;
   void after_step() override;
 
   // Gradient scaling as torch's fused optimizers take it (GradScaler sets `optimizer.grad_scale` and
@@ -327,7 +322,7 @@ public:
   bool param_traced_structure_has_axes(int64_t flat) const;
   // Whether param `flat`'s kernels find rows and columns by element order (its rows or columns state, or a step
   // that sums along them), so that a param that is not contiguous steps through contiguous copies.
-  virtual bool walks_rows_and_columns(int64_t flat) const { return param_traced_structure_has_axes(flat); }
+  bool walks_rows_and_columns(int64_t flat) const override { return param_traced_structure_has_axes(flat); }
   // The state a param of a group with these flags keeps: the subclass's state_specs(), then `master_param` (an f32
   // copy of a bf16 or f16 param the step updates, rounding the param from it) when master_weights is on, and the
   // hidden `_rounding_stream` (the param's index) when stochastic_rounding is on.
@@ -356,7 +351,7 @@ public:
 
   int64_t param_count() const override { return static_cast<int64_t>(flat_params_.size()); }
   const Tensor& flat_param(int64_t i) const override { return flat_params_[static_cast<std::size_t>(i)]; }
-  const ParamState& flat_state(int64_t i) const { return states_[static_cast<std::size_t>(i)]; }
+  const ParamState& flat_state(int64_t i) const override { return states_[static_cast<std::size_t>(i)]; }
   void check_precision_options() const;
   bool any_stochastic_rounding() const;
   int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
@@ -390,10 +385,11 @@ public:
   // whatever its caller passes, as torch's ops take any number (a max_norm of inf only measures the norm).
   virtual bool requires_finite_hyperparameters() const { return true; }
 
-protected:
   // Whether a step writes its grads: the unscaled grads of gradient scaling, or a step function that stores to its
   // grad list. A staged param's grad copy is then written back after the launch, and an overlapping grad refused.
-  virtual bool writes_grads() const { return stores_unscaled_grads(); }
+  bool writes_grads() const override { return stores_unscaled_grads(); }
+
+protected:
   // `flags`: the options that are flags (0 or 1 in every group, loaded ones included).
   Optimizer(std::string name, OptionMap defaults, bool foreach, std::set<std::string> flags);
   // Throws unless every flag option of `options` is 0 or 1; `where` names the group in the message.
@@ -450,7 +446,6 @@ private:
   static bool any_nonfinite(const std::vector<Tensor>& grads);
   // Whether a step writes the unscaled grads back (gradient scaling with GradsAfterStep::Unscaled).
   bool stores_unscaled_grads() const { return grad_scale_.defined() && grads_after_step_ == GradsAfterStep::Unscaled; }
-  LayoutStaging staging_;
   GradsAfterStep grads_after_step_ = GradsAfterStep::Scaled;
   std::unordered_map<uint64_t, int64_t> flat_index_of_uid_;
   std::set<std::string> flags_;

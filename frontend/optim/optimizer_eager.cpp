@@ -1,5 +1,6 @@
 // The eager steps: the forloop reference (foreach=false) per param in its compute dtype, and the interpreted foreach
 // graph (foreach=true), between the step hooks.
+#include "compiler/layout_staging.h"
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/optimizer_parts.h"
 #include "runtime/error.h"
@@ -84,6 +85,8 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
 void Optimizer::forloop_step(const ParamGroup&, const Tensor&, const Tensor&, ParamState&) const {
   OPTJIT_ASSERT(false, name_ + " has no forloop reference; eager_update checks has_forloop_reference() first");
 }
+
+const StepMetrics* Optimizer::eager_metrics() const { return eager_step_ ? &eager_step_->metrics() : nullptr; }
 
 void Optimizer::eager_update() {
   const Stepping exclusive(*this); // the interpreted driver below holds it again

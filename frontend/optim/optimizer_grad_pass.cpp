@@ -135,7 +135,7 @@ ListArguments Optimizer::grad_arguments(const ParamBucket& bucket) const {
   args.slot_names = {"grad"};
   args.slot_tensors.emplace_back();
   for (const BucketMember& m : bucket.members) {
-    args.slot_tensors.front().push_back(kernel_grad(m.flat));
+    args.slot_tensors.front().push_back(flat_param(m.flat).grad().real_view()); // or its staging copy
     args.group_of.push_back(m.group);
     args.shapes.push_back(flat_param(m.flat).real_view().shape());
   }

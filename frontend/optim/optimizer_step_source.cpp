@@ -1,9 +1,8 @@
 // What the compiler sees of an optimizer (compiler/step_source.h): buckets of params, the traced graph of each, the
-// slots and argument lists, this step's hyperparameters, and layout staging.
+// slots and argument lists, and this step's hyperparameters.
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/optimizer_parts.h"
 #include "runtime/error.h"
-#include "runtime/log.h"
 #include "runtime/stochastic_rounding.h"
 
 #include <utility>
@@ -159,22 +158,19 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   }
   for (const Member& m : bucket.members) {
     const Tensor& p = flat_param(m.flat);
-    const bool staged = staging_.is_staged(m.flat); // its kernels run on contiguous copies
     args.group_of.push_back(m.group);
     args.shapes.push_back(p.real_view().shape());
     for (std::size_t k = 0; k < declared.size(); ++k) {
       Tensor t;
       switch (declared[k].role) {
       case SlotRole::Param:
-        t = staged ? staging_.param_copy(m.flat) : p;
+        t = p; // or its staging copy: the driver substitutes it (compiler/layout_staging.h)
         break;
       case SlotRole::Grad:
-        t = staged ? staging_.grad_copy(m.flat) : p.grad();
+        t = p.grad();
         break;
       case SlotRole::State:
-        t = staged ? staging_.state_copy(m.flat, declared[k].name) : Tensor();
-        if (!t.defined()) // not staged, or a scalar entry
-          t = find_state(flat_state(m.flat), declared[k].name);
+        t = find_state(flat_state(m.flat), declared[k].name);
         OPTJIT_ASSERT(t.defined(), "state " + declared[k].name + " missing; ensure_state() runs first");
         break;
       }
@@ -184,16 +180,6 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   return args;
 }
 
-bool Optimizer::needs_staging(int64_t flat) const {
-  const Tensor& p = flat_param(flat);
-  if (!p.impl()->grad)
-    return false;
-  // Rows and columns are found by element order: such a param's kernels walk contiguous tensors.
-  if (walks_rows_and_columns(flat) && !(p.is_contiguous() && p.grad().is_contiguous()))
-    return true;
-  return !LayoutStaging::walkable_flat(p, p.grad(), flat_state(flat));
-}
-
 bool Optimizer::param_traced_structure_has_axes(int64_t flat) const {
   if (!has_param_structure())
     return false;
@@ -201,30 +187,6 @@ bool Optimizer::param_traced_structure_has_axes(int64_t flat) const {
     if (spec.kind == StateKind::Rows || spec.kind == StateKind::Cols)
       return true;
   return false;
-}
-
-void Optimizer::prepare_staging() {
-  staging_.clear();
-  for (int64_t i = 0; i < param_count(); ++i)
-    if (needs_staging(i)) {
-      OPTJIT_LOG(guards, "{}: param {} ({}, grad {}) shares no dense layout with its grad and state: staged", name_, i,
-                 flat_param(i).describe(), flat_param(i).grad().describe());
-      staging_.stage(i, flat_param(i), flat_state(i));
-    }
-}
-
-void Optimizer::stage_in() const {
-  if (!staging_.empty())
-    staging_.copy_in(flat_params_, states_);
-}
-
-void Optimizer::stage_out() const {
-  if (!staging_.empty())
-    staging_.copy_out(flat_params_, states_, writes_grads());
-}
-
-Tensor Optimizer::kernel_grad(int64_t flat) const {
-  return (staging_.is_staged(flat) ? staging_.grad_copy(flat) : flat_param(flat).grad()).real_view();
 }
 
 } // namespace optjit

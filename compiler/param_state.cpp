@@ -1,4 +1,4 @@
-#include "frontend/optim/param_state.h"
+#include "compiler/param_state.h"
 
 namespace optjit {
 

@@ -1,4 +1,7 @@
-#include "frontend/optim/layout_staging.h"
+#include "compiler/layout_staging.h"
+#include "runtime/log.h"
+
+#include <algorithm>
 
 namespace optjit {
 
@@ -18,8 +21,8 @@ Tensor buffer_like(const Tensor& t, const Tensor& kept) {
 }
 
 // Param `flat`'s state entry `key`, which it had when it was staged (a new entry rebinds and stages again).
-Tensor staged_entry(const std::vector<ParamState>& states, int64_t flat, const std::string& key) {
-  Tensor t = find_state(states[static_cast<std::size_t>(flat)], key);
+Tensor staged_entry(const StepSource& source, int64_t flat, const std::string& key) {
+  Tensor t = find_state(source.flat_state(flat), key);
   OPTJIT_ASSERT(t.defined(), "staged state entry " + key + " missing");
   return t;
 }
@@ -56,13 +59,55 @@ void LayoutStaging::stage(int64_t flat, const Tensor& param, const ParamState& s
   staged_now_.insert(flat);
 }
 
-Tensor LayoutStaging::state_copy(int64_t flat, const std::string& key) const {
-  return find_state(buffers_.at(flat).state, key); // undefined for a scalar entry: not staged
+bool LayoutStaging::needed(const StepSource& source, int64_t flat) {
+  const Tensor& p = source.flat_param(flat);
+  if (!p.impl()->grad)
+    return false;
+  // Rows and columns are found by element order: such a param's kernels walk contiguous tensors.
+  if (source.walks_rows_and_columns(flat) && !(p.is_contiguous() && p.grad().is_contiguous()))
+    return true;
+  return !walkable_flat(p, p.grad(), source.flat_state(flat));
 }
 
-void LayoutStaging::copy_in(const std::vector<Tensor>& params, const std::vector<ParamState>& states) const {
+void LayoutStaging::prepare(const StepSource& source) {
+  staged_now_.clear();
+  for (int64_t i = 0; i < source.param_count(); ++i)
+    if (needed(source, i)) {
+      OPTJIT_LOG(guards, "{}: param {} ({}, grad {}) shares no dense layout with its grad and state: staged",
+                 source.name(), i, source.flat_param(i).describe(), source.flat_param(i).grad().describe());
+      stage(i, source.flat_param(i), source.flat_state(i));
+    }
+}
+
+void LayoutStaging::substitute(ListArguments& args, const ParamBucket& present, const std::vector<Slot>& slots) const {
+  if (staged_now_.empty())
+    return;
+  for (std::size_t k = 0; k < args.slot_names.size(); ++k) {
+    const auto slot =
+        std::find_if(slots.begin(), slots.end(), [&](const Slot& s) { return s.name == args.slot_names[k]; });
+    if (slot == slots.end())
+      continue; // a slot the graph does not declare: its kernels never touch it
+    for (std::size_t t = 0; t < present.members.size(); ++t) {
+      const int64_t flat = present.members[t].flat;
+      if (!is_staged(flat))
+        continue;
+      const Buffers& b = buffers_.at(flat);
+      const Tensor copy = slot->role == SlotRole::Param  ? b.param
+                          : slot->role == SlotRole::Grad ? b.grad
+                                                         : find_state(b.state, slot->name); // none: a scalar entry
+      if (copy.defined())
+        args.slot_tensors[k][t] = copy.real_view(); // complex tensors run as their (re, im) components
+    }
+  }
+}
+
+Tensor LayoutStaging::kernel_grad(const StepSource& source, int64_t flat) const {
+  return (is_staged(flat) ? buffers_.at(flat).grad : source.flat_param(flat).grad()).real_view();
+}
+
+void LayoutStaging::copy_in(const StepSource& source) const {
   for (int64_t flat : staged_now_) {
-    const Tensor& p = params[static_cast<std::size_t>(flat)];
+    const Tensor& p = source.flat_param(flat);
     const Tensor grad = p.grad();
     if (!grad.defined())
       continue; // not launched this step
@@ -70,14 +115,14 @@ void LayoutStaging::copy_in(const std::vector<Tensor>& params, const std::vector
     b.param.copy_from(p);
     b.grad.copy_from(grad);
     for (const auto& [key, copy] : b.state)
-      copy.copy_from(staged_entry(states, flat, key));
+      copy.copy_from(staged_entry(source, flat, key));
   }
 }
 
-void LayoutStaging::copy_out(const std::vector<Tensor>& params, const std::vector<ParamState>& states,
-                             bool grads_written) const {
+void LayoutStaging::copy_out(const StepSource& source) const {
+  const bool grads_written = source.writes_grads();
   for (int64_t flat : staged_now_) {
-    const Tensor& p = params[static_cast<std::size_t>(flat)];
+    const Tensor& p = source.flat_param(flat);
     const Tensor grad = p.grad();
     if (!grad.defined())
       continue;
@@ -86,7 +131,7 @@ void LayoutStaging::copy_out(const std::vector<Tensor>& params, const std::vecto
     if (grads_written)
       grad.copy_from(b.grad);
     for (const auto& [key, copy] : b.state)
-      staged_entry(states, flat, key).copy_from(copy);
+      staged_entry(source, flat, key).copy_from(copy);
   }
 }
 
