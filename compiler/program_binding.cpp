@@ -49,13 +49,13 @@ void repoint_grads(StepSource& source, Program& program, const LayoutStaging& st
   OPTJIT_LOG(guards, "{}: {} grad buffer(s) replaced at step #{}, repointing them", source.name(), replaced.size(),
              metrics.steps);
   for (int64_t i : replaced) {
-    const Tensor grad = source.flat_param(i).grad();
     const auto [bucket, entry] = program.entry_of_flat[static_cast<std::size_t>(i)];
     BucketProgram& bp = program.buckets[static_cast<std::size_t>(bucket)];
-    bp.code->repoint(bp.grad_slot, entry, staging.kernel_grad(source, i)); // a staging copy, or the grad's real view
+    const Tensor kernel_grad = staging.kernel_grad(source, i); // a staging copy, or the grad's real view
+    bp.code->repoint(bp.grad_slot, entry, kernel_grad);
     if (bp.grad_pass_code)
-      bp.grad_pass_code->repoint(bp.grad_slot, entry, staging.kernel_grad(source, i));
-    program.bound_grad_layout[static_cast<std::size_t>(i)] = grad.impl()->layout_id;
+      bp.grad_pass_code->repoint(bp.grad_slot, entry, kernel_grad);
+    program.bound_grad_layout[static_cast<std::size_t>(i)] = source.flat_param(i).impl()->grad->layout_id;
   }
   ++metrics.rebinds;
 }
