@@ -8,6 +8,8 @@
 #include "compiler/param_state.h"
 #include "compiler/step_source.h"
 #include "frontend/optim/hooks.h"
+#include "frontend/optim/param_group.h"
+#include "frontend/optim/state_spec.h"
 #include "frontend/trace/foreach.h"
 #include "ir/arguments.h"
 #include "ir/ir.h"
@@ -24,87 +26,6 @@
 #include <vector>
 
 namespace optjit {
-
-// A group's options: hyperparameters and flags (flags as 0 or 1), by torch's names (betas as beta1, beta2).
-using OptionMap = std::map<std::string, double>;
-
-struct ParamGroup {
-  std::vector<Tensor> params;
-  OptionMap options;
-  // Options held in a 1-element tensor (torch's Tensor lr): read at every step, so changing the tensor's value
-  // changes the next step, compiled or not, without a recompile.
-  std::map<std::string, Tensor> tensor_options;
-  // torch >= 2.6's "param_names" (params given by name): one per param, or empty. Kept and saved by state_dict().
-  std::vector<std::string> param_names = {};
-
-  double get(const std::string& name) const; // the tensor's value when tensor-held; throws for an unknown key
-  // Whether option `name` is held in an f32 tensor: torch then computes with it in f32 tensor arithmetic (lr /
-  // bias_correction1 is an f32 tensor), which a step that follows torch's rounding traces (structure flag
-  // "lr_f32_tensor", with Tracer::rounded).
-  bool holds_f32_tensor(const std::string& name) const {
-    const auto held = tensor_options.find(name);
-    return held != tensor_options.end() && held->second.dtype() == Dtype::f32;
-  }
-  bool has(const std::string& name) const { return options.count(name) > 0; }
-  // Only keys the group has. A tensor-held option is filled in place, as torch's LR schedulers do.
-  void set(const std::string& name, double value);
-  // Holds an option the group has in `value`, a 1-element f32 or f64 CPU tensor ("Tensor lr must be 1-element").
-  void set(const std::string& name, const Tensor& value);
-  // Sets or adds any key: the entries LR schedulers keep in param groups (initial_lr, max_lr, ...).
-  void put(const std::string& name, double value);
-  // Keys LR schedulers add to param groups, which state dicts carry along with the optimizer's options.
-  static bool is_scheduler_key(const std::string& name);
-};
-
-// A param group as given to a constructor: its params and the options it overrides.
-struct ParamGroupSpec {
-  std::vector<Tensor> params;
-  OptionMap options;
-  std::vector<std::string> param_names = {}; // optional: a name per param (torch's named_parameters())
-};
-
-// The flags a group's algorithm is traced with (amsgrad, maximize, weight_decay != 0, ...).
-class Structure {
-public:
-  void set(const std::string& name, bool value) { flags_.emplace_back(name, value); }
-  bool operator[](const std::string& name) const; // an internal error for a flag the structure lacks
-  std::string key() const;                        // "amsgrad=1,maximize=0"
-  // The same flags, all on: its state specs are every entry the optimizer keeps under any options.
-  Structure with_every_flag() const;
-
-private:
-  std::vector<std::pair<std::string, bool>> flags_;
-};
-
-// Per element (the param's shape), one per tensor, or one per row ([..., m, 1]) or per column ([..., 1, n]) of a param
-// of rank >= 2 (Adafactor's factored second moment).
-enum class StateKind { Tensor, Scalar, Rows, Cols };
-// The shape of a state entry of `kind` for a param of shape `param`.
-Shape state_shape(StateKind kind, const Shape& param);
-
-struct StateSpec {
-  std::string name;
-  StateKind kind = StateKind::Tensor;
-  double initial = 0;             // every element starts at this value
-  bool visible = true;            // false: internal bookkeeping, not part of torch's state keys (named "_...")
-  double loaded = 0;              // hidden entries: the value a param's state loaded by load_state_dict implies
-  bool copies_param = false;      // starts as a copy of its param, stored in the compute dtype (master weights)
-  bool holds_param_index = false; // holds its param's flat index (the stochastic rounding stream)
-};
-
-// torch.optim's state_dict(): each group's options with its params as indices (groups in order, params in group
-// order, counting from 0), and the state of every param that has any, by index, in torch's key order. The
-// tensors are copies: a state dict is a snapshot.
-struct StateDict {
-  struct Group {
-    OptionMap options;
-    std::vector<int64_t> params;
-    std::vector<std::string> param_names = {}; // torch >= 2.6's named state dicts: one per param, or empty
-  };
-  std::string optimizer; // torch's class name
-  std::vector<Group> param_groups;
-  std::map<int64_t, ParamState> state;
-};
 
 class Optimizer;
 using StepHook = std::function<void(Optimizer&)>;
