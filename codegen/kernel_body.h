@@ -141,7 +141,7 @@ public:
   // slot) and the values it hands to later kernels (into the carry buffer, in their own dtype).
   void emit_per_tensor_stores(IRBuilder<>& b, const std::vector<Value*>& values, const PerTensorInputs& in);
   int scalar_slot(const std::string& name) const;
-  // One op on scalars or vectors of `type`; the meaning follows compiler/op_semantics.h.
+  // One op on scalars or vectors of `type`; the meaning follows ir/op_semantics.h.
   Value* emit_op(IRBuilder<>& b, const Node& n, const std::vector<Value*>& in, llvm::Type* type);
   // A device math function (double precision) on scalar operands of `type`.
   Value* call_device_math(IRBuilder<>& b, llvm::Function* fn, const std::vector<Value*>& in, llvm::Type* type);

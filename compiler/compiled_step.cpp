@@ -10,9 +10,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <optional>
 
 namespace optjit {

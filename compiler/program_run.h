@@ -11,7 +11,9 @@ namespace optjit {
 
 // Launches every bucket with a grad, in phases when the program runs so; counts CUDA graph captures.
 void launch_program(Program& program, const CompileOptions& options, const std::string& name, StepMetrics& metrics);
-// Every bucket's grad pass, then the totals over all of them (and over the processes, with a shard reducer).
+// Every bucket's grad pass, then the totals over all of them (and over the processes, with a shard reducer): every
+// tensor's norm contribution combined in bucket order, then list order, so the result does not depend on the thread
+// count.
 StepSource::GradPassTotals run_grad_pass(const StepSource& source, Program& program, const std::vector<double>& hyper,
                                          const CompileOptions& options);
 

@@ -331,7 +331,7 @@ void Interpretation::State::evaluate(int id) {
     if (auto* e = std::get_if<ElementValues>(v))
       shape_source = e;
   // Element ops walk memory flat: results take their operand's layout, as every tensor of a list entry shares one
-  // (loads of other dtypes convert in place of layout; frontend/optim/layout_staging.h stages the others).
+  // (loads of other dtypes convert in place of layout; compiler/layout_staging.h stages the others).
   ElementValues result;
   for (const Tensor& like : *shape_source)
     result.push_back(Tensor::empty_like(like, graph.dtype, like.device()));

@@ -3,8 +3,9 @@
 // checks that the host can compute each: it may depend on constants, hyperparameters and scalar state held on the
 // host, never on tensor data (an element value, a reduction, a list reduction, a carried value) nor on scalar state
 // on the device, or an optjit::Error names the slot. Every node stays (dce removes what the kept stores do not
-// need). compiler/pipeline.cpp's host_scalar_state_pipeline runs it, then dce.
+// need). compiler/pipeline.cpp's run_host_scalar_state_pipeline runs it, then dce.
 #include "passes/passes.h"
+#include "runtime/error.h"
 
 #include <fmt/format.h>
 

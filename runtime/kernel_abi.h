@@ -50,7 +50,7 @@ static_assert(sizeof(KernelArgs) == static_cast<unsigned>(KernelArg::count) * 8,
 // rows (runtime/work_items.h's make_axis_work_items): each block sweeps its item's columns (a thread per column) and
 // then its rows (a warp per row), so that row and column sums have fixed orders; a matrix cut into pieces has its
 // column sums combined in piece order, and its columns slots written, by the tensor's last block
-// (codegen/kernel_emitter.cpp's emit_gpu_axis_kernel).
+// (codegen/cuda/axis_sweeps.cpp's emit_gpu_axis_kernel).
 struct GpuKernelParams {
 #define OPTJIT_GPU_PARAM(name, type, kind) type name;
 #include "runtime/kernel_abi.def"

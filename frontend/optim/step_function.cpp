@@ -53,8 +53,6 @@ public:
   bool walks_rows_and_columns(int64_t) const override { return has_axis_state_ || sums_axes_; }
   void validate_options(const OptionMap&) const override {}
   bool requires_finite_hyperparameters() const override { return false; } // any number, as torch's ops take
-
-protected:
   bool writes_grads() const override { return Optimizer::writes_grads() || stores_grads_; }
 
 private:
