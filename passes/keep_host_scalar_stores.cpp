@@ -19,11 +19,16 @@ Graph keep_host_scalar_stores(const Graph& graph, const std::vector<std::string>
   };
   Graph kept = graph;
   std::erase_if(kept.stores, [&](const Store& s) { return s.kind != StoreKind::Scalar || !on_host(s.name); });
+  // Each node is checked once: a node reached again (from a shared operand, or from another store) was found clean.
+  std::vector<bool> checked(static_cast<std::size_t>(kept.size()), false);
   for (const Store& s : kept.stores) {
     std::vector<ValueId> pending{s.value};
     while (!pending.empty()) {
       const ValueId id = pending.back();
       pending.pop_back();
+      if (checked[static_cast<std::size_t>(id)])
+        continue;
+      checked[static_cast<std::size_t>(id)] = true;
       const Node& n = kept.node(id);
       if (n.level == Level::Element || op_has_trait(n.op, kReduction) || op_has_trait(n.op, kListReduction) ||
           n.op == Op::carried)
