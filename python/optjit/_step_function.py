@@ -2,7 +2,8 @@
 
 The function runs once on symbolic lists (each element a _SymTensor, which takes torch's calls through
 __torch_function__, tensor methods and operators) and symbolic hyperparameters (_SymScalar, with Python's
-arithmetic), which records it as a program of list ops (optjit._step_recording); optjit compiles that program
+arithmetic), which records it into a StepRecording, a program of list ops (optjit._step_recording, on the C++
+front end's recording); optjit compiles that program
 (compile_step) to as few kernels as the data allows and runs it in place on the caller's tensors. The undecorated
 function (`fn.eager`) still runs eagerly on torch tensors.
 
@@ -62,8 +63,8 @@ import weakref
 import torch
 
 from ._compiled import _cuda_streams, _increment_versions, _live_steps, _local, _shard_reducer
-from ._optjit import Error, TorchStepFunction
-from ._step_recording import _Program, _recording, _SymScalar, _SymTensor
+from ._optjit import Error, Holds, StepRecording, TorchStepFunction
+from ._step_recording import _SymScalar, _SymTensor
 
 
 class StepFunction:
@@ -135,23 +136,18 @@ class StepFunction:
 
     def _record(self, names, kinds, lists, hypers, statics, sequences):
         params0 = lists[0]
-        program = _Program(len(params0), min(p.dim() for p in params0), self._name)
-        outer = getattr(_recording, "name", None)
-        _recording.name = self._name
+        program = StepRecording(self._name, len(params0), min(p.dim() for p in params0))
+        program.open()
         try:
             return self._record_into(program, names, kinds, lists, hypers, statics, sequences)
         finally:
-            program.closed = True  # values kept past this recording are refused by name when used
-            _recording.name = outer
+            program.close()  # values kept past this recording are refused by name when used
 
     def _record_into(self, program, names, kinds, lists, hypers, statics, sequences):
         params0 = lists[0]
         sym_lists = []
         for name in names:
-            if kinds.get(name) == "scalar":
-                vid = program.emit("scalar_state", name=name)
-            else:
-                vid = program.emit("tensors", name=name, kind=kinds.get(name, "el"))
+            vid = program.list(name, _HOLDS[kinds.get(name, "el")])
             if kinds.get(name) == "scalar":
                 sym_lists.append([_SymScalar(program, vid, entry=k, tensor=True) for k in range(len(params0))])
             else:
@@ -162,7 +158,7 @@ class StepFunction:
         elements = [list(lst) for lst in sym_lists]
         sym_hypers = dict(statics)
         for k, v in hypers.items():
-            sym_hypers[k] = _SymScalar(program, program.emit("hyper", name=k))
+            sym_hypers[k] = _SymScalar(program, program.hyper(k))
         for k, (size, is_list) in sequences.items():  # one hyperparameter per element, in a tuple (or list)
             values = [sym_hypers.pop(_element_name(k, i)) for i in range(size)]
             sym_hypers[k] = values if is_list else tuple(values)
@@ -192,14 +188,14 @@ class StepFunction:
                     "`-lr if i == 0 else lr`, gives entries programs of their own)"
                 )
             if lst[0].id != first:
-                program.emit("store_scalar" if kinds.get(name) == "scalar" else "store", lst[0].id, name=name)
+                program.store(name, lst[0].id)
                 stored = True
         if not stored:
             raise Error(
                 f"step function {self._name} changes none of its lists: a step writes its params or state in place "
                 "(torch._foreach_add_, p.add_(...), ...)"
             )
-        return program.instructions
+        return program
 
     def __get__(self, obj, objtype=None):
         """As a method: the instance is the function's first argument. Each instance gets a step function of its own,
@@ -318,11 +314,9 @@ class StepFunction:
         start = time.perf_counter()
         program = self._programs.get(key[0])
         if program is None:
-            instructions = self._record(names, kinds, lists, hypers, statics, sequences)
-            program = (instructions, names, kinds)
+            program = (self._record(names, kinds, lists, hypers, statics, sequences), names, kinds)
             self._metrics["records"] += 1
-        instructions, names, kinds = program
-        of_kind = {kind: [n for n in names if kinds.get(n) == kind] for kind in ("scalar", "rows", "cols")}
+        recording, names, kinds = program
         streams = _cuda_streams([t for lst in lists for t in lst])
         # Params and state with the negation bit are stepped in copies holding their values, written back after
         # each call (grads were resolved already).
@@ -332,16 +326,12 @@ class StepFunction:
             bound[k][j] = copy
         with streams.lend():
             cxx = TorchStepFunction(
-                self._name,
-                instructions,
+                recording,
                 list(zip(names, bound)),
-                of_kind["scalar"],
-                of_kind["rows"],
-                of_kind["cols"],
                 {k: float(v) for k, v in hypers.items()},
-                _shard_reducer(lists[0], f"step function {self._name}'s reductions", _reduces(instructions)),
+                _shard_reducer(lists[0], f"step function {self._name}'s reductions", recording.reduces()),
             )
-        stored = {i.name for i in instructions if i.op.startswith("store")}
+        stored = set(recording.stored_slots())
         written = [k for k, name in enumerate(names) if name in stored]
         variant = _Variant(cxx, streams, written, key[2], staged)
         # Kept only once whole: a call that failed before its step ran leaves nothing behind.
@@ -524,9 +514,8 @@ def _graph_name(name):
     return text if not text[0].isdigit() else f"step_{text}"
 
 
-def _reduces(instructions):
-    """Whether a recorded program reduces over tensors or lists (a norm, a sum, a max)."""
-    return any(i.op in ("sum", "max", "norm", "row_sum", "col_sum", "list_sum", "list_max") for i in instructions)
+# What a list of each kind (StepFunction._list_kinds) holds per tensor in the recording.
+_HOLDS = {"el": Holds.element, "scalar": Holds.tensor, "rows": Holds.rows, "cols": Holds.cols}
 
 
 def step_function(fn=None, *, name=None):

@@ -1,5 +1,12 @@
-"""Recording a step function: symbolic lists, elements and scalars that take torch's calls and record them as a
-program of list ops (optjit._step_function compiles it).
+"""Recording a step function: symbolic lists, elements and scalars that take torch's calls and record them, op by op,
+into a C++ StepRecording (frontend/trace/step_recording.h), which optjit._step_function compiles.
+
+This module is the torch side of the recording only: which torch call, tensor method or operator is which op of the
+recording, with torch's argument conventions (alpha=, value=, keepdim=, in-place forms), and Python's rules for the
+values a function holds (a branch on a value, float() of it, lists reordered or sliced, values of two tensors of a
+list combined). The ops themselves, their lowerings (pow(x, 0.5) is a sqrt, a >= b is a > b or a == b, a 2-norm is
+sqrt(sum(x * x))), what each value holds per tensor (one number per element, row, column, matrix or tensor) and the
+messages for values that do not fit are the recording's, shared with the C++ front end.
 
 A list argument is a Python list of symbolic elements (_SymTensor, or _SymScalar for per-tensor scalar state) that all
 hold the list's current recorded value, each at its own position (`entry`). Two ways of writing a step record alike:
@@ -7,9 +14,9 @@ hold the list's current recorded value, each at its own position (`entry`). Two 
 - torch._foreach_* calls on whole lists (torch's _multi_tensor_* optimizers);
 - torch calls, tensor methods and Python operators on elements, one tensor at a time: a loop over zip(params,
   grads), or torch._higher_order_ops.foreach_map(fn, ...), which calls fn on each entry's elements. The op on entry
-  k records the same instruction as on every other entry (a value is recorded once: the same op on the same operands
-  is the same id), so when every entry has been through it, the list holds one value; in-place methods repoint the
-  element they are called on, as they write the tensor in torch.
+  k records the same value as on every other entry (the recording records a value once: the same op on the same
+  operands is the same value), so when every entry has been through it, the list holds one value; in-place methods
+  repoint the element they are called on, as they write the tensor in torch.
 
 Values of two different entries never combine: a compiled step computes each tensor from its own values (_entry_of).
 The function sees symbolic values, not torch tensors: a branch on isinstance(x, torch.Tensor), like one on a shape,
@@ -17,113 +24,24 @@ takes the path of what it sees.
 """
 
 import functools
-import threading
 
-from ._optjit import Error, StepInstruction
-
-
-# What a recorded value holds, by the shape torch gives it for a param [..., m, n]: "el" one value per element,
-# "rows" one per row ([..., m, 1]), "cols" one per column ([..., 1, n]), "mat" one per matrix ([..., 1, 1]), "pt" one
-# per tensor (a 0-d tensor or a number). Every value but "pt" reads at each element as its row's, column's or matrix's
-# value (the IR broadcasts rows and columns state so), so ops combine them as torch broadcasts them.
-_PER_TENSOR_OPS = {"sum", "max", "list_sum", "list_max", "constant", "hyper", "scalar_state", "extent"}
-# A sum along dim -1 (row_sum) or -2 (col_sum) of a value of each kind; a value of size 1 there is its own sum.
-_AXIS_SUM_KIND = {"row_sum": {"el": "rows", "cols": "mat"}, "col_sum": {"el": "cols", "rows": "mat"}}
-# The kinds a state slot of each kind takes (what fits its shape, as torch's in-place ops require).
-_FITS = {
-    "el": {"el", "rows", "cols", "mat", "pt"},
-    "rows": {"rows", "mat", "pt"},
-    "cols": {"cols", "mat", "pt"},
-    "mat": {"mat", "pt"},
-}
-
-
-def _broadcast_kind(kinds):
-    """The kind of an elementwise op's value on operands of `kinds`, as torch broadcasts their shapes."""
-    present = set(kinds) - {"pt"}
-    if "el" in present or {"rows", "cols"} <= present:
-        return "el"
-    for kind in ("rows", "cols", "mat"):
-        if kind in present:
-            return kind
-    return "pt"
-
-
-class _Program:
-    """The recorded instructions. A value is recorded once: the same op on the same operands gives the same id, so
-    a value written per element of a list (`[1 - beta1 ** s for s in steps]`) is one value of the whole list."""
-
-    def __init__(self, length, min_rank=2, name="step"):
-        self.name = name  # the step function's, for messages
-        self.closed = False  # the recording has ended: its values stand for nothing any more (_Recorded.id)
-        self.instructions = []
-        self._ids = {}
-        self.kinds = []  # per instruction: what its value holds (_broadcast_kind)
-        self.length = length  # tensors per list: ops take whole lists
-        self.min_rank = min_rank  # the lowest rank of the params: size(-2) needs 2
-
-    def emit(self, op, *inputs, name="", number=0.0, kind=None):
-        if self.closed:
-            _refuse_kept_value(self)
-        key = (op, tuple(inputs), name, float(number).hex())  # by its bits: -0.0 is not 0.0, and NaN is NaN
-        if key in self._ids and not op.startswith("store"):
-            return self._ids[key]
-        if kind is None:  # a list's tensors say theirs
-            if op in _PER_TENSOR_OPS:
-                kind = "pt"
-            elif op in _AXIS_SUM_KIND:
-                kind = _AXIS_SUM_KIND[op][self.kinds[inputs[0]]]
-            else:
-                kind = _broadcast_kind(self.kinds[i] for i in inputs)
-        self.instructions.append(StepInstruction(op, list(inputs), name, float(number)))
-        self.kinds.append(kind)
-        self._ids[key] = len(self.instructions) - 1
-        return self._ids[key]
-
-    def written(self, vid, like, shape):
-        """`vid` written in place to a tensor of `shape` (a kind) whose value is `like`: a narrower value (x.zero_(),
-        x.copy_(its norm), a row's value copied into a matrix) becomes one of the tensor's shape by a select on the
-        tensor's own value, whose branches are both the value, so that what reads the tensor later (sums along its
-        dimensions, its sizes) sees its shape. A value the shape cannot hold (a whole matrix into rows state) is
-        refused, as torch's in-place ops refuse it."""
-        if self.kinds[vid] not in _FITS[shape]:
-            raise Error(
-                f"a step function writes a value of one per {_KIND_TEXT[self.kinds[vid]]} into a tensor of one per "
-                f"{_KIND_TEXT[shape]}: its shape does not fit, as torch's in-place ops refuse"
-            )
-        return vid if self.kinds[vid] == shape else self.emit("select", like, vid, vid)
-
-
-# The step function recording in this thread now (its name), for messages.
-_recording = threading.local()
-
-
-def _refuse_kept_value(program):
-    current = getattr(_recording, "name", None)
-    raise Error(
-        f"step function {current or program.name} uses a value recorded by an earlier call of step function "
-        f"{program.name} (kept in a global, a closure, an attribute or a default argument): a recording's values "
-        "stand for that call's tensors and hyperparameters only; compute the value again inside the function, or "
-        "keep it in a state list"
-    )
+from ._optjit import Error, Holds
 
 
 class _Recorded:
-    """A symbolic value: its recorded id in `program`, readable only while that program records. A value kept from
-    an earlier recording (in a global, say) would name an unrelated instruction of the current one."""
+    """A symbolic value: its recorded value in `program` (a StepRecording), readable only while that recording is
+    open. A value kept from an earlier recording (in a global, say) would name an unrelated value of the current one,
+    and is refused by name (StepRecording.check_open)."""
 
     @property
     def id(self):
         if self.program.closed:
-            _refuse_kept_value(self.program)
+            self.program.check_open()
         return self._id
 
     @id.setter
     def id(self, vid):
         self._id = vid
-
-
-_KIND_TEXT = {"el": "element", "rows": "row", "cols": "column", "mat": "matrix", "pt": "tensor"}
 
 
 def _operand(program, x, what=None):
@@ -140,7 +58,7 @@ def _operand(program, x, what=None):
             f"{what + ': ' if what else ''}a step function's operand is {x!r}: optjit records tensor lists, "
             "hyperparameters and numbers"
         )
-    return program.emit("constant", number=x)
+    return program.constant(x)
 
 
 def _entry_of(*values):
@@ -170,7 +88,7 @@ def _value(program, vid, operands, boolean=False):
     entry = _entry_of(*operands)
     if any(isinstance(x, _SymTensor) for x in operands):
         return _SymTensor(program, vid, entry, boolean)
-    return _SymScalar(program, vid, None, entry, tensor=any(_is_tensor(x) for x in operands), boolean=boolean)
+    return _SymScalar(program, vid, entry, tensor=any(_is_tensor(x) for x in operands), boolean=boolean)
 
 
 class _Elementwise(_Recorded):
@@ -312,46 +230,25 @@ def _set(target, source):
         )
     else:
         target.id = source.id
-        target.squares = source.squares if isinstance(source, _SymScalar) else None
     target.entry = entry
 
 
 class _SymScalar(_Elementwise):
     """A hyperparameter, a constant, a per-tensor scalar (an element of a list of 0-d state tensors, a tensor's norm)
-    or arithmetic on them: one value per list entry. A 2-norm of each tensor (torch._foreach_norm, .norm()) remembers
-    its sum of squares (`squares`), from which the 2-norm over the lists is taken. `entry` is the list position it
-    belongs to (_entry_of); `tensor`, whether it is a torch tensor in the eager run (_is_tensor)."""
+    or arithmetic on them: one value per list entry. `entry` is the list position it belongs to (_entry_of);
+    `tensor`, whether it is a torch tensor in the eager run (_is_tensor)."""
 
     _WHAT = "a per-tensor scalar or hyperparameter"
 
-    def __init__(self, program, vid, squares=None, entry=None, tensor=False, boolean=False):
-        self.program, self.id, self.squares, self.entry, self.tensor = program, vid, squares, entry, tensor
-        self.boolean = boolean
+    def __init__(self, program, vid, entry=None, tensor=False, boolean=False):
+        self.program, self.id, self.entry, self.tensor, self.boolean = program, vid, entry, tensor, boolean
 
     def __bool__(self):
         raise Error(
-            f"a step function branches on {self._what()} (if, and, or, min(), max()): optjit records one "
+            f"a step function branches on {self.program.describe(self.id)} (if, and, or, min(), max()): optjit records one "
             "program for every value; pass a value to branch on as a static argument (a bool, None or a string), or "
             "write the choice with torch.where"
         )
-
-    def _what(self):
-        """What this value is, for a message: the hyperparameter it is, or the hyperparameters it is computed from."""
-        instructions, names, seen, todo = self.program.instructions, [], set(), [self.id]
-        while todo:
-            vid = todo.pop()
-            if vid in seen:
-                continue
-            seen.add(vid)
-            instruction = instructions[vid]
-            if instruction.op == "hyper":
-                names.append(instruction.name)
-            todo.extend(instruction.inputs)
-        if instructions[self.id].op == "hyper":
-            return f"the value of the hyperparameter {names[0]}"
-        if names:
-            return f"a value computed from the hyperparameter{'s' if len(names) > 1 else ''} {', '.join(sorted(names))}"
-        return "a per-tensor scalar's value"
 
     def __float__(self):
         raise Error(
@@ -388,8 +285,8 @@ class _SymTensor(_Elementwise):
 
     def __init__(self, program, vid, entry, boolean=False):
         self.program, self.id, self.entry, self.boolean = program, vid, entry, boolean
-        # What the tensor holds by its shape (a kind, _broadcast_kind): its list's, or its value's when an op made it.
-        self.holds = program.kinds[vid]
+        # What the tensor holds by its shape (Holds): its list's, or its value's when an op made it.
+        self.holds = program.holds(vid)
 
     def __matmul__(self, other):
         return _matmul(self, other)
@@ -421,20 +318,22 @@ class _SymStack(_Recorded):
     """torch.stack of a list of per-tensor scalars (such as _foreach_norm's): reducing it (sum, max, a norm) combines
     the value over every tensor of the lists, which gives one value, the same for every tensor (a _SymScalar)."""
 
-    def __init__(self, program, vid, squares=None):
-        self.program, self.id, self.squares = program, vid, squares
+    def __init__(self, program, vid):
+        self.program, self.id = program, vid
+
+    def _over_lists(self, name):
+        return _SymScalar(self.program, self.program.reduce_stack(self.id, name), tensor=True)
 
     def sum(self):
-        return _SymScalar(self.program, self.program.emit("list_sum", self.id), tensor=True)
+        return self._over_lists("sum")
 
     def max(self):
-        return _SymScalar(self.program, self.program.emit("list_max", self.id), tensor=True)
+        return self._over_lists("max")
 
     amax = max
 
-    def mean(self):  # over the tensors of the lists: their number is the recording's
-        p = self.program
-        return _SymScalar(p, p.emit("div", self.sum().id, p.emit("constant", number=float(p.length))), tensor=True)
+    def mean(self):
+        return self._over_lists("mean")
 
     def norm(self, p=2):
         return _norm(self, p)
@@ -454,11 +353,12 @@ class _SymStack(_Recorded):
 
 
 def _norm_order(order, what):
+    """A norm's order as the recording takes it (a number; "fro" is 2); the recording refuses orders but 2 and inf."""
     if order == "fro":
-        order = 2
-    if order not in (2, 2.0, float("inf")):
+        return 2.0
+    if isinstance(order, bool) or not isinstance(order, (int, float)):
         raise Error(f"{what} of order {order!r}: optjit records the 2-norm and the inf-norm")
-    return order
+    return float(order)
 
 
 def _norm(x, order):
@@ -466,13 +366,8 @@ def _norm(x, order):
     order = _norm_order(order, "a norm")
     p = x.program
     if isinstance(x, _SymScalar):
-        return _SymScalar(p, p.emit("abs", x.id), entry=x.entry, tensor=True)
-    if order == float("inf"):
-        return _SymScalar(p, p.emit("list_max", p.emit("abs", x.id)), tensor=True)
-    # The 2-norm of per-tensor 2-norms is the square root of every tensor's sum of squares, summed: taken from those
-    # sums, it is combined in the pass that computes them (two kernels with the update, not three).
-    squares = x.squares if x.squares is not None else p.emit("mul", x.id, x.id)
-    return _SymScalar(p, p.emit("sqrt", p.emit("list_sum", squares)), tensor=True)
+        return _SymScalar(p, p.norm_of_scalar(x.id, order), entry=x.entry, tensor=True)
+    return _SymScalar(p, p.reduce_stack(x.id, "norm", order), tensor=True)
 
 
 # The positional parameters of the reductions, after the tensor (torch's order).
@@ -498,86 +393,28 @@ def _tensor_reduction(p, x, name, args, kwargs):
     if extra:
         raise Error(f"{name} of an element with arguments optjit does not record ({', '.join(sorted(extra))})")
     order = _norm_order(given.get("ord", given.get("p", 2)), name) if name in ("norm", "linalg_vector_norm") else None
-    if given.get("dim") is not None:
-        return _axis_reduction(p, x, name, order, given)
-    kind = p.kinds[x.id]
-    takes_any_kind = name in ("max", "amax") or order == float("inf")  # a largest value is the same broadcast or not
-    if kind not in ("el", "pt") and not takes_any_kind:
-        raise Error(
-            f"{name} over a whole tensor of one value per {_KIND_TEXT[kind]}: optjit reduces whole element tensors "
-            "(sum, mean, max, norm); reduce rows and columns along their other dimension first (dim=-1 or -2, "
-            "keepdim=True)"
-        )
-    if order == float("inf"):
-        return _SymScalar(p, p.emit("max", p.emit("abs", x.id)), entry=x.entry, tensor=True)
-    if order is not None:
-        squares = p.emit("sum", p.emit("mul", x.id, x.id))
-        return _SymScalar(p, p.emit("sqrt", squares), squares, entry=x.entry, tensor=True)
-    if name == "mean":
-        vid = p.emit("div", p.emit("sum", x.id), p.emit("extent", name="numel"))
-        return _SymScalar(p, vid, entry=x.entry, tensor=True)
-    return _SymScalar(p, p.emit("sum" if name == "sum" else "max", x.id), entry=x.entry, tensor=True)
-
-
-def _axis_reduction(p, x, name, order, given):
-    """A sum, mean or 2-norm of element `x` along dim -1 (each row) or -2 (each column), kept as a dimension of 1."""
-    dim = given["dim"]
-    dim = dim[0] if isinstance(dim, (tuple, list)) and len(dim) == 1 else dim
-    if name not in ("sum", "mean", "norm", "linalg_vector_norm") or dim not in (-1, -2) or order == float("inf"):
-        raise Error(
-            f"{name} along dim={given['dim']!r}: optjit records the sum, mean and 2-norm along dim -1 or -2 (each row "
-            "or each column, as Adafactor takes them)"
-        )
-    if not given.get("keepdim"):
-        raise Error(
-            f"{name} along dim {dim} without keepdim=True: optjit records values that keep their tensor's dimensions "
-            "(a row's sum is [..., m, 1]); pass keepdim=True"
-        )
-    value = x.id if name in ("sum", "mean") else p.emit("mul", x.id, x.id)
-    op = "row_sum" if dim == -1 else "col_sum"
-    if p.kinds[value] in _AXIS_SUM_KIND[op]:  # else its size there is 1: the value is its own sum
-        value = p.emit(op, value)
-        if name == "mean":
-            value = p.emit("div", value, _size(p, x, dim).id)
-    if name in ("norm", "linalg_vector_norm"):
-        value = p.emit("sqrt", value)
-    return _SymTensor(p, value, x.entry)
+    dim = given.get("dim")
+    if dim is None:
+        return _SymScalar(p, p.reduce(x.id, name, order, None, "", False), entry=x.entry, tensor=True)
+    axis = dim[0] if isinstance(dim, (tuple, list)) and len(dim) == 1 else dim
+    axis = axis if isinstance(axis, int) and not isinstance(axis, bool) else None
+    return _SymTensor(p, p.reduce(x.id, name, order, axis, repr(dim), bool(given.get("keepdim"))), x.entry)
 
 
 def _size(p, x, dim):
     """x.size(dim) for dim -1 or -2, and x.numel() for dim None: a number per tensor (1 along a dimension x holds
     one value of, such as a row's sum along dim -1)."""
-    kind = p.kinds[x.id]
-    if kind == "pt":
-        raise Error("the size of a 0-d element: it has no dimensions (torch's size(-1) raises)")
-    one = p.emit("constant", number=1.0)
-    if dim is None:
-        numel = p.emit("extent", name="numel")
-        for axis, collapsed in (("n", ("rows", "mat")), ("m", ("cols", "mat"))):
-            if kind in collapsed:
-                numel = p.emit("div", numel, p.emit("extent", name=axis))
-        return _SymScalar(p, numel, entry=x.entry)
-    if dim not in (-1, -2):
-        raise Error(f"size({dim!r}): optjit records size(-1), size(-2) and numel() (a step is recorded for every rank)")
-    if p.min_rank < -dim:
-        raise Error(
-            f"size({dim}) of an element of a list with a param of rank {p.min_rank}: it has no such dimension (torch "
-            "raises)"
-        )
-    collapsed = ("rows", "mat") if dim == -1 else ("cols", "mat")
-    return _SymScalar(p, one if kind in collapsed else p.emit("extent", name="n" if dim == -1 else "m"), entry=x.entry)
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+        raise Error(f"size({dim!r}): a dimension is an int (optjit records size(-1), size(-2) and numel())")
+    return _SymScalar(p, p.size(x.id, dim), entry=x.entry)
 
 
 def _matmul(a, b):
     """a @ b: the one product of rows and columns torch's matmul makes elementwise, [..., m, 1] @ [..., 1, n], the
     outer product Adafactor takes of its row and column state."""
-    kinds = [x.program.kinds[x.id] if isinstance(x, _SymTensor) else None for x in (a, b)]
-    if kinds != ["rows", "cols"]:
-        raise Error(
-            "the operator @ on elements: optjit records only a column of rows times a row of columns ([..., m, 1] @ "
-            "[..., 1, n], an outer product); other products are outside its step-function vocabulary"
-        )
-    return _element_op("mul", (a, b), {})
+    program = next(x.program for x in (a, b) if isinstance(x, (_SymTensor, _SymScalar)))
+    vid = program.outer(*(x.id if isinstance(x, _SymTensor) else None for x in (a, b)))
+    return _value(program, vid, [a, b])
 
 
 class _SymShape:
@@ -616,7 +453,7 @@ def _scalar_op(name, args, kwargs):
             raise Error("torch.stack: optjit stacks one per-tensor scalar of each tensor (such as _foreach_norm's)")
         _check_whole(scalars[0].program, scalars, "torch.stack")
         _check_in_order(scalars, "torch.stack")
-        return _SymStack(scalars[0].program, ids.pop(), scalars[0].squares)
+        return _SymStack(scalars[0].program, ids.pop())
     if name not in _REDUCTIONS:
         return None
     if isinstance(x, _SymTensor):
@@ -630,7 +467,7 @@ def _scalar_op(name, args, kwargs):
         return _norm(x, kwargs.get("ord", kwargs.get("p", args[1] if len(args) > 1 else 2)))
     if len(args) == 1:  # of a scalar, its own value (a new tensor in torch: writing it leaves x alone)
         if isinstance(x, _SymScalar):
-            return _SymScalar(x.program, x.id, x.squares, x.entry, tensor=True, boolean=x.boolean)
+            return _SymScalar(x.program, x.id, x.entry, tensor=True, boolean=x.boolean)
         return x.mean() if name == "mean" else x.sum() if name == "sum" else x.max()
     raise Error(f"torch.{name} with a dim: optjit reduces whole tensors and stacks")
 
@@ -656,7 +493,7 @@ def _list_id(program, value, what):
         ids = {_operand(program, v, what) if not isinstance(v, (int, float)) else None for v in value}
         if len(ids) != 1 or None in ids:
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and len(set(value)) == 1:
-                return program.emit("constant", number=value[0])
+                return program.constant(value[0])
             raise Error(
                 f"{what}: optjit records one program for every tensor of the lists, and this list holds a different "
                 "value for some of them (numbers, or arithmetic on different values): pass per-tensor numbers as a "
@@ -716,30 +553,27 @@ def _assign(target, vid):
     """The elements of list `target` hold `vid` (an in-place foreach op's result); a tensor list's, every element."""
     if isinstance(target[0], _SymTensor):
         vid = target[0].program.written(vid, target[0].id, target[0].holds)
-    elif target[0].program.kinds[vid] != "pt":
+    elif target[0].program.holds(vid) != Holds.tensor:
         raise Error(
             "a step function writes tensors' elements into a list of 0-d tensors (per-tensor scalars) in place: their "
             "shapes do not fit, as torch's in-place ops refuse"
         )
     for element in target:
         element.id = vid
-        if isinstance(element, _SymScalar):
-            element.squares = None  # no longer the 2-norm whose sum of squares it kept
 
 
 # torch's ops by name (torch.add and Tensor.add, torch._foreach_add; the in-place forms without their trailing _):
 # each records its value from the recorded value of `self` and the call's other arguments, which `resolve` turns into
-# recorded values (whole lists for foreach ops, elements and scalars for ops on elements), in torch's order of
-# evaluation (add_scaled, addcmul, addcdiv and lerp are the C++ vocabulary's foreach_add, foreach_addcmul,
-# foreach_addcdiv, foreach_lerp).
+# recorded values (whole lists for foreach ops, elements and scalars for ops on elements), by the recording's op of
+# that name (StepRecording.op), with torch's argument conventions.
 def _binary_op(op):
     def record(p, resolve, self, other, alpha=None):
         if alpha is None:
-            return p.emit(op, self, resolve(other, op))
+            return p.op(op, [self, resolve(other, op)])
         if op not in ("add", "sub"):
             raise TypeError(f"{op} takes no alpha")
         scale = resolve(alpha, f"{op} alpha")
-        return p.emit("add_scaled", self, resolve(other, op), scale if op == "add" else p.emit("neg", scale))
+        return p.op(f"{op}_scaled", [self, resolve(other, op), scale])
 
     return record
 
@@ -747,85 +581,40 @@ def _binary_op(op):
 def _division(p, resolve, self, other, rounding_mode=None):
     if rounding_mode is not None:
         raise TypeError(f"rounding_mode={rounding_mode!r}")
-    return p.emit("div", self, resolve(other, "div"))
+    return p.op("div", [self, resolve(other, "div")])
 
 
 def _pow(p, resolve, self, exponent):
-    """torch's pow with a number exponent: 0.5, -0.5 and -1 are sqrt, rsqrt and reciprocal, and 2, 3 and -2 are
-    products (so sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, as torch gives, where pow would give 0 and inf)."""
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
-        if exponent == 0.5:
-            return p.emit("sqrt", self)
-        if exponent == -0.5:
-            return _rsqrt(p, resolve, self)
-        if exponent == -1:
-            return _reciprocal(p, resolve, self)
-        if exponent == 2:
-            return _square(p, resolve, self)
-        if exponent == 3:
-            return p.emit("mul", _square(p, resolve, self), self)
-        if exponent == -2:
-            return _reciprocal(p, resolve, _square(p, resolve, self))
-    return p.emit("pow", self, resolve(exponent, "pow"))
+        return p.pow_number(self, exponent)
+    return p.op("pow", [self, resolve(exponent, "pow")])
 
 
 def _lerp(p, resolve, self, end, weight):
-    return p.emit("lerp", self, resolve(end, "lerp"), resolve(weight, "lerp weight"))
+    return p.op("lerp", [self, resolve(end, "lerp"), resolve(weight, "lerp weight")])
 
 
 def _addc(op):
     def record(p, resolve, self, t1, t2, value=1, scalars=None):
         value = value if scalars is None else scalars  # torch's keyword for a list or tensor of scalars
-        return p.emit(op, self, resolve(t1, op), resolve(t2, op), resolve(value, f"{op} scalars"))
+        return p.op(op, [self, resolve(t1, op), resolve(t2, op), resolve(value, f"{op} scalars")])
 
     return record
 
 
 def _unary(op):
-    return lambda p, resolve, self: p.emit(op, self)
+    return lambda p, resolve, self: p.op(op, [self])
 
 
-def _reciprocal(p, resolve, self):
-    return p.emit("div", p.emit("constant", number=1.0), self)
-
-
-def _rsqrt(p, resolve, self):
-    return p.emit("div", p.emit("constant", number=1.0), p.emit("sqrt", self))
-
-
-def _square(p, resolve, self):
-    return p.emit("mul", self, self)
-
-
-def _clamp_bound(op):
-    return lambda p, resolve, self, scalar: p.emit(op, self, resolve(scalar, op))
+def _binary(op):
+    return lambda p, resolve, self, other: p.op(op, [self, resolve(other, op)])
 
 
 def _clamp(p, resolve, self, min=None, max=None):
     if min is None and max is None:
         raise TypeError("clamp needs min or max")
-    value = self
-    if min is not None:
-        value = p.emit("maximum", value, resolve(min, "clamp min"))
-    if max is not None:
-        value = p.emit("minimum", value, resolve(max, "clamp max"))
-    return value
-
-
-def _comparison(op, negate=False, or_equal=False):
-    """A comparison as a 0/1 value (torch's bool tensor, as a where() condition or a number). a >= b is a > b or
-    a == b (0 for NaN), a != b is 1 - (a == b) (1 for NaN), as torch gives."""
-
-    def record(p, resolve, self, other):
-        b = resolve(other, op)
-        value = p.emit(op, self, b)
-        if or_equal:
-            value = p.emit("add", value, p.emit("eq", self, b))
-        if negate:
-            value = p.emit("sub", p.emit("constant", number=1.0), value)
-        return value
-
-    return record
+    bounds = [None if b is None else resolve(b, f"clamp {which}") for b, which in ((min, "min"), (max, "max"))]
+    return p.clamp(self, *bounds)
 
 
 def _copy(p, resolve, self, source, non_blocking=False):
@@ -839,11 +628,11 @@ def _fill(p, resolve, self, value):
 
 
 def _zero(p, resolve, self):
-    return p.emit("constant", number=0.0)
+    return p.constant(0.0)
 
 
 def _where(p, resolve, condition, if_true, if_false):
-    return p.emit("select", condition, resolve(if_true, "where"), resolve(if_false, "where"))
+    return p.op("where", [condition, resolve(if_true, "where"), resolve(if_false, "where")])
 
 
 _COMMON_OPS = {
@@ -854,19 +643,19 @@ _COMMON_OPS = {
     "maximum": _binary_op("maximum"),
     "minimum": _binary_op("minimum"),
     "pow": _pow,
-    "clamp_min": _clamp_bound("maximum"),
-    "clamp_max": _clamp_bound("minimum"),
+    "clamp_min": _binary("maximum"),
+    "clamp_max": _binary("minimum"),
     "lerp": _lerp,
     "addcmul": _addc("addcmul"),
     "addcdiv": _addc("addcdiv"),
     "sqrt": _unary("sqrt"),
-    "rsqrt": _rsqrt,
+    "rsqrt": _unary("rsqrt"),
     "neg": _unary("neg"),
     "abs": _unary("abs"),
     "sign": _unary("sign"),
     "exp": _unary("exp"),
     "log": _unary("log"),
-    "reciprocal": _reciprocal,
+    "reciprocal": _unary("reciprocal"),
     "copy": _copy,
     "zero": _zero,
 }
@@ -880,20 +669,20 @@ _ELEMENT_OPS = dict(
     true_divide=_division,
     divide=_division,
     negative=_COMMON_OPS["neg"],
-    square=_square,
+    square=_unary("square"),
     clamp=_clamp,
     clip=_clamp,
     where=_where,
-    gt=_comparison("gt"),
-    greater=_comparison("gt"),
-    lt=_comparison("lt"),
-    less=_comparison("lt"),
-    ge=_comparison("gt", or_equal=True),
-    greater_equal=_comparison("gt", or_equal=True),
-    le=_comparison("lt", or_equal=True),
-    less_equal=_comparison("lt", or_equal=True),
-    eq=_comparison("eq"),
-    ne=_comparison("eq", negate=True),
+    gt=_binary("gt"),
+    greater=_binary("gt"),
+    lt=_binary("lt"),
+    less=_binary("lt"),
+    ge=_binary("ge"),
+    greater_equal=_binary("ge"),
+    le=_binary("le"),
+    less_equal=_binary("le"),
+    eq=_binary("eq"),
+    ne=_binary("ne"),
     fill=_fill,
 )
 # Ops that exist only in place (torch has x.copy_(src), x.zero_() and x.fill_(v), no copy(), zero() or fill()).
@@ -980,7 +769,7 @@ def _foreach_scalar_pow(name, base, exponents):
     if not (isinstance(exponents, (list, tuple)) and exponents and isinstance(exponents[0], (_SymTensor, _SymScalar))):
         raise Error(f"torch.{name}: one of its arguments must be one of the step function's lists")
     program = exponents[0].program
-    vid = program.emit("pow", _list_id(program, base, name), _list_id(program, exponents, name))
+    vid = program.op("pow", [_list_id(program, base, name), _list_id(program, exponents, name)])
     return _result(program, vid, exponents)
 
 
@@ -999,7 +788,7 @@ def _foreach_reduction(program, name, op, self_list, args, kwargs):
         of_first = _scalar_op("linalg_vector_norm", (self_list[0], order), {})
     else:
         of_first = _scalar_op("max", (self_list[0],), {})
-    return [_SymScalar(program, of_first.id, of_first.squares, entry=k, tensor=True) for k in range(len(self_list))]
+    return [_SymScalar(program, of_first.id, entry=k, tensor=True) for k in range(len(self_list))]
 
 
 def _dispatch(func, args, kwargs):

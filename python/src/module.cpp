@@ -3,6 +3,7 @@
 #include "cuda_streams.h"
 #include "frontend/optim/options.h"
 #include "runtime/error.h"
+#include "step_recording_binding.h"
 #include "torch_step.h"
 #include "torch_step_function.h"
 
@@ -15,7 +16,6 @@
 
 namespace nb = nanobind;
 using optjit::python::CudaStreams;
-using optjit::python::StepInstruction;
 using optjit::python::TorchStep;
 using optjit::python::TorchStepFunction;
 
@@ -57,24 +57,11 @@ NB_MODULE(_optjit, m) {
       .def("dump", &TorchStep::dump, nb::arg("stage"), nb::arg("gpu_sm") = 0)
       .def_prop_ro("param_count", &TorchStep::param_count);
 
-  nb::class_<StepInstruction>(m, "StepInstruction")
-      .def(nb::init<>())
-      .def(
-          "__init__",
-          [](StepInstruction* self, std::string op, std::vector<int> inputs, std::string name, double number) {
-            new (self) StepInstruction{std::move(op), std::move(inputs), std::move(name), number};
-          },
-          nb::arg("op"), nb::arg("inputs"), nb::arg("name") = "", nb::arg("number") = 0.0)
-      .def_ro("op", &StepInstruction::op)
-      .def_ro("inputs", &StepInstruction::inputs)
-      .def_ro("name", &StepInstruction::name);
+  optjit::python::bind_step_recording(m);
   nb::class_<TorchStepFunction>(m, "TorchStepFunction")
-      .def(nb::init<const std::string&, std::vector<StepInstruction>,
-                    const std::vector<std::pair<std::string, nb::list>>&, const std::vector<std::string>&,
-                    const std::vector<std::string>&, const std::vector<std::string>&,
+      .def(nb::init<const optjit::StepRecording&, const std::vector<std::pair<std::string, nb::list>>&,
                     const std::map<std::string, double>&, nb::object>(),
-           nb::arg("name"), nb::arg("program"), nb::arg("lists"), nb::arg("scalar_lists"), nb::arg("rows_lists"),
-           nb::arg("cols_lists"), nb::arg("hypers"), nb::arg("shard_reducer").none())
+           nb::arg("recording"), nb::arg("lists"), nb::arg("hypers"), nb::arg("shard_reducer").none())
       .def("__call__", &TorchStepFunction::call, nb::arg("hypers"))
       .def("set_grads", &TorchStepFunction::set_grads, nb::arg("grads"))
       .def("kernel_count", &TorchStepFunction::kernel_count)

@@ -1,9 +1,10 @@
-// @optjit.step_function's C++ side: a step function recorded in Python (torch's foreach calls on symbolic lists,
-// python/optjit/_step_function.py) as a program of list ops, compiled with compile_step over zero-copy views of the
-// caller's torch tensors. The program is replayed into the tracer whenever the step traces a bucket.
+// @optjit.step_function's C++ side: a step function recorded from Python (torch's calls on symbolic lists,
+// python/optjit/_step_recording.py) into a StepRecording, compiled with compile_step over zero-copy views of the
+// caller's torch tensors. The recording is replayed into the tracer whenever the step traces a bucket.
 #pragma once
 
 #include "frontend/optim/step_function.h"
+#include "frontend/trace/step_recording.h"
 #include "torch_tensors.h"
 
 #include <nanobind/nanobind.h>
@@ -15,31 +16,15 @@
 
 namespace optjit::python {
 
-// One instruction of a recorded program: `op` over earlier instructions' results `inputs`; `name` (a slot or a
-// hyperparameter) and `number` (a constant) where the op takes them. Ops: tensors, scalar_state, hyper, constant,
-// the unary and binary ops of the IR by name (add, sub, mul, div, maximum, minimum, pow, lt, gt, eq, neg, sqrt, abs,
-// sign, exp, log), torch's foreach forms add_scaled (self + alpha * other), lerp, addcmul and addcdiv, select, sum,
-// max, norm, row_sum and col_sum (sums along dim -1 and -2, broadcast), extent ("numel", "n" for size(-1), "m" for
-// size(-2)), and the effects store and store_scalar (their result is the stored value).
-struct StepInstruction {
-  std::string op;
-  std::vector<int> inputs;
-  std::string name;
-  double number = 0;
-};
-
 class TorchStepFunction {
 public:
-  // `lists`: the slot names with their torch tensor lists, "param" and "grad" first; `scalar_lists`: the names of
-  // lists of per-tensor scalars (one 1-element tensor per param); `rows_lists` and `cols_lists`: of lists of rows
-  // ([..., m, 1]) and columns ([..., 1, n]) state; `hypers`: every hyperparameter's first value. `shard_reducer`
+  // `lists`: the slot names with their torch tensor lists, "param" and "grad" first, each what the recording read it
+  // as (per-tensor scalars, one 1-element tensor per param; rows, [..., m, 1]; columns, [..., 1, n]; or one tensor
+  // like each param); `hypers`: every hyperparameter's first value. `shard_reducer`
   // (None, or for tensors that are shards, FSDP2's DTensors) is CompileOptions::shard_reducer in Python:
   // shard_reducer(values, "sum" | "max") returns the list `values` combined over every process.
-  TorchStepFunction(const std::string& name, std::vector<StepInstruction> program,
-                    const std::vector<std::pair<std::string, nb::list>>& lists,
-                    const std::vector<std::string>& scalar_lists, const std::vector<std::string>& rows_lists,
-                    const std::vector<std::string>& cols_lists, const std::map<std::string, double>& hypers,
-                    nb::object shard_reducer);
+  TorchStepFunction(const StepRecording& recording, const std::vector<std::pair<std::string, nb::list>>& lists,
+                    const std::map<std::string, double>& hypers, nb::object shard_reducer);
 
   // One step with these hyperparameters, in place on the tensors, without the GIL.
   void call(const std::map<std::string, double>& hypers);

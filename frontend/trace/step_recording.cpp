@@ -1,0 +1,632 @@
+#include "frontend/trace/step_recording.h"
+
+#include "ir/printer.h"
+#include "runtime/error.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace optjit {
+
+// The recorded ops: the leaves, the foreach vocabulary's element and per-tensor ops, its reductions, and the stores.
+enum class StepRecording::Code : uint8_t {
+  tensors,
+  scalar_state,
+  hyper,
+  constant,
+  extent, // leaves
+  add,
+  sub,
+  mul,
+  div,
+  maximum,
+  minimum,
+  pow,
+  lt,
+  gt,
+  eq, // binary
+  neg,
+  sqrt,
+  abs,
+  sign,
+  exp,
+  log, // unary
+  add_scaled,
+  lerp,
+  addcmul,
+  addcdiv,
+  select, // torch's foreach forms
+  sum,
+  max,
+  row_sum,
+  col_sum,
+  list_sum,
+  list_max,
+  store,
+  store_scalar, // reductions and effects
+};
+
+namespace {
+
+using Code = StepRecording::Code;
+using Value = StepRecording::Value;
+
+constexpr const char* kCodeNames[] = {
+    "tensors", "scalar_state", "hyper",   "constant",   "extent",   "add",     "sub",         "mul",    "div",
+    "maximum", "minimum",      "pow",     "lt",         "gt",       "eq",      "neg",         "sqrt",   "abs",
+    "sign",    "exp",          "log",     "add_scaled", "lerp",     "addcmul", "addcdiv",     "select", "sum",
+    "max",     "row_sum",      "col_sum", "list_sum",   "list_max", "store",   "store_scalar"};
+static_assert(std::size(kCodeNames) == static_cast<std::size_t>(Code::store_scalar) + 1);
+
+const char* code_name(Code code) { return kCodeNames[static_cast<std::size_t>(code)]; }
+
+// The binary and unary ops of the IR that torch's ops of the same name record as they are.
+const std::map<std::string, Code>& direct_ops() {
+  static const std::map<std::string, Code> ops = {{"add", Code::add},
+                                                  {"sub", Code::sub},
+                                                  {"mul", Code::mul},
+                                                  {"div", Code::div},
+                                                  {"maximum", Code::maximum},
+                                                  {"minimum", Code::minimum},
+                                                  {"pow", Code::pow},
+                                                  {"lt", Code::lt},
+                                                  {"gt", Code::gt},
+                                                  {"eq", Code::eq},
+                                                  {"neg", Code::neg},
+                                                  {"sqrt", Code::sqrt},
+                                                  {"abs", Code::abs},
+                                                  {"sign", Code::sign},
+                                                  {"exp", Code::exp},
+                                                  {"log", Code::log},
+                                                  {"add_scaled", Code::add_scaled},
+                                                  {"lerp", Code::lerp},
+                                                  {"addcmul", Code::addcmul},
+                                                  {"addcdiv", Code::addcdiv},
+                                                  {"where", Code::select}};
+  return ops;
+}
+
+std::size_t arity(Code code) {
+  switch (code) {
+  case Code::neg:
+  case Code::sqrt:
+  case Code::abs:
+  case Code::sign:
+  case Code::exp:
+  case Code::log:
+    return 1;
+  case Code::add_scaled:
+  case Code::lerp:
+  case Code::select:
+    return 3;
+  case Code::addcmul:
+  case Code::addcdiv:
+    return 4;
+  default:
+    return 2;
+  }
+}
+
+const char* holds_text(Holds holds) {
+  switch (holds) {
+  case Holds::Element:
+    return "element";
+  case Holds::Rows:
+    return "row";
+  case Holds::Cols:
+    return "column";
+  case Holds::Matrix:
+    return "matrix";
+  case Holds::Tensor:
+    return "tensor";
+  }
+  return "?";
+}
+
+const char* holds_code(Holds holds) {
+  switch (holds) {
+  case Holds::Element:
+    return "el";
+  case Holds::Rows:
+    return "rows";
+  case Holds::Cols:
+    return "cols";
+  case Holds::Matrix:
+    return "mat";
+  case Holds::Tensor:
+    return "pt";
+  }
+  return "?";
+}
+
+// What an elementwise op on operands holding `kinds` holds, as torch broadcasts their shapes.
+Holds broadcast(const std::vector<Holds>& kinds) {
+  const auto has = [&](Holds h) { return std::find(kinds.begin(), kinds.end(), h) != kinds.end(); };
+  if (has(Holds::Element) || (has(Holds::Rows) && has(Holds::Cols)))
+    return Holds::Element;
+  for (Holds h : {Holds::Rows, Holds::Cols, Holds::Matrix})
+    if (has(h))
+      return h;
+  return Holds::Tensor;
+}
+
+// What a sum along dim -1 (row_sum) or -2 (col_sum) holds; nullopt where the value has one number along it (it is its
+// own sum).
+std::optional<Holds> axis_sum(Code code, Holds of) {
+  if (code == Code::row_sum)
+    return of == Holds::Element ? std::optional(Holds::Rows)
+           : of == Holds::Cols  ? std::optional(Holds::Matrix)
+                                : std::nullopt;
+  return of == Holds::Element ? std::optional(Holds::Cols)
+         : of == Holds::Rows  ? std::optional(Holds::Matrix)
+                              : std::nullopt;
+}
+
+// Whether a tensor holding `shape` can take a value holding `value` in place.
+bool fits(Holds shape, Holds value) {
+  switch (shape) {
+  case Holds::Element:
+    return true;
+  case Holds::Rows:
+    return value == Holds::Rows || value == Holds::Matrix || value == Holds::Tensor;
+  case Holds::Cols:
+    return value == Holds::Cols || value == Holds::Matrix || value == Holds::Tensor;
+  case Holds::Matrix:
+    return value == Holds::Matrix || value == Holds::Tensor;
+  case Holds::Tensor:
+    return value == Holds::Tensor;
+  }
+  return false;
+}
+
+bool per_tensor(Code code) {
+  switch (code) {
+  case Code::sum:
+  case Code::max:
+  case Code::list_sum:
+  case Code::list_max:
+  case Code::constant:
+  case Code::hyper:
+  case Code::scalar_state:
+  case Code::extent:
+    return true;
+  default:
+    return false;
+  }
+}
+
+void check_order(double order, const std::string& what) {
+  if (order != 2.0 && order != std::numeric_limits<double>::infinity())
+    throw Error(what + " of order " + format_number(order) + ": optjit records the 2-norm and the inf-norm");
+}
+
+thread_local const StepRecording* recording_now = nullptr; // the recording open in this thread
+
+} // namespace
+
+StepRecording::StepRecording(std::string name, int length, int min_rank)
+    : name_(std::move(name)), length_(length), min_rank_(min_rank) {}
+
+void StepRecording::open() {
+  outer_ = recording_now;
+  recording_now = this;
+}
+
+void StepRecording::close() {
+  closed_ = true;
+  if (recording_now == this)
+    recording_now = outer_;
+}
+
+void StepRecording::check_open() const {
+  if (!closed_)
+    return;
+  const std::string current = recording_now != nullptr ? recording_now->name_ : name_;
+  throw Error("step function " + current + " uses a value recorded by an earlier call of step function " + name_ +
+              " (kept in a global, a closure, an attribute or a default argument): a recording's values stand for "
+              "that call's tensors and hyperparameters only; compute the value again inside the function, or keep it "
+              "in a state list");
+}
+
+const StepRecording::Instruction& StepRecording::at(Value value) const {
+  check_open();
+  OPTJIT_ASSERT(value >= 0 && static_cast<std::size_t>(value) < program_.size(),
+                "step recording " + name_ + ": value " + std::to_string(value) + " was not recorded");
+  return program_[static_cast<std::size_t>(value)];
+}
+
+Value StepRecording::emit(Code code, std::vector<Value> inputs, std::string name, double number,
+                          std::optional<Holds> holds) {
+  check_open();
+  const bool effect = code == Code::store || code == Code::store_scalar;
+  auto key = std::make_tuple(code, inputs, name, std::bit_cast<uint64_t>(number)); // by its bits: -0.0 is not 0.0
+  if (!effect)
+    if (auto known = interned_.find(key); known != interned_.end())
+      return known->second;
+  if (!holds) {
+    if (per_tensor(code))
+      holds = Holds::Tensor;
+    else if (code == Code::row_sum || code == Code::col_sum)
+      holds = axis_sum(code, at(inputs[0]).holds).value();
+    else {
+      std::vector<Holds> kinds;
+      for (Value v : inputs)
+        kinds.push_back(at(v).holds);
+      holds = broadcast(kinds);
+    }
+  }
+  program_.push_back(Instruction{code, std::move(inputs), std::move(name), number, *holds});
+  const auto value = static_cast<Value>(program_.size() - 1);
+  if (!effect)
+    interned_.emplace(std::move(key), value);
+  return value;
+}
+
+Value StepRecording::list(const std::string& slot, Holds holds) {
+  lists_[slot] = holds;
+  return holds == Holds::Tensor ? emit(Code::scalar_state, {}, slot) : emit(Code::tensors, {}, slot, 0, holds);
+}
+
+Value StepRecording::hyper(const std::string& name) { return emit(Code::hyper, {}, name); }
+Value StepRecording::constant(double value) { return emit(Code::constant, {}, "", value); }
+
+Value StepRecording::op(const std::string& name, const std::vector<Value>& operands) {
+  const auto operand = [&](std::size_t k) {
+    if (k >= operands.size())
+      throw Error("torch." + name + " takes " + std::to_string(k + 1) + " operands, recorded with " +
+                  std::to_string(operands.size()));
+    return operands[k];
+  };
+  if (auto direct = direct_ops().find(name); direct != direct_ops().end()) {
+    std::vector<Value> inputs;
+    for (std::size_t k = 0; k < arity(direct->second); ++k)
+      inputs.push_back(operand(k));
+    return emit(direct->second, std::move(inputs));
+  }
+  // torch's comparisons as a 0/1 value: a >= b is a > b or a == b (0 for NaN), a != b is 1 - (a == b) (1 for NaN).
+  if (name == "ge" || name == "le") {
+    const Value strict = emit(name == "ge" ? Code::gt : Code::lt, {operand(0), operand(1)});
+    return emit(Code::add, {strict, emit(Code::eq, {operand(0), operand(1)})});
+  }
+  if (name == "ne") {
+    const Value equal = emit(Code::eq, {operand(0), operand(1)});
+    return emit(Code::sub, {constant(1.0), equal});
+  }
+  if (name == "rsqrt") {
+    const Value one = constant(1.0);
+    return emit(Code::div, {one, emit(Code::sqrt, {operand(0)})});
+  }
+  if (name == "reciprocal")
+    return emit(Code::div, {constant(1.0), operand(0)});
+  if (name == "square")
+    return emit(Code::mul, {operand(0), operand(0)});
+  if (name == "sub_scaled") // self - alpha * other, torch's sub with alpha
+    return emit(Code::add_scaled, {operand(0), operand(1), emit(Code::neg, {operand(2)})});
+  throw Error("torch." + name + " is outside optjit's step-function vocabulary");
+}
+
+Value StepRecording::pow_number(Value base, double exponent) {
+  if (exponent == 0.5)
+    return op("sqrt", {base});
+  if (exponent == -0.5)
+    return op("rsqrt", {base});
+  if (exponent == -1)
+    return op("reciprocal", {base});
+  if (exponent == 2)
+    return op("square", {base});
+  if (exponent == 3)
+    return emit(Code::mul, {op("square", {base}), base});
+  if (exponent == -2)
+    return op("reciprocal", {op("square", {base})});
+  const Value e = constant(exponent);
+  return emit(Code::pow, {base, e});
+}
+
+Value StepRecording::clamp(Value x, std::optional<Value> min, std::optional<Value> max) {
+  if (!min && !max)
+    throw Error("torch.clamp: arguments optjit does not record: clamp needs min or max");
+  Value value = x;
+  if (min)
+    value = emit(Code::maximum, {value, *min});
+  if (max)
+    value = emit(Code::minimum, {value, *max});
+  return value;
+}
+
+Value StepRecording::reduce(Value x, const std::string& name, std::optional<double> order, std::optional<int> dim,
+                            const std::string& dim_text, bool keepdim) {
+  if (order)
+    check_order(*order, name);
+  if (!dim_text.empty())
+    return axis_reduction(x, name, order, dim.value_or(0), dim_text, keepdim);
+  const Holds kind = at(x).holds;
+  const bool inf_norm = order && std::isinf(*order);
+  const bool takes_any_kind = name == "max" || name == "amax" || inf_norm; // a largest value is the same broadcast
+  if (kind != Holds::Element && kind != Holds::Tensor && !takes_any_kind)
+    throw Error(name + " over a whole tensor of one value per " + holds_text(kind) +
+                ": optjit reduces whole element tensors (sum, mean, max, norm); reduce rows and columns along their "
+                "other dimension first (dim=-1 or -2, keepdim=True)");
+  if (inf_norm)
+    return emit(Code::max, {emit(Code::abs, {x})});
+  if (order) {
+    const Value squares = emit(Code::sum, {emit(Code::mul, {x, x})});
+    const Value norm = emit(Code::sqrt, {squares});
+    norm_squares_[norm] = squares;
+    return norm;
+  }
+  if (name == "mean") {
+    const Value total = emit(Code::sum, {x});
+    return emit(Code::div, {total, emit(Code::extent, {}, "numel")});
+  }
+  return emit(name == "sum" ? Code::sum : Code::max, {x});
+}
+
+Value StepRecording::axis_reduction(Value x, const std::string& name, std::optional<double> order, int dim,
+                                    const std::string& dim_text, bool keepdim) {
+  const bool known = name == "sum" || name == "mean" || name == "norm" || name == "linalg_vector_norm";
+  if (!known || (dim != -1 && dim != -2) || (order && std::isinf(*order)))
+    throw Error(name + " along dim=" + dim_text +
+                ": optjit records the sum, mean and 2-norm along dim -1 or -2 (each row or each column, as Adafactor "
+                "takes them)");
+  if (!keepdim)
+    throw Error(
+        name + " along dim " + std::to_string(dim) +
+        " without keepdim=True: optjit records values that keep their tensor's dimensions (a row's sum is [..., "
+        "m, 1]); pass keepdim=True");
+  const bool squared = name == "norm" || name == "linalg_vector_norm";
+  Value value = squared ? emit(Code::mul, {x, x}) : x;
+  const Code code = dim == -1 ? Code::row_sum : Code::col_sum;
+  if (axis_sum(code, at(value).holds)) { // else it has one number along dim: it is its own sum
+    value = emit(code, {value});
+    if (name == "mean")
+      value = emit(Code::div, {value, size(x, dim)});
+  }
+  return squared ? emit(Code::sqrt, {value}) : value;
+}
+
+Value StepRecording::reduce_stack(Value x, const std::string& name, double order) {
+  if (name == "sum")
+    return emit(Code::list_sum, {x});
+  if (name == "max" || name == "amax")
+    return emit(Code::list_max, {x});
+  if (name == "mean") { // over the tensors of the lists: their number is the recording's
+    const Value total = emit(Code::list_sum, {x});
+    return emit(Code::div, {total, constant(static_cast<double>(length_))});
+  }
+  check_order(order, "a norm");
+  if (std::isinf(order))
+    return emit(Code::list_max, {emit(Code::abs, {x})});
+  // The 2-norm of per-tensor 2-norms is the square root of every tensor's sum of squares, summed: taken from those
+  // sums, it is combined in the pass that computes them (two kernels with the update, not three).
+  const auto squares = norm_squares_.find(x);
+  const Value summed = squares != norm_squares_.end() ? squares->second : emit(Code::mul, {x, x});
+  return emit(Code::sqrt, {emit(Code::list_sum, {summed})});
+}
+
+Value StepRecording::norm_of_scalar(Value x, double order) {
+  check_order(order, "a norm");
+  return emit(Code::abs, {x});
+}
+
+Value StepRecording::size(Value x, std::optional<int> dim) {
+  const Holds kind = at(x).holds;
+  if (kind == Holds::Tensor)
+    throw Error("the size of a 0-d element: it has no dimensions (torch's size(-1) raises)");
+  const Value one = constant(1.0);
+  if (!dim) {
+    Value numel = emit(Code::extent, {}, "numel");
+    if (kind == Holds::Rows || kind == Holds::Matrix)
+      numel = emit(Code::div, {numel, emit(Code::extent, {}, "n")});
+    if (kind == Holds::Cols || kind == Holds::Matrix)
+      numel = emit(Code::div, {numel, emit(Code::extent, {}, "m")});
+    return numel;
+  }
+  if (*dim != -1 && *dim != -2)
+    throw Error("size(" + std::to_string(*dim) +
+                "): optjit records size(-1), size(-2) and numel() (a step is recorded for every rank)");
+  if (min_rank_ < -*dim)
+    throw Error("size(" + std::to_string(*dim) + ") of an element of a list with a param of rank " +
+                std::to_string(min_rank_) + ": it has no such dimension (torch raises)");
+  const bool collapsed =
+      *dim == -1 ? (kind == Holds::Rows || kind == Holds::Matrix) : (kind == Holds::Cols || kind == Holds::Matrix);
+  return collapsed ? one : emit(Code::extent, {}, *dim == -1 ? "n" : "m");
+}
+
+Value StepRecording::outer(std::optional<Value> a, std::optional<Value> b) {
+  if (!a || !b || at(*a).holds != Holds::Rows || at(*b).holds != Holds::Cols)
+    throw Error("the operator @ on elements: optjit records only a column of rows times a row of columns ([..., m, 1] "
+                "@ [..., 1, n], an outer product); other products are outside its step-function vocabulary");
+  return emit(Code::mul, {*a, *b});
+}
+
+Value StepRecording::written(Value value, Value like, Holds shape) {
+  const Holds kind = at(value).holds;
+  if (!fits(shape, kind))
+    throw Error(std::string("a step function writes a value of one per ") + holds_text(kind) +
+                " into a tensor of one per " + holds_text(shape) +
+                ": its shape does not fit, as torch's in-place ops refuse");
+  return kind == shape ? value : emit(Code::select, {like, value, value});
+}
+
+void StepRecording::store(const std::string& slot, Value value) {
+  const auto list = lists_.find(slot);
+  OPTJIT_ASSERT(list != lists_.end(), "step recording " + name_ + " stores to list '" + slot + "', not recorded");
+  emit(list->second == Holds::Tensor ? Code::store_scalar : Code::store, {value}, slot);
+}
+
+Holds StepRecording::holds(Value value) const { return at(value).holds; }
+
+std::optional<Holds> StepRecording::list_holds(const std::string& slot) const {
+  const auto list = lists_.find(slot);
+  return list == lists_.end() ? std::nullopt : std::optional(list->second);
+}
+
+std::string StepRecording::describe(Value value) const {
+  std::vector<std::string> names;
+  std::set<Value> seen;
+  std::vector<Value> todo = {value};
+  while (!todo.empty()) {
+    const Value v = todo.back();
+    todo.pop_back();
+    if (!seen.insert(v).second)
+      continue;
+    const Instruction& instruction = at(v);
+    if (instruction.code == Code::hyper)
+      names.push_back(instruction.name);
+    todo.insert(todo.end(), instruction.inputs.begin(), instruction.inputs.end());
+  }
+  if (at(value).code == Code::hyper)
+    return "the value of the hyperparameter " + names.front();
+  if (names.empty())
+    return "a per-tensor scalar's value";
+  std::sort(names.begin(), names.end());
+  std::string text = names.size() > 1 ? "a value computed from the hyperparameters "
+                                      : "a value computed from the "
+                                        "hyperparameter ";
+  for (std::size_t k = 0; k < names.size(); ++k)
+    text += (k ? ", " : "") + names[k];
+  return text;
+}
+
+bool StepRecording::reduces() const {
+  return std::any_of(program_.begin(), program_.end(), [](const Instruction& i) {
+    return i.code == Code::sum || i.code == Code::max || i.code == Code::row_sum || i.code == Code::col_sum ||
+           i.code == Code::list_sum || i.code == Code::list_max;
+  });
+}
+
+std::vector<std::string> StepRecording::stored_slots() const {
+  std::vector<std::string> slots;
+  for (const Instruction& i : program_)
+    if ((i.code == Code::store || i.code == Code::store_scalar) &&
+        std::find(slots.begin(), slots.end(), i.name) == slots.end())
+      slots.push_back(i.name);
+  return slots;
+}
+
+std::vector<std::tuple<std::string, std::vector<int>, std::string, double, std::string>>
+StepRecording::instructions() const {
+  std::vector<std::tuple<std::string, std::vector<int>, std::string, double, std::string>> listing;
+  for (const Instruction& i : program_)
+    listing.emplace_back(code_name(i.code), i.inputs, i.name, i.number, holds_code(i.holds));
+  return listing;
+}
+
+void StepRecording::replay(Tracer& t) const {
+  std::vector<Sym> values;
+  values.reserve(program_.size());
+  for (const Instruction& i : program_) {
+    const auto in = [&](std::size_t k) { return values[static_cast<std::size_t>(i.inputs[k])]; };
+    switch (i.code) {
+    case Code::tensors:
+      values.push_back(t.tensors(i.name));
+      break;
+    case Code::scalar_state:
+      values.push_back(t.scalar_state(i.name));
+      break;
+    case Code::hyper:
+      values.push_back(t.hyper(i.name));
+      break;
+    case Code::constant:
+      values.push_back(t.constant(i.number));
+      break;
+    case Code::extent:
+      values.push_back(i.name == "numel" ? t.numel() : t.size(i.name == "n" ? -1 : -2));
+      break;
+    case Code::add:
+      values.push_back(in(0) + in(1));
+      break;
+    case Code::sub:
+      values.push_back(in(0) - in(1));
+      break;
+    case Code::mul:
+      values.push_back(in(0) * in(1));
+      break;
+    case Code::div:
+      values.push_back(in(0) / in(1));
+      break;
+    case Code::maximum:
+      values.push_back(maximum(in(0), in(1)));
+      break;
+    case Code::minimum:
+      values.push_back(minimum(in(0), in(1)));
+      break;
+    case Code::pow:
+      values.push_back(pow(in(0), in(1)));
+      break;
+    case Code::lt:
+      values.push_back(less(in(0), in(1)));
+      break;
+    case Code::gt:
+      values.push_back(greater(in(0), in(1)));
+      break;
+    case Code::eq:
+      values.push_back(equal(in(0), in(1)));
+      break;
+    case Code::neg:
+      values.push_back(-in(0));
+      break;
+    case Code::sqrt:
+      values.push_back(sqrt(in(0)));
+      break;
+    case Code::abs:
+      values.push_back(abs(in(0)));
+      break;
+    case Code::sign:
+      values.push_back(sign(in(0)));
+      break;
+    case Code::exp:
+      values.push_back(exp(in(0)));
+      break;
+    case Code::log:
+      values.push_back(log(in(0)));
+      break;
+    case Code::add_scaled:
+      values.push_back(foreach_add(in(0), in(1), in(2)));
+      break;
+    case Code::lerp:
+      values.push_back(foreach_lerp(in(0), in(1), in(2)));
+      break;
+    case Code::addcmul:
+      values.push_back(foreach_addcmul(in(0), in(1), in(2), in(3)));
+      break;
+    case Code::addcdiv:
+      values.push_back(foreach_addcdiv(in(0), in(1), in(2), in(3)));
+      break;
+    case Code::select:
+      values.push_back(where(in(0), in(1), in(2)));
+      break;
+    case Code::sum:
+      values.push_back(sum(in(0)));
+      break;
+    case Code::max:
+      values.push_back(max_of(in(0)));
+      break;
+    case Code::row_sum:
+      values.push_back(row_sum(in(0)));
+      break;
+    case Code::col_sum:
+      values.push_back(col_sum(in(0)));
+      break;
+    case Code::list_sum:
+      values.push_back(list_sum(in(0)));
+      break;
+    case Code::list_max:
+      values.push_back(list_max(in(0)));
+      break;
+    case Code::store:
+      t.store(i.name, in(0));
+      values.push_back(in(0));
+      break;
+    case Code::store_scalar:
+      t.store_scalar(i.name, in(0));
+      values.push_back(in(0));
+      break;
+    }
+  }
+}
+
+} // namespace optjit
