@@ -12,80 +12,43 @@
 namespace optjit {
 
 // The recorded ops: the leaves, the foreach vocabulary's element and per-tensor ops, its reductions, and the stores.
+// clang-format off
 enum class StepRecording::Code : uint8_t {
-  tensors,
-  scalar_state,
-  hyper,
-  constant,
-  extent, // leaves
-  add,
-  sub,
-  mul,
-  div,
-  maximum,
-  minimum,
-  pow,
-  lt,
-  gt,
-  eq, // binary
-  neg,
-  sqrt,
-  abs,
-  sign,
-  exp,
-  log, // unary
-  add_scaled,
-  lerp,
-  addcmul,
-  addcdiv,
-  select, // torch's foreach forms
-  sum,
-  max,
-  row_sum,
-  col_sum,
-  list_sum,
-  list_max,
-  store,
-  store_scalar, // reductions and effects
+  tensors, scalar_state, hyper, constant, extent,                      // leaves
+  add, sub, mul, div, maximum, minimum, pow, lt, gt, eq,               // binary
+  neg, sqrt, abs, sign, exp, log,                                      // unary
+  add_scaled, lerp, addcmul, addcdiv, select,                          // torch's foreach forms
+  sum, max, row_sum, col_sum, list_sum, list_max, store, store_scalar, // reductions and effects
 };
+// clang-format on
 
 namespace {
 
 using Code = StepRecording::Code;
 using Value = StepRecording::Value;
 
+// clang-format off
 constexpr const char* kCodeNames[] = {
-    "tensors", "scalar_state", "hyper",   "constant",   "extent",   "add",     "sub",         "mul",    "div",
-    "maximum", "minimum",      "pow",     "lt",         "gt",       "eq",      "neg",         "sqrt",   "abs",
-    "sign",    "exp",          "log",     "add_scaled", "lerp",     "addcmul", "addcdiv",     "select", "sum",
-    "max",     "row_sum",      "col_sum", "list_sum",   "list_max", "store",   "store_scalar"};
+    "tensors", "scalar_state", "hyper", "constant", "extent",
+    "add", "sub", "mul", "div", "maximum", "minimum", "pow", "lt", "gt", "eq",
+    "neg", "sqrt", "abs", "sign", "exp", "log",
+    "add_scaled", "lerp", "addcmul", "addcdiv", "select",
+    "sum", "max", "row_sum", "col_sum", "list_sum", "list_max", "store", "store_scalar"};
+// clang-format on
 static_assert(std::size(kCodeNames) == static_cast<std::size_t>(Code::store_scalar) + 1);
 
 const char* code_name(Code code) { return kCodeNames[static_cast<std::size_t>(code)]; }
 
-// The binary and unary ops of the IR that torch's ops of the same name record as they are.
+// The ops of the recording that torch's ops of the same name (and where, as select) record as they are.
 const std::map<std::string, Code>& direct_ops() {
-  static const std::map<std::string, Code> ops = {{"add", Code::add},
-                                                  {"sub", Code::sub},
-                                                  {"mul", Code::mul},
-                                                  {"div", Code::div},
-                                                  {"maximum", Code::maximum},
-                                                  {"minimum", Code::minimum},
-                                                  {"pow", Code::pow},
-                                                  {"lt", Code::lt},
-                                                  {"gt", Code::gt},
-                                                  {"eq", Code::eq},
-                                                  {"neg", Code::neg},
-                                                  {"sqrt", Code::sqrt},
-                                                  {"abs", Code::abs},
-                                                  {"sign", Code::sign},
-                                                  {"exp", Code::exp},
-                                                  {"log", Code::log},
-                                                  {"add_scaled", Code::add_scaled},
-                                                  {"lerp", Code::lerp},
-                                                  {"addcmul", Code::addcmul},
-                                                  {"addcdiv", Code::addcdiv},
-                                                  {"where", Code::select}};
+  // clang-format off
+  static const std::map<std::string, Code> ops = {
+      {"add", Code::add}, {"sub", Code::sub}, {"mul", Code::mul}, {"div", Code::div}, {"maximum", Code::maximum},
+      {"minimum", Code::minimum}, {"pow", Code::pow}, {"lt", Code::lt}, {"gt", Code::gt}, {"eq", Code::eq},
+      {"neg", Code::neg}, {"sqrt", Code::sqrt}, {"abs", Code::abs}, {"sign", Code::sign}, {"exp", Code::exp},
+      {"log", Code::log}, {"add_scaled", Code::add_scaled}, {"lerp", Code::lerp}, {"addcmul", Code::addcmul},
+      {"addcdiv", Code::addcdiv}, {"where", Code::select}};
+  // clang-format on
   return ops;
 }
 
@@ -110,36 +73,15 @@ std::size_t arity(Code code) {
   }
 }
 
+// A value's Holds in messages ("one per row"), and in instructions() (the short names of the Python recorder's past).
 const char* holds_text(Holds holds) {
-  switch (holds) {
-  case Holds::Element:
-    return "element";
-  case Holds::Rows:
-    return "row";
-  case Holds::Cols:
-    return "column";
-  case Holds::Matrix:
-    return "matrix";
-  case Holds::Tensor:
-    return "tensor";
-  }
-  return "?";
+  constexpr const char* kText[] = {"element", "row", "column", "matrix", "tensor"};
+  return kText[static_cast<std::size_t>(holds)];
 }
 
 const char* holds_code(Holds holds) {
-  switch (holds) {
-  case Holds::Element:
-    return "el";
-  case Holds::Rows:
-    return "rows";
-  case Holds::Cols:
-    return "cols";
-  case Holds::Matrix:
-    return "mat";
-  case Holds::Tensor:
-    return "pt";
-  }
-  return "?";
+  constexpr const char* kCodes[] = {"el", "rows", "cols", "mat", "pt"};
+  return kCodes[static_cast<std::size_t>(holds)];
 }
 
 // What an elementwise op on operands holding `kinds` holds, as torch broadcasts their shapes.
@@ -520,112 +462,45 @@ void StepRecording::replay(Tracer& t) const {
   values.reserve(program_.size());
   for (const Instruction& i : program_) {
     const auto in = [&](std::size_t k) { return values[static_cast<std::size_t>(i.inputs[k])]; };
+    // clang-format off
     switch (i.code) {
-    case Code::tensors:
-      values.push_back(t.tensors(i.name));
-      break;
-    case Code::scalar_state:
-      values.push_back(t.scalar_state(i.name));
-      break;
-    case Code::hyper:
-      values.push_back(t.hyper(i.name));
-      break;
-    case Code::constant:
-      values.push_back(t.constant(i.number));
-      break;
-    case Code::extent:
-      values.push_back(i.name == "numel" ? t.numel() : t.size(i.name == "n" ? -1 : -2));
-      break;
-    case Code::add:
-      values.push_back(in(0) + in(1));
-      break;
-    case Code::sub:
-      values.push_back(in(0) - in(1));
-      break;
-    case Code::mul:
-      values.push_back(in(0) * in(1));
-      break;
-    case Code::div:
-      values.push_back(in(0) / in(1));
-      break;
-    case Code::maximum:
-      values.push_back(maximum(in(0), in(1)));
-      break;
-    case Code::minimum:
-      values.push_back(minimum(in(0), in(1)));
-      break;
-    case Code::pow:
-      values.push_back(pow(in(0), in(1)));
-      break;
-    case Code::lt:
-      values.push_back(less(in(0), in(1)));
-      break;
-    case Code::gt:
-      values.push_back(greater(in(0), in(1)));
-      break;
-    case Code::eq:
-      values.push_back(equal(in(0), in(1)));
-      break;
-    case Code::neg:
-      values.push_back(-in(0));
-      break;
-    case Code::sqrt:
-      values.push_back(sqrt(in(0)));
-      break;
-    case Code::abs:
-      values.push_back(abs(in(0)));
-      break;
-    case Code::sign:
-      values.push_back(sign(in(0)));
-      break;
-    case Code::exp:
-      values.push_back(exp(in(0)));
-      break;
-    case Code::log:
-      values.push_back(log(in(0)));
-      break;
-    case Code::add_scaled:
-      values.push_back(foreach_add(in(0), in(1), in(2)));
-      break;
-    case Code::lerp:
-      values.push_back(foreach_lerp(in(0), in(1), in(2)));
-      break;
-    case Code::addcmul:
-      values.push_back(foreach_addcmul(in(0), in(1), in(2), in(3)));
-      break;
-    case Code::addcdiv:
-      values.push_back(foreach_addcdiv(in(0), in(1), in(2), in(3)));
-      break;
-    case Code::select:
-      values.push_back(where(in(0), in(1), in(2)));
-      break;
-    case Code::sum:
-      values.push_back(sum(in(0)));
-      break;
-    case Code::max:
-      values.push_back(max_of(in(0)));
-      break;
-    case Code::row_sum:
-      values.push_back(row_sum(in(0)));
-      break;
-    case Code::col_sum:
-      values.push_back(col_sum(in(0)));
-      break;
-    case Code::list_sum:
-      values.push_back(list_sum(in(0)));
-      break;
-    case Code::list_max:
-      values.push_back(list_max(in(0)));
-      break;
-    case Code::store:
-      t.store(i.name, in(0));
-      values.push_back(in(0));
-      break;
-    case Code::store_scalar:
-      t.store_scalar(i.name, in(0));
-      values.push_back(in(0));
-      break;
+    case Code::tensors: values.push_back(t.tensors(i.name)); break;
+    case Code::scalar_state: values.push_back(t.scalar_state(i.name)); break;
+    case Code::hyper: values.push_back(t.hyper(i.name)); break;
+    case Code::constant: values.push_back(t.constant(i.number)); break;
+    case Code::extent: values.push_back(i.name == "numel" ? t.numel() : t.size(i.name == "n" ? -1 : -2)); break;
+    case Code::add: values.push_back(in(0) + in(1)); break;
+    case Code::sub: values.push_back(in(0) - in(1)); break;
+    case Code::mul: values.push_back(in(0) * in(1)); break;
+    case Code::div: values.push_back(in(0) / in(1)); break;
+    case Code::maximum: values.push_back(maximum(in(0), in(1))); break;
+    case Code::minimum: values.push_back(minimum(in(0), in(1))); break;
+    case Code::pow: values.push_back(pow(in(0), in(1))); break;
+    case Code::lt: values.push_back(less(in(0), in(1))); break;
+    case Code::gt: values.push_back(greater(in(0), in(1))); break;
+    case Code::eq: values.push_back(equal(in(0), in(1))); break;
+    case Code::neg: values.push_back(-in(0)); break;
+    case Code::sqrt: values.push_back(sqrt(in(0))); break;
+    case Code::abs: values.push_back(abs(in(0))); break;
+    case Code::sign: values.push_back(sign(in(0))); break;
+    case Code::exp: values.push_back(exp(in(0))); break;
+    case Code::log: values.push_back(log(in(0))); break;
+    case Code::add_scaled: values.push_back(foreach_add(in(0), in(1), in(2))); break;
+    case Code::lerp: values.push_back(foreach_lerp(in(0), in(1), in(2))); break;
+    case Code::addcmul: values.push_back(foreach_addcmul(in(0), in(1), in(2), in(3))); break;
+    case Code::addcdiv: values.push_back(foreach_addcdiv(in(0), in(1), in(2), in(3))); break;
+    case Code::select: values.push_back(where(in(0), in(1), in(2))); break;
+    case Code::sum: values.push_back(sum(in(0))); break;
+    case Code::max: values.push_back(max_of(in(0))); break;
+    case Code::row_sum: values.push_back(row_sum(in(0))); break;
+    case Code::col_sum: values.push_back(col_sum(in(0))); break;
+    case Code::list_sum: values.push_back(list_sum(in(0))); break;
+    case Code::list_max: values.push_back(list_max(in(0))); break;
+    // A store's value is its operand's: keeps one value per instruction.
+    case Code::store: t.store(i.name, in(0)); values.push_back(in(0)); break;
+    case Code::store_scalar: t.store_scalar(i.name, in(0)); values.push_back(in(0)); break;
     }
+    // clang-format on
   }
 }
 
