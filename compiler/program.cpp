@@ -1,5 +1,6 @@
 #include "compiler/program.h"
 #include "compiler/backends/host_scalar_state.h"
+#include "compiler/grad_pass.h"
 #include "compiler/pipeline.h"
 #include "runtime/concurrent_jobs.h"
 #include "runtime/error.h"
@@ -151,8 +152,9 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
       if (slot.role == SlotRole::Grad)
         bp.grad_slot = slot.name;
     OPTJIT_ASSERT(!bp.grad_slot.empty(), "the graph of " + source.name() + " declares no grad slot");
-    if (source.has_grad_pass())
-      bp.grad_pass_pipeline = run_pipeline(source.trace_grad_pass(bucket));
+    if (const GradPass pass = source.grad_pass(); pass.any())
+      bp.grad_pass_pipeline =
+          run_pipeline(build_grad_pass(pass, *bp.pipeline.traced.slot(bp.grad_slot), compute_dtype(bucket.dtype)));
     bp.bucket = std::move(bucket);
     program->buckets.push_back(std::move(bp));
   }

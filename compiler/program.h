@@ -27,7 +27,7 @@ struct BucketProgram {
   std::unique_ptr<Executable> code; // the pipeline's kernels on the target, bound to the members with grads
   std::string grad_slot;            // the slot of role grad: what a replaced grad buffer repoints
   bool launched = false;            // whether any member had a grad at the last bind
-  // The bucket's grad pass (StepSource::trace_grad_pass: clipping's norm, the inf check), run before the update.
+  // The bucket's grad pass (compiler/grad_pass.h: clipping's norm, the inf check), run before the update.
   std::optional<PipelineResult> grad_pass_pipeline;
   std::unique_ptr<Executable> grad_pass_code;
 };

@@ -1,4 +1,5 @@
 #include "compiler/program_binding.h"
+#include "compiler/grad_pass.h"
 #include "runtime/log.h"
 
 namespace optjit {
@@ -76,9 +77,7 @@ void bind(StepSource& source, Program& program, LayoutStaging& staging, const ch
     staging.substitute(args, present, bp.pipeline.traced.slots);
     bp.code->bind(args);
     if (bp.grad_pass_code) {
-      ListArguments grads = source.grad_arguments(present);
-      staging.substitute(grads, present, bp.grad_pass_pipeline->traced.slots);
-      bp.grad_pass_code->bind(grads);
+      bp.grad_pass_code->bind(grad_pass_arguments(args, bp.grad_slot)); // its grads staged as the update's
     }
     for (std::size_t t = 0; t < present.members.size(); ++t)
       program.entry_of_flat[static_cast<std::size_t>(present.members[t].flat)] = {static_cast<int>(b),

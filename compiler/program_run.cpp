@@ -97,31 +97,32 @@ void launch_program(Program& program, const CompileOptions& options, const std::
 
 StepSource::GradPassTotals run_grad_pass(const StepSource& source, Program& program, const std::vector<double>& hyper,
                                          const CompileOptions& options) {
-  GradNormTotal norm(source.clip_norm_type());
+  const GradPass pass = source.grad_pass();
+  GradNormTotal norm(pass.norm_type);
   StepSource::GradPassTotals totals;
   for (BucketProgram& bp : program.buckets) {
     if (!bp.launched)
       continue;
     bp.grad_pass_code->set_hyper(hyper);
     bp.grad_pass_code->launch();
-    if (source.clips_grads())
+    if (pass.clips)
       for (double contribution : bp.grad_pass_code->carried(kGradNormCarry))
         norm.add(contribution, bp.bucket.dtype);
-    if (source.checks_grads_finite()) // 0 for a tensor of finite grads (an empty one too), NaN otherwise
+    if (pass.checks_finite) // 0 for a tensor of finite grads (an empty one too), NaN otherwise
       for (double nonfinite : bp.grad_pass_code->carried(kGradNonfiniteCarry))
         totals.nonfinite = totals.nonfinite || nonfinite != 0;
   }
   totals.norm_partial = norm.partial();
   if (options.shard_reducer) { // each process's shards: the whole tensors' totals (the inf check, then the norm)
     std::vector<double> values;
-    if (source.checks_grads_finite()) {
+    if (pass.checks_finite) {
       values = {totals.nonfinite ? 1.0 : 0.0};
       options.shard_reducer(values, ShardCombine::Max);
       totals.nonfinite = values.at(0) != 0;
     }
-    if (source.clips_grads()) {
+    if (pass.clips) {
       values = {totals.norm_partial};
-      options.shard_reducer(values, source.clip_norm_type() == 2.0 ? ShardCombine::Sum : ShardCombine::Max);
+      options.shard_reducer(values, pass.norm_type == 2.0 ? ShardCombine::Sum : ShardCombine::Max);
       totals.norm_partial = values.at(0);
     }
   }

@@ -45,6 +45,16 @@ struct ParamBucket {
 inline constexpr const char* kGradNormCarry = "grad_norm";
 inline constexpr const char* kGradNonfiniteCarry = "grad_nonfinite";
 
+// What a step's grad pass computes (StepSource::grad_pass): the driver builds each bucket's pass from it
+// (compiler/grad_pass.h) and runs it before the update.
+struct GradPass {
+  bool clips = false;         // each tensor's contribution to the total grad norm (clip_grad_norm_ fused)
+  double norm_type = 2.0;     // 2 or infinity
+  bool checks_finite = false; // the in-step inf check: whether an element is an inf or a NaN
+  std::string grad_divisor;   // the hyperparameter the grads are divided by before the norm (grad_scale); empty: none
+  bool any() const { return clips || checks_finite; }
+};
+
 // A clipping step's total grad norm from each tensor's contribution (its sum of squares for the 2-norm, its largest
 // |element| for the infinity norm), combined in the order they are added: a sum then its square root, or the largest
 // (NaN-propagating). No tensor at all gives 0, as clip_grad_norm_ of no grads does. The driver and the forloop
@@ -131,19 +141,12 @@ public:
   // This step's hyperparameters: groups x names, in list_arguments' hyper_names order.
   virtual std::vector<double> hyper_values() const = 0;
 
-  // The grad pass: one reduction pass over a bucket's grads (after grad_scale), run by the driver before the update
-  // when the step clips its grads by their total norm, checks them for infs and NaNs itself, or both. Its graph
-  // stores each tensor's contribution to the norm as the carried value kGradNormCarry (clipping) and the sum of its
-  // elements times 0 as kGradNonfiniteCarry (the check: NaN exactly when an element is an inf or a NaN). The driver
-  // runs every bucket's pass, combines the values over all buckets in a fixed order (GradNormTotal; any non-zero
-  // check value is an inf or NaN) and hands the totals to take_grad_pass, before reading hyper_values().
-  virtual bool clips_grads() const = 0;
-  virtual double clip_norm_type() const = 0; // 2 or infinity
-  virtual bool checks_grads_finite() const = 0;
-  bool has_grad_pass() const { return clips_grads() || checks_grads_finite(); }
-  virtual Graph trace_grad_pass(const ParamBucket& bucket) const = 0;
-  // The grads of the bucket's members, the grad pass graph's only slot, with this step's hyperparameters.
-  virtual ListArguments grad_arguments(const ParamBucket& bucket) const = 0;
+  // The grad pass (compiler/grad_pass.h): one reduction pass over each bucket's grads, run by the driver before the
+  // update when the step clips its grads by their total norm, checks them for infs and NaNs itself, or both. The
+  // driver runs every bucket's pass, combines the values over all buckets in a fixed order (GradNormTotal; any
+  // non-zero check value is an inf or NaN) and hands the totals to take_grad_pass, before reading hyper_values().
+  virtual GradPass grad_pass() const = 0;
+  bool has_grad_pass() const { return grad_pass().any(); }
   struct GradPassTotals {
     double norm_partial = 0; // when the step clips: GradNormTotal::partial() over this process's grads
     bool nonfinite = false;  // whether a grad holds an inf or NaN, when the step checks

@@ -223,11 +223,9 @@ public:
   std::vector<Slot> slots(const Structure& structure, const ParamBucket& bucket) const;
   ListArguments list_arguments(const ParamBucket& bucket) const override;
   // Gradient clipping (compiler/step_source.h).
-  bool clips_grads() const override { return clipping_.has_value(); }
-  double clip_norm_type() const override { return clipping_ ? clipping_->norm_type : 2.0; }
-  bool checks_grads_finite() const override { return inf_check_ == InfCheck::InStep && found_inf_.defined(); }
-  Graph trace_grad_pass(const ParamBucket& bucket) const override;
-  ListArguments grad_arguments(const ParamBucket& bucket) const override;
+  GradPass grad_pass() const override;
+  bool clips_grads() const { return clipping_.has_value(); }
+  bool checks_grads_finite() const { return inf_check_ == InfCheck::InStep && found_inf_.defined(); }
   bool take_grad_pass(const GradPassTotals& totals) override;
   bool reduces_grad_pass_over_processes() const override { return grad_norm_reducer_ || inf_check_reducer_; }
   // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale).

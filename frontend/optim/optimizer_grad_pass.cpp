@@ -1,5 +1,6 @@
 // The grad pass: gradient scaling (GradScaler's grad_scale and found_inf), the in-step inf check and fused grad-norm
-// clipping, traced as a pass of its own before the update; and the same on the host for the eager steps.
+// clipping, described for the driver (which builds and runs it before the update: compiler/grad_pass.h), its totals
+// taken; and the same on the host for the eager steps.
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/optimizer_parts.h"
 #include "frontend/optim/validation.h"
@@ -106,40 +107,14 @@ void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
   state_created_since_grad_pass_.clear();
 }
 
-Graph Optimizer::trace_grad_pass(const ParamBucket& bucket) const {
-  OPTJIT_ASSERT(has_grad_pass(), "trace_grad_pass with neither clipping nor an in-step inf check");
-  const Structure s = param_traced_structure(bucket.members.front().flat); // the bucket's members share it
-  std::vector<Slot> grad_slot;
-  for (const Slot& slot : slots(s, bucket))
-    if (slot.role == SlotRole::Grad)
-      grad_slot.push_back(slot);
-  Tracer tracer("grad_pass", compute_dtype(bucket.dtype), grad_slot);
-  // The check reads the grads as given, before grad_scale divides them, as GradScaler's check does. x * 0 is 0 for a
-  // finite x and NaN for an inf or a NaN, so the sum of g * 0 is NaN exactly when an element is one (never folded:
-  // fold_constants keeps x * 0). A sum, not a max: a max of vectors is a chain of compares and blends per step,
-  // which made the pass latency-bound (3x a sum's time); a sum of squares would overflow on large finite grads.
-  if (checks_grads_finite())
-    tracer.store_carry(kGradNonfiniteCarry, sum(tracer.tensors(grad_slot.front().name) * 0.0));
-  if (s["grad_scale"])
-    tracer.divide_grads_by("grad_scale", false);
-  Sym grads = tracer.tensors(grad_slot.front().name);
-  if (clipping_)
-    tracer.store_carry(kGradNormCarry, clipping_->norm_type == 2.0 ? sum(grads * grads) : max_of(abs(grads)));
-  return tracer.finish();
-}
-
-ListArguments Optimizer::grad_arguments(const ParamBucket& bucket) const {
-  ListArguments args;
-  args.hyper_names = step_hyper_names();
-  args.hyper = hyper_values();
-  args.slot_names = {"grad"};
-  args.slot_tensors.emplace_back();
-  for (const BucketMember& m : bucket.members) {
-    args.slot_tensors.front().push_back(flat_param(m.flat).grad().real_view()); // or its staging copy
-    args.group_of.push_back(m.group);
-    args.shapes.push_back(flat_param(m.flat).real_view().shape());
-  }
-  return args;
+GradPass Optimizer::grad_pass() const {
+  GradPass pass;
+  pass.clips = clips_grads();
+  pass.norm_type = clipping_ ? clipping_->norm_type : 2.0;
+  pass.checks_finite = checks_grads_finite();
+  if (grad_scale_.defined()) // the norm is of the unscaled grads, as clip_grad_norm_ after GradScaler's unscale_
+    pass.grad_divisor = "grad_scale";
+  return pass;
 }
 
 void Optimizer::drop_state_created_since_grad_pass() {
