@@ -185,7 +185,6 @@ class CompiledStep:
         _torch_optim.check_step_options(self._cls, opt)
         cxx = self._compiled(opt)
         _torch_optim.check_lr_range(opt, self._dtype_limits)
-        cxx.sync_grad_scaling(grad_scale, found_inf, check_in_step)
         _widen_cast_masters(opt)
         _reseed_changed_masters(opt, self._lock)
         rounding = _rounding_groups(opt)
@@ -193,18 +192,23 @@ class CompiledStep:
             steps = max(int(group.get(_ROUNDING_STEPS_KEY, 0)) for group in rounding)
             if cxx.stochastic_rounding_steps() != steps:  # a step rebuilt, another compile, a resume
                 cxx.set_stochastic_rounding_steps(steps)
+        created = []
         with self._streams.lend():
-            created = [] if cxx.step_skipped() else self._sync(opt, cxx)
-            try:
-                ran = cxx.update()
-            except Error:
-                self._drop_state(opt, cxx, created)  # a refused step (error_if_nonfinite) leaves no state it made
-                raise
-        # A step skipped for an inf or NaN in the grads (GradScaler's found_inf, or the step's own check) has no
-        # finite norm: clip_grad_norm_ of those grads is NaN or inf, never the last step's.
-        self._total_norm = cxx.total_grad_norm() if ran else float("nan")
+            # One call in a steady state: GradScaler's tensors, torch's state, options and grads, then the update.
+            # None: a param steps for the first time, and gets torch's state before the update runs.
+            stepped = cxx.step(grad_scale, found_inf, check_in_step, opt.state, opt.param_groups, self._none_values(opt))
+            if stepped is None:
+                created = self._create_state(opt, cxx)
+                try:
+                    ran = cxx.update()
+                except Error:
+                    self._drop_state(opt, cxx, created)  # a refused step (error_if_nonfinite) leaves no state it made
+                    raise
+                # A step skipped for an inf or NaN in the grads (GradScaler's found_inf, or the step's own check) has
+                # no finite norm: clip_grad_norm_ of those grads is NaN or inf, never the last step's.
+                stepped = (ran, cxx.total_grad_norm() if ran else float("nan"), cxx.params_with_grads())
+        ran, self._total_norm, self._norm_params = stepped
         self._total_norm_tensor = None  # made when asked for, from the params that had grads in this step
-        self._norm_params = cxx.params_with_grads()
         for group in _rounding_groups(opt):
             group[_ROUNDING_STEPS_KEY] = cxx.stochastic_rounding_steps()
         if not ran:
@@ -212,7 +216,7 @@ class CompiledStep:
             return
         # Like torch's in-place ops, the step counts as a change of each param it wrote, so that autograd refuses a
         # backward through a graph that saved the param before it (GAN-style loops would otherwise get wrong grads).
-        _increment_versions(cxx.params_with_grads())
+        _increment_versions(self._norm_params)
         _remember_master_versions(opt, self._lock)
 
     def _drop_state(self, opt, cxx, created):
@@ -272,7 +276,15 @@ class CompiledStep:
         (loaded, edited, replaced, cleared, or made by torch's own step), then hyperparameters and grads, then the
         state torch would create now for params stepping for the first time (their flat indices are returned)."""
         cxx.sync_state(opt.state)
-        cxx.sync(opt.param_groups, _torch_optim.none_option_values(self._cls, opt.param_groups))
+        cxx.sync(opt.param_groups, self._none_values(opt))
+        return self._create_state(opt, cxx)
+
+    def _none_values(self, opt):
+        return _torch_optim.none_option_values(self._cls, opt.param_groups)
+
+    def _create_state(self, opt, cxx):
+        """Makes torch's state for the params stepping for the first time, as torch's step would (their flat indices
+        are returned), and hands it to the C++ step."""
         created = []
         for flat in cxx.params_without_state():
             p = self._params[flat]

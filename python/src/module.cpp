@@ -36,8 +36,6 @@ NB_MODULE(_optjit, m) {
            nb::arg("scalar_dtype"))
       .def("binds", &TorchStep::binds, nb::arg("param_groups"))
       .def("sync", &TorchStep::sync, nb::arg("param_groups"), nb::arg("none_values").none() = nb::none())
-      .def("sync_grad_scaling", &TorchStep::sync_grad_scaling, nb::arg("grad_scale").none(),
-           nb::arg("found_inf").none(), nb::arg("check_in_step") = false)
       .def("set_grad_clipping", &TorchStep::set_grad_clipping, nb::arg("max_norm").none(), nb::arg("norm_type"),
            nb::arg("error_if_nonfinite"))
       .def("set_grad_norm_reducer", &TorchStep::set_grad_norm_reducer, nb::arg("reducer").none())
@@ -45,13 +43,14 @@ NB_MODULE(_optjit, m) {
       .def("total_grad_norm", &TorchStep::total_grad_norm)
       .def("stochastic_rounding_steps", &TorchStep::stochastic_rounding_steps)
       .def("set_stochastic_rounding_steps", &TorchStep::set_stochastic_rounding_steps, nb::arg("steps"))
-      .def("step_skipped", &TorchStep::step_skipped)
       .def("params_without_state", &TorchStep::params_without_state)
       .def("new_state", &TorchStep::new_state, nb::arg("flat"))
       .def("adopt", &TorchStep::adopt, nb::arg("flat"), nb::arg("state"), nb::arg("loaded"))
       .def("sync_state", &TorchStep::sync_state, nb::arg("state"))
       .def("params_with_grads", &TorchStep::params_with_grads)
       .def("update", &TorchStep::update)
+      .def("step", &TorchStep::step, nb::arg("grad_scale").none(), nb::arg("found_inf").none(),
+           nb::arg("check_in_step"), nb::arg("state"), nb::arg("param_groups"), nb::arg("none_values").none())
       .def("kernel_count", &TorchStep::kernel_count)
       .def("metrics", &TorchStep::metrics)
       .def("dump", &TorchStep::dump, nb::arg("stage"), nb::arg("gpu_sm") = 0)

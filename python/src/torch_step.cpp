@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <set>
 
 namespace optjit::python {
@@ -394,6 +395,19 @@ nb::list TorchStep::params_with_grads() {
     params_with_grads_ = std::move(list);
   }
   return *params_with_grads_;
+}
+
+nb::object TorchStep::step(nb::object grad_scale, nb::object found_inf, bool check_in_step, nb::handle state,
+                           nb::list param_groups, nb::object none_values) {
+  sync_grad_scaling(std::move(grad_scale), std::move(found_inf), check_in_step);
+  if (!step_skipped()) { // a skipped step reads nothing else, and makes no state
+    sync_state(state);
+    sync(std::move(param_groups), std::move(none_values));
+    if (!params_without_state().empty())
+      return nb::none();
+  }
+  const bool ran = update();
+  return nb::make_tuple(ran, ran ? total_grad_norm() : std::numeric_limits<double>::quiet_NaN(), params_with_grads());
 }
 
 bool TorchStep::update() {
