@@ -175,14 +175,17 @@ void StepRecording::check_open() const {
 
 const StepRecording::Instruction& StepRecording::at(Value value) const {
   check_open();
-  OPTJIT_ASSERT(value >= 0 && static_cast<std::size_t>(value) < program_.size(),
-                "step recording " + name_ + ": value " + std::to_string(value) + " was not recorded");
+  if (value < 0 || static_cast<std::size_t>(value) >= program_.size()) // a value of another recording
+    throw Error("step function " + name_ + " uses a value it did not record (value " + std::to_string(value) +
+                "): a step function's values are its own recording's");
   return program_[static_cast<std::size_t>(value)];
 }
 
 Value StepRecording::emit(Code code, std::vector<Value> inputs, std::string name, double number,
                           std::optional<Holds> holds) {
   check_open();
+  for (Value v : inputs)
+    at(v); // recorded here: the replay reads each input's value
   const bool effect = code == Code::store || code == Code::store_scalar;
   auto key = std::make_tuple(code, inputs, name, std::bit_cast<uint64_t>(number)); // by its bits: -0.0 is not 0.0
   if (!effect)
@@ -395,7 +398,8 @@ Value StepRecording::written(Value value, Value like, Holds shape) {
 
 void StepRecording::store(const std::string& slot, Value value) {
   const auto list = lists_.find(slot);
-  OPTJIT_ASSERT(list != lists_.end(), "step recording " + name_ + " stores to list '" + slot + "', not recorded");
+  if (list == lists_.end())
+    throw Error("step function " + name_ + " stores to list '" + slot + "', which is not one of its lists");
   emit(list->second == Holds::Tensor ? Code::store_scalar : Code::store, {value}, slot);
 }
 

@@ -133,6 +133,11 @@ TEST_CASE("step recording: what values hold per tensor, and the values a tensor 
   check_error_contains([&] { r.size(r.hyper("lr"), -1); }, "the size of a 0-d element");
   check_error_contains([&] { r.size(g, 0); }, "size(0): optjit records size(-1), size(-2) and numel()");
   check_error_contains([&] { r.op("erf", {g}); }, "torch.erf is outside optjit's step-function vocabulary");
+  check_error_contains([&] { r.reduce(1000, "sum", std::nullopt, std::nullopt, "", false); },
+                       "step function factored uses a value it did not record (value 1000)");
+  check_error_contains([&] { r.store("exp_avg_sq_row", -1); }, "uses a value it did not record");
+  check_error([&] { r.store("exp_avg", g); },
+              "step function factored stores to list 'exp_avg', which is not one of its lists");
   r.close();
 
   StepRecording vector("vector_step", 1, 1);
