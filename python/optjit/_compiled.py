@@ -183,30 +183,13 @@ class CompiledStep:
     def _update(self, opt, grad_scale, found_inf, check_in_step):
         _torch_optim.check_group_flags(opt)
         _torch_optim.check_step_options(self._cls, opt)
-        cxx = self._compiled(opt)
-        _torch_optim.check_lr_range(opt, self._dtype_limits)
-        _widen_cast_masters(opt)
-        _reseed_changed_masters(opt, self._lock)
-        rounding = _rounding_groups(opt)
-        if rounding:
-            steps = max(int(group.get(_ROUNDING_STEPS_KEY, 0)) for group in rounding)
-            if cxx.stochastic_rounding_steps() != steps:  # a step rebuilt, another compile, a resume
-                cxx.set_stochastic_rounding_steps(steps)
-        created = []
-        with self._streams.lend():
-            # One call in a steady state: GradScaler's tensors, torch's state, options and grads, then the update.
-            # None: a param steps for the first time, and gets torch's state before the update runs.
-            stepped = cxx.step(grad_scale, found_inf, check_in_step, opt.state, opt.param_groups, self._none_values(opt))
-            if stepped is None:
-                created = self._create_state(opt, cxx)
-                try:
-                    ran = cxx.update()
-                except Error:
-                    self._drop_state(opt, cxx, created)  # a refused step (error_if_nonfinite) leaves no state it made
-                    raise
-                # A step skipped for an inf or NaN in the grads (GradScaler's found_inf, or the step's own check) has
-                # no finite norm: clip_grad_norm_ of those grads is NaN or inf, never the last step's.
-                stepped = (ran, cxx.total_grad_norm() if ran else float("nan"), cxx.params_with_grads())
+        # The C++ step checks, as it steps, that the groups still hold the params it was built over: a param replaced
+        # in a group's list (False) builds it again, and the step runs on the new one.
+        cxx = self._compiled(opt, check_binding=False)
+        stepped, created = self._run(opt, cxx, grad_scale, found_inf, check_in_step)
+        if stepped is False:
+            cxx = self._compiled(opt)
+            stepped, created = self._run(opt, cxx, grad_scale, found_inf, check_in_step)
         ran, self._total_norm, self._norm_params = stepped
         self._total_norm_tensor = None  # made when asked for, from the params that had grads in this step
         for group in _rounding_groups(opt):
@@ -219,20 +202,55 @@ class CompiledStep:
         _increment_versions(self._norm_params)
         _remember_master_versions(opt, self._lock)
 
+    def _run(self, opt, cxx, grad_scale, found_inf, check_in_step):
+        """One step of `cxx`: (False, []) when the groups no longer hold its params (nothing changed), else ((whether
+        the update ran, the total grad norm, the params with grads), the flat indices of the params whose state this
+        step made)."""
+        _torch_optim.check_lr_range(opt, self._dtype_limits)
+        _widen_cast_masters(opt)
+        _reseed_changed_masters(opt, self._lock)
+        rounding = _rounding_groups(opt)
+        if rounding:
+            steps = max(int(group.get(_ROUNDING_STEPS_KEY, 0)) for group in rounding)
+            if cxx.stochastic_rounding_steps() != steps:  # a step rebuilt, another compile, a resume
+                cxx.set_stochastic_rounding_steps(steps)
+        created = []
+        with self._streams.lend():
+            # One call in a steady state: GradScaler's tensors, torch's state, options and grads, then the update.
+            # None: a param steps for the first time, and gets torch's state before the update runs.
+            none_values = self._none_values(opt)
+            stepped = cxx.step(grad_scale, found_inf, check_in_step, opt.state, opt.param_groups, none_values)
+            if stepped is None:
+                created = self._create_state(opt, cxx)
+                try:
+                    ran = cxx.update()
+                except Error:
+                    self._drop_state(opt, cxx, created)  # a refused step (error_if_nonfinite) leaves no state it made
+                    raise
+                # A step skipped for an inf or NaN in the grads (GradScaler's found_inf, or the step's own check) has
+                # no finite norm: clip_grad_norm_ of those grads is NaN or inf, never the last step's.
+                stepped = (ran, cxx.total_grad_norm() if ran else float("nan"), cxx.params_with_grads())
+        return stepped, created
+
     def _drop_state(self, opt, cxx, created):
         for flat in created:
             opt.state.pop(self._params[flat], None)
             cxx.adopt(flat, {}, False)
 
-    def _compiled(self, opt):
-        """The C++ step, built again when the param groups changed (add_param_group)."""
+    def _compiled(self, opt, check_binding=True):
+        """The C++ step, built again when the param groups changed (add_param_group). `check_binding`: also when a
+        param in a group's list was replaced (without it, the C++ step's own step() checks that)."""
         # A group's options are read at every step; one that gains or loses an option (optjit's master_weights,
         # say, which torch's groups do not carry) needs the C++ step built again to read it.
         groups = [
             (id(group["params"]), len(group["params"]), len(group.keys() & _torch_optim.options_of(self._cls)))
             for group in opt.param_groups
         ]
-        if self._cxx is not None and groups == self._groups_seen and self._cxx.binds(opt.param_groups):
+        if (
+            self._cxx is not None
+            and groups == self._groups_seen
+            and (not check_binding or self._cxx.binds(opt.param_groups))
+        ):
             return self._cxx
         reason = None
         if self._cxx is not None and self._groups_seen is not None:

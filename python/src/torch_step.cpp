@@ -399,6 +399,8 @@ nb::list TorchStep::params_with_grads() {
 
 nb::object TorchStep::step(nb::object grad_scale, nb::object found_inf, bool check_in_step, nb::handle state,
                            nb::list param_groups, nb::object none_values) {
+  if (!binds(param_groups))
+    return nb::bool_(false);
   sync_grad_scaling(std::move(grad_scale), std::move(found_inf), check_in_step);
   if (!step_skipped()) { // a skipped step reads nothing else, and makes no state
     sync_state(state);

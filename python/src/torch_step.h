@@ -80,11 +80,13 @@ public:
   // whether it ran: false when its own inf check skipped it (it then dropped the state it made; the Python side
   // drops torch's entries too).
   bool update();
-  // A whole step in one call, as a steady-state step takes it: GradScaler's tensors (sync_grad_scaling), then, unless
-  // found_inf skips the step, torch's state (sync_state) and this step's options and grads (sync), then the update.
-  // Returns None, before the update, when a param steps for the first time (params_without_state): the Python side
-  // makes torch's state for it, adopts it and calls update(). Else (whether the update ran, the total grad norm of a
-  // clipped step that ran or NaN, params_with_grads()).
+  // A whole step in one call, as a steady-state step takes it: whether `param_groups` still holds this step's params
+  // (binds), GradScaler's tensors (sync_grad_scaling), then, unless found_inf skips the step, torch's state
+  // (sync_state) and this step's options and grads (sync), then the update. Returns False, having changed nothing,
+  // when a group's list holds another param (the Python side builds a new step); None, before the update, when a
+  // param steps for the first time (params_without_state): the Python side makes torch's state for it, adopts it and
+  // calls update(). Else (whether the update ran, the total grad norm of a clipped step that ran or NaN,
+  // params_with_grads()).
   nb::object step(nb::object grad_scale, nb::object found_inf, bool check_in_step, nb::handle state,
                   nb::list param_groups, nb::object none_values);
 
