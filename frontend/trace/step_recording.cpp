@@ -4,10 +4,12 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <limits>
 #include <set>
+#include <utility>
 
 namespace optjit {
 
@@ -145,28 +147,45 @@ void check_order(double order, const std::string& what) {
     throw Error(what + " of order " + format_number(order) + ": optjit records the 2-norm and the inf-norm");
 }
 
-thread_local const StepRecording* recording_now = nullptr; // the recording open in this thread
+// The recordings open in this thread, innermost last: what a message about a kept value names as recording now. By
+// serial number and name, not by pointer: a recording destroyed without closing (an interrupt between open() and the
+// Python side's try) leaves nothing that points at it.
+struct OpenRecording {
+  uint64_t serial;
+  std::string name;
+};
+thread_local std::vector<OpenRecording> open_recordings;
+std::atomic<uint64_t> next_serial{1};
+
+void leave_open_recordings(uint64_t serial) {
+  std::erase_if(open_recordings, [&](const OpenRecording& r) { return r.serial == serial; });
+}
 
 } // namespace
 
 StepRecording::StepRecording(std::string name, int length, int min_rank)
     : name_(std::move(name)), length_(length), min_rank_(min_rank) {}
 
+StepRecording::~StepRecording() {
+  if (serial_ != 0)
+    leave_open_recordings(serial_);
+}
+
 void StepRecording::open() {
-  outer_ = recording_now;
-  recording_now = this;
+  serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
+  open_recordings.push_back({serial_, name_});
 }
 
 void StepRecording::close() {
   closed_ = true;
-  if (recording_now == this)
-    recording_now = outer_;
+  if (serial_ != 0)
+    leave_open_recordings(std::exchange(serial_, 0));
 }
 
 void StepRecording::check_open() const {
   if (!closed_)
     return;
-  const std::string current = recording_now != nullptr ? recording_now->name_ : name_;
+  const std::string current = open_recordings.empty() ? name_ : open_recordings.back().name;
   throw Error("step function " + current + " uses a value recorded by an earlier call of step function " + name_ +
               " (kept in a global, a closure, an attribute or a default argument): a recording's values stand for "
               "that call's tensors and hyperparameters only; compute the value again inside the function, or keep it "
@@ -187,7 +206,10 @@ Value StepRecording::emit(Code code, std::vector<Value> inputs, std::string name
   for (Value v : inputs)
     at(v); // recorded here: the replay reads each input's value
   const bool effect = code == Code::store || code == Code::store_scalar;
-  auto key = std::make_tuple(code, inputs, name, std::bit_cast<uint64_t>(number)); // by its bits: -0.0 is not 0.0
+  // A number by its bits, so -0.0 is not 0.0; every NaN is one (its sign and payload say nothing torch keeps).
+  const uint64_t bits = std::isnan(number) ? std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN())
+                                           : std::bit_cast<uint64_t>(number);
+  auto key = std::make_tuple(code, inputs, name, bits);
   if (!effect)
     if (auto known = interned_.find(key); known != interned_.end())
       return known->second;
@@ -327,7 +349,7 @@ Value StepRecording::axis_reduction(Value x, const std::string& name, std::optio
   if (axis_sum(code, at(value).holds)) { // else it has one number along dim: it is its own sum
     value = emit(code, {value});
     if (name == "mean")
-      value = emit(Code::div, {value, size(x, dim)});
+      value = emit(Code::div, {value, size(x, dim, dim_text)});
   }
   return squared ? emit(Code::sqrt, {value}) : value;
 }
@@ -356,7 +378,7 @@ Value StepRecording::norm_of_scalar(Value x, double order) {
   return emit(Code::abs, {x});
 }
 
-Value StepRecording::size(Value x, std::optional<int> dim) {
+Value StepRecording::size(Value x, std::optional<int> dim, const std::string& dim_text) {
   const Holds kind = at(x).holds;
   if (kind == Holds::Tensor)
     throw Error("the size of a 0-d element: it has no dimensions (torch's size(-1) raises)");
@@ -370,7 +392,7 @@ Value StepRecording::size(Value x, std::optional<int> dim) {
     return numel;
   }
   if (*dim != -1 && *dim != -2)
-    throw Error("size(" + std::to_string(*dim) +
+    throw Error("size(" + (dim_text.empty() ? std::to_string(*dim) : dim_text) +
                 "): optjit records size(-1), size(-2) and numel() (a step is recorded for every rank)");
   if (min_rank_ < -*dim)
     throw Error("size(" + std::to_string(*dim) + ") of an element of a list with a param of rank " +

@@ -30,6 +30,9 @@ public:
 
   // A recording of step `name` over lists of `length` tensors whose lowest rank is `min_rank` (size(-2) needs 2).
   StepRecording(std::string name, int length, int min_rank);
+  StepRecording(const StepRecording&) = default;
+  StepRecording& operator=(const StepRecording&) = default;
+  ~StepRecording(); // leaves this thread's open recordings, if it never closed
 
   const std::string& name() const { return name_; }
   int length() const { return length_; }
@@ -70,8 +73,9 @@ public:
   Value reduce_stack(Value x, const std::string& name, double order);
   // The norm of one per-tensor value (its absolute value), of order 2 or inf.
   Value norm_of_scalar(Value x, double order);
-  // x.size(dim) for dim -1 or -2, or x.numel() with no dim: a number per tensor.
-  Value size(Value x, std::optional<int> dim);
+  // x.size(dim) for dim -1 or -2, or x.numel() with no dim: a number per tensor. `dim_text`: the dim as the caller
+  // wrote it, for messages (empty: `dim`).
+  Value size(Value x, std::optional<int> dim, const std::string& dim_text = "");
   // a @ b: the outer product of a column of rows and a row of columns, [..., m, 1] @ [..., 1, n], Adafactor's; an
   // operand that is not an element value is absent.
   Value outer(std::optional<Value> a, std::optional<Value> b);
@@ -118,7 +122,7 @@ private:
   std::string name_;
   int length_, min_rank_;
   bool closed_ = false;
-  const StepRecording* outer_ = nullptr; // the recording open in this thread when this one opened
+  uint64_t serial_ = 0; // while open: its entry among this thread's open recordings (0: never opened)
   std::vector<Instruction> program_;
   std::map<std::tuple<Code, std::vector<Value>, std::string, uint64_t>, Value> interned_;
   std::map<std::string, Holds> lists_;  // the holds of each list, by slot

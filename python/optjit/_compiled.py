@@ -206,7 +206,12 @@ class CompiledStep:
         """One step of `cxx`: (False, []) when the groups no longer hold its params (nothing changed), else ((whether
         the update ran, the total grad norm, the params with grads), the flat indices of the params whose state this
         step made)."""
-        _torch_optim.check_lr_range(opt, self._dtype_limits)
+        try:
+            _torch_optim.check_lr_range(opt, self._dtype_limits)
+        except Error:
+            # By the params the groups hold now: one replaced since cxx was built (its step() says so, and the step is
+            # built again) has limits of its own.
+            _torch_optim.check_lr_range(opt, _torch_optim.dtype_limits(opt))
         _widen_cast_masters(opt)
         _reseed_changed_masters(opt, self._lock)
         rounding = _rounding_groups(opt)
@@ -506,7 +511,7 @@ def _widen_cast_masters(opt):
             f"{len(cast)} master weight(s) were loaded as {cast[0][1].dtype} (torch's load_state_dict casts state to "
             "the param's dtype) and continue in f32 from those values: compile (or patch) the optimizer before "
             "load_state_dict to keep the checkpoint's f32 masters exactly",
-            stacklevel=4,
+            stacklevel=5,
         )
 
 

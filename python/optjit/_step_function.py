@@ -137,8 +137,8 @@ class StepFunction:
     def _record(self, names, kinds, lists, hypers, statics, sequences):
         params0 = lists[0]
         program = StepRecording(self._name, len(params0), min(p.dim() for p in params0))
-        program.open()
         try:
+            program.open()
             return self._record_into(program, names, kinds, lists, hypers, statics, sequences)
         finally:
             program.close()  # values kept past this recording are refused by name when used

@@ -24,6 +24,7 @@ takes the path of what it sees.
 """
 
 import functools
+import operator
 
 from ._optjit import Error, Holds
 
@@ -245,9 +246,9 @@ class _SymScalar(_Elementwise):
 
     def __bool__(self):
         raise Error(
-            f"a step function branches on {self.program.describe(self.id)} (if, and, or, min(), max()): optjit records one "
-            "program for every value; pass a value to branch on as a static argument (a bool, None or a string), or "
-            "write the choice with torch.where"
+            f"a step function branches on {self.program.describe(self.id)} (if, and, or, min(), max()): optjit "
+            "records one program for every value; pass a value to branch on as a static argument (a bool, None or a "
+            "string), or write the choice with torch.where"
         )
 
     def __float__(self):
@@ -396,23 +397,31 @@ def _tensor_reduction(p, x, name, args, kwargs):
     dim = given.get("dim")
     if dim is None:
         return _SymScalar(p, p.reduce(x.id, name, order, None, "", False), entry=x.entry, tensor=True)
-    axis = dim[0] if isinstance(dim, (tuple, list)) and len(dim) == 1 else dim
-    axis = axis if isinstance(axis, int) and not isinstance(axis, bool) else None
+    axis = _axis(dim[0] if isinstance(dim, (tuple, list)) and len(dim) == 1 else dim)
     return _SymTensor(p, p.reduce(x.id, name, order, axis, repr(dim), bool(given.get("keepdim"))), x.entry)
+
+
+def _axis(dim):
+    """`dim` as the recording takes a dimension: -1 or -2, or None for any other (which it refuses, naming `dim`)."""
+    try:
+        axis = operator.index(dim)
+    except TypeError:
+        return None
+    return axis if axis in (-1, -2) else None
 
 
 def _size(p, x, dim):
     """x.size(dim) for dim -1 or -2, and x.numel() for dim None: a number per tensor (1 along a dimension x holds
     one value of, such as a row's sum along dim -1)."""
-    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
-        raise Error(f"size({dim!r}): a dimension is an int (optjit records size(-1), size(-2) and numel())")
-    return _SymScalar(p, p.size(x.id, dim), entry=x.entry)
+    if dim is None:
+        return _SymScalar(p, p.size(x.id, None, ""), entry=x.entry)
+    return _SymScalar(p, p.size(x.id, _axis(dim) or 0, repr(dim)), entry=x.entry)
 
 
 def _matmul(a, b):
     """a @ b: the one product of rows and columns torch's matmul makes elementwise, [..., m, 1] @ [..., 1, n], the
     outer product Adafactor takes of its row and column state."""
-    program = next(x.program for x in (a, b) if isinstance(x, (_SymTensor, _SymScalar)))
+    program = next(x.program for x in (a, b) if isinstance(x, _Recorded))
     vid = program.outer(*(x.id if isinstance(x, _SymTensor) else None for x in (a, b)))
     return _value(program, vid, [a, b])
 
@@ -610,11 +619,19 @@ def _binary(op):
     return lambda p, resolve, self, other: p.op(op, [self, resolve(other, op)])
 
 
+def _clamp_bound(op):
+    return lambda p, resolve, self, scalar: p.op(op, [self, resolve(scalar, op)])  # torch's foreach keyword: scalar
+
+
 def _clamp(p, resolve, self, min=None, max=None):
     if min is None and max is None:
         raise TypeError("clamp needs min or max")
-    bounds = [None if b is None else resolve(b, f"clamp {which}") for b, which in ((min, "min"), (max, "max"))]
-    return p.clamp(self, *bounds)
+    value = self
+    if min is not None:
+        value = p.clamp(value, resolve(min, "clamp min"), None)
+    if max is not None:
+        value = p.clamp(value, None, resolve(max, "clamp max"))
+    return value
 
 
 def _copy(p, resolve, self, source, non_blocking=False):
@@ -643,8 +660,8 @@ _COMMON_OPS = {
     "maximum": _binary_op("maximum"),
     "minimum": _binary_op("minimum"),
     "pow": _pow,
-    "clamp_min": _binary("maximum"),
-    "clamp_max": _binary("minimum"),
+    "clamp_min": _clamp_bound("maximum"),
+    "clamp_max": _clamp_bound("minimum"),
     "lerp": _lerp,
     "addcmul": _addc("addcmul"),
     "addcdiv": _addc("addcdiv"),

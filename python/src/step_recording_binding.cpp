@@ -36,7 +36,7 @@ void bind_step_recording(nb::module_& m) {
            nb::arg("dim").none(), nb::arg("dim_text"), nb::arg("keepdim"))
       .def("reduce_stack", &StepRecording::reduce_stack, nb::arg("x"), nb::arg("name"), nb::arg("order") = 2.0)
       .def("norm_of_scalar", &StepRecording::norm_of_scalar, nb::arg("x"), nb::arg("order"))
-      .def("size", &StepRecording::size, nb::arg("x"), nb::arg("dim").none())
+      .def("size", &StepRecording::size, nb::arg("x"), nb::arg("dim").none(), nb::arg("dim_text"))
       .def("outer", &StepRecording::outer, nb::arg("a").none(), nb::arg("b").none())
       .def("written", &StepRecording::written, nb::arg("value"), nb::arg("like"), nb::arg("shape"))
       .def("store", &StepRecording::store, nb::arg("slot"), nb::arg("value"))

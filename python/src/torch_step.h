@@ -58,7 +58,7 @@ public:
   // checkpoint, so that a rebuilt or resumed step continues the stream instead of drawing step 0's bits again.
   uint64_t stochastic_rounding_steps() const { return optimizer_->stochastic_rounding_steps(); }
   void set_stochastic_rounding_steps(uint64_t steps) { optimizer_->set_stochastic_rounding(0, steps); }
-  // Whether this step changes nothing (found_inf is non-zero): the Python side then creates no state either.
+  // Whether this step changes nothing (found_inf is non-zero): step() then syncs nothing and makes no state.
   bool step_skipped() const { return optimizer_->step_skipped(); }
   // Params with a grad and no state yet, or without the master weights their group now keeps, by flat index (group
   // order): the Python side creates what they lack.

@@ -317,6 +317,44 @@ def test_calls_on_stacks_outside_the_vocabulary_are_errors():
         mixed(params, grads, lr=0.1)
 
 
+def test_clamp_bounds_take_torchs_keywords_and_odd_dims_and_products_are_errors_naming_them():
+    """torch._foreach_clamp_min's keyword is scalar=; a dim outside -1 and -2 (any integer, however large) and a product
+    of stacks are optjit.Errors naming what was written, never another exception."""
+
+    @optjit.step_function
+    def floored(params, grads, *, lr):
+        torch._foreach_add_(params, torch._foreach_clamp_max(torch._foreach_clamp_min(grads, scalar=-0.5), scalar=0.5),
+                            alpha=-lr)
+
+    params, grads = _lists(torch.float64, 4, 2)
+    eager = _clone([params, grads])
+    floored(params, grads, lr=0.5)
+    floored.eager(*eager, lr=0.5)
+    for k, (a, b) in enumerate(zip(params, eager[0])):
+        assert_close(a, b, torch.float64, f"params[{k}]")
+
+    def refused(body, message):
+        step = optjit.step_function(body)
+        with pytest.raises(optjit.Error, match=message):
+            step(*_lists(torch.float32, 2, 2), lr=0.1)
+
+    def huge_dim(params, grads, *, lr):
+        for p, g in zip(params, grads):
+            p.add_(g.sum(dim=2**40, keepdim=True), alpha=-lr)
+
+    def huge_size(params, grads, *, lr):
+        for p, g in zip(params, grads):
+            p.add_(g, alpha=-lr / g.size(-(2**40)))
+
+    def stack_product(params, grads, *, lr):
+        norms = torch.stack(torch._foreach_norm(grads))
+        torch._foreach_mul_(params, torch.matmul(norms, norms))
+
+    refused(huge_dim, r"sum along dim=1099511627776: optjit records the sum, mean and 2-norm along dim -1 or -2")
+    refused(huge_size, r"size\(-1099511627776\): optjit records size\(-1\), size\(-2\) and numel\(\)")
+    refused(stack_product, "the operator @ on elements: optjit records only a column of rows times a row of columns")
+
+
 @optjit.step_function
 def adam_with_steps(params, grads, exp_avgs, exp_avg_sqs, steps, *, lr, beta1, beta2, eps):
     # torch's _multi_tensor_adam with its per-tensor step counts: incremented in place, then a bias correction per

@@ -10,6 +10,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 using namespace optjit;
 using optjit::test::check_error;
 using optjit::test::check_error_contains;
@@ -83,7 +86,8 @@ TEST_CASE("step recording: a value is recorded once, stores every time, and torc
   const int x = r.list("param", Holds::Element), y = r.list("grad", Holds::Element);
   CHECK(r.op("mul", {x, y}) == r.op("mul", {x, y})); // a loop over zip(params, grads) records each op once
   CHECK(r.constant(0.0) != r.constant(-0.0));        // numbers by their bits
-  CHECK(r.pow_number(x, 0.5) == r.op("sqrt", {x}));  // sqrt(-0.0) is -0.0, as torch's pow(x, 0.5) gives
+  CHECK(r.constant(std::nan("")) == r.constant(-std::numeric_limits<double>::quiet_NaN())); // but a NaN is a NaN
+  CHECK(r.pow_number(x, 0.5) == r.op("sqrt", {x})); // sqrt(-0.0) is -0.0, as torch's pow(x, 0.5) gives
   CHECK(r.pow_number(x, -1) == r.op("reciprocal", {x}));
   CHECK(r.pow_number(x, 2) == r.op("mul", {x, x}));
   CHECK(r.op("ge", {x, y}) == r.op("add", {r.op("gt", {x, y}), r.op("eq", {x, y})}));
@@ -132,6 +136,7 @@ TEST_CASE("step recording: what values hold per tensor, and the values a tensor 
               "norm of order 1: optjit records the 2-norm and the inf-norm");
   check_error_contains([&] { r.size(r.hyper("lr"), -1); }, "the size of a 0-d element");
   check_error_contains([&] { r.size(g, 0); }, "size(0): optjit records size(-1), size(-2) and numel()");
+  check_error_contains([&] { r.size(g, 0, "'a'"); }, "size('a'): optjit records size(-1)");
   check_error_contains([&] { r.op("erf", {g}); }, "torch.erf is outside optjit's step-function vocabulary");
   check_error_contains([&] { r.reduce(1000, "sum", std::nullopt, std::nullopt, "", false); },
                        "step function factored uses a value it did not record (value 1000)");
