@@ -62,7 +62,8 @@ import weakref
 
 import torch
 
-from ._compiled import _cuda_streams, _increment_versions, _live_steps, _local, _shard_reducer
+from ._compiled import _cuda_streams, _increment_versions, _live_steps
+from ._shards import _local, _shard_reducer
 from ._optjit import Error, Holds, StepRecording, TorchStepFunction
 from ._step_recording import _SymScalar, _SymTensor
 
