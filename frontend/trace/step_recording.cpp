@@ -202,9 +202,10 @@ const StepRecording::Instruction& StepRecording::at(Value value) const {
 
 Value StepRecording::emit(Code code, std::vector<Value> inputs, std::string name, double number,
                           std::optional<Holds> holds) {
-  check_open();
+  std::vector<Holds> kinds; // each input's, which also checks it was recorded here (the replay reads its value)
   for (Value v : inputs)
-    at(v); // recorded here: the replay reads each input's value
+    kinds.push_back(at(v).holds);
+  check_open();
   const bool effect = code == Code::store || code == Code::store_scalar;
   // A number by its bits, so -0.0 is not 0.0; every NaN is one (its sign and payload say nothing torch keeps).
   const uint64_t bits = std::isnan(number) ? std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN())
@@ -217,13 +218,9 @@ Value StepRecording::emit(Code code, std::vector<Value> inputs, std::string name
     if (per_tensor(code))
       holds = Holds::Tensor;
     else if (code == Code::row_sum || code == Code::col_sum)
-      holds = axis_sum(code, at(inputs[0]).holds).value();
-    else {
-      std::vector<Holds> kinds;
-      for (Value v : inputs)
-        kinds.push_back(at(v).holds);
+      holds = axis_sum(code, kinds.front()).value();
+    else
       holds = broadcast(kinds);
-    }
   }
   program_.push_back(Instruction{code, std::move(inputs), std::move(name), number, *holds});
   const auto value = static_cast<Value>(program_.size() - 1);

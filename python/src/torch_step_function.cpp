@@ -23,15 +23,16 @@ TorchStepFunction::TorchStepFunction(const StepRecording& recording,
       if (slot != "grad")
         held_.push_back(nb::borrow(tensor));
     }
+    const std::optional<Holds> holds = recording.list_holds(slot);
     if (slot == "param")
       step_lists.params = std::move(views);
     else if (slot == "grad")
       step_lists.grads = std::move(views);
-    else if (recording.list_holds(slot) == Holds::Tensor)
+    else if (holds == Holds::Tensor)
       step_lists.scalars.emplace_back(slot, std::move(views));
-    else if (recording.list_holds(slot) == Holds::Rows)
+    else if (holds == Holds::Rows)
       step_lists.rows.emplace_back(slot, std::move(views));
-    else if (recording.list_holds(slot) == Holds::Cols)
+    else if (holds == Holds::Cols)
       step_lists.cols.emplace_back(slot, std::move(views));
     else
       step_lists.state.emplace_back(slot, std::move(views));

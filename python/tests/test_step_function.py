@@ -290,12 +290,8 @@ def test_a_global_norm_spans_every_dtype_of_the_lists():
 
 @pytest.mark.parametrize("fn,kernels", [(peak_scaled_sgd, 2), (norm_sum_scaled_sgd, 3)], ids=["max", "sum"])
 def test_the_inf_norm_and_sum_over_the_lists_follow_torch(fn, kernels):
-    params, grads = _lists(torch.float64, 4, 2)
-    eager = _clone([params, grads])
-    fn(params, grads, lr=0.5)
-    fn.eager(*eager, lr=0.5)
-    for k, (a, b) in enumerate(zip(params, eager[0])):
-        assert_close(a, b, torch.float64, f"params[{k}]")
+    ours = _lists(torch.float64, 4, 2)
+    _compiled_and_eager(fn, ours, _clone(ours), fn.__name__, dtype=torch.float64, lr=0.5)
     assert_kernels(fn, kernels)
 
 
@@ -326,12 +322,8 @@ def test_clamp_bounds_take_torchs_keywords_and_odd_dims_and_products_are_errors_
         torch._foreach_add_(params, torch._foreach_clamp_max(torch._foreach_clamp_min(grads, scalar=-0.5), scalar=0.5),
                             alpha=-lr)
 
-    params, grads = _lists(torch.float64, 4, 2)
-    eager = _clone([params, grads])
-    floored(params, grads, lr=0.5)
-    floored.eager(*eager, lr=0.5)
-    for k, (a, b) in enumerate(zip(params, eager[0])):
-        assert_close(a, b, torch.float64, f"params[{k}]")
+    ours = _lists(torch.float64, 4, 2)
+    _compiled_and_eager(floored, ours, _clone(ours), "clamped", dtype=torch.float64, lr=0.5)
 
     def refused(body, message):
         step = optjit.step_function(body)
@@ -1066,12 +1058,12 @@ def _globally_scaled(params, grads, *, lr):
     torch._foreach_add_(params, grads, alpha=-lr * STEP_SCALE)
 
 
-def _compiled_and_eager(step, ours, theirs, what, **hypers):
-    """One call compiled on `ours` and one eager on `theirs`, whose params then agree."""
+def _compiled_and_eager(step, ours, theirs, what, dtype=torch.float32, **hypers):
+    """One call compiled on `ours` and one eager on `theirs`, whose params then agree to `dtype`'s tolerance."""
     step(*ours, **hypers)
     step.eager(*theirs, **hypers)
-    for a, b in zip(ours[0], theirs[0]):
-        assert_close(a, b, torch.float32, what)
+    for k, (a, b) in enumerate(zip(ours[0], theirs[0])):
+        assert_close(a, b, dtype, f"{what} params[{k}]")
 
 
 def test_module_globals_and_closures_the_function_reads_record_again_when_they_change():
