@@ -137,14 +137,15 @@ struct CompiledStep::Impl {
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (options.shard_reducer && source.has_grad_pass() && source.reduces_grad_pass_over_processes())
+    const bool has_grad_pass = program.grad_pass.any();
+    if (options.shard_reducer && has_grad_pass && source.reduces_grad_pass_over_processes())
       throw Error(fmt::format("{}: a step over shards (shard_reducer) combines its grad norm and inf check over the "
                               "processes itself, and the optimizer has its own grad norm or inf check reducer too: "
                               "they would combine twice; set one of them",
                               source.name()));
     staging.copy_in(source);
-    if (source.has_grad_pass()) {
-      if (!source.take_grad_pass(run_grad_pass(source, program, hyper, options))) { // may throw: nothing is written yet
+    if (has_grad_pass) {
+      if (!source.take_grad_pass(run_grad_pass(program, hyper, options))) { // may throw: nothing is written yet
         ++metrics.steps; // an inf or NaN in the grads: the update does not run (staged copies are left unread)
         ++metrics.skipped_steps;
         return;
@@ -155,7 +156,7 @@ struct CompiledStep::Impl {
       if (bp.launched)
         bp.code->set_hyper(hyper);
     launch_program(program, options, source.name(), metrics);
-    staging.copy_out(source); // staged params are CPU params: their launches have finished
+    staging.copy_out(source, program.writes_grads); // staged params are CPU params: their launches have finished
     source.after_step();
     ++metrics.steps;
   }

@@ -59,20 +59,20 @@ void LayoutStaging::stage(int64_t flat, const Tensor& param, const ParamState& s
   staged_now_.insert(flat);
 }
 
-bool LayoutStaging::needed(const StepSource& source, int64_t flat) {
+bool LayoutStaging::needed(const StepSource& source, const std::vector<bool>& walks_rows_and_columns, int64_t flat) {
   const Tensor& p = source.flat_param(flat);
   if (!p.impl()->grad)
     return false;
   // Rows and columns are found by element order: such a param's kernels walk contiguous tensors.
-  if (source.walks_rows_and_columns(flat) && !(p.is_contiguous() && p.grad().is_contiguous()))
+  if (walks_rows_and_columns.at(static_cast<std::size_t>(flat)) && !(p.is_contiguous() && p.grad().is_contiguous()))
     return true;
   return !walkable_flat(p, p.grad(), source.flat_state(flat));
 }
 
-void LayoutStaging::prepare(const StepSource& source) {
+void LayoutStaging::prepare(const StepSource& source, const std::vector<bool>& walks_rows_and_columns) {
   staged_now_.clear();
   for (int64_t i = 0; i < source.param_count(); ++i)
-    if (needed(source, i)) {
+    if (needed(source, walks_rows_and_columns, i)) {
       OPTJIT_LOG(guards, "{}: param {} ({}, grad {}) shares no dense layout with its grad and state: staged",
                  source.name(), i, source.flat_param(i).describe(), source.flat_param(i).grad().describe());
       stage(i, source.flat_param(i), source.flat_state(i));
@@ -119,8 +119,7 @@ void LayoutStaging::copy_in(const StepSource& source) const {
   }
 }
 
-void LayoutStaging::copy_out(const StepSource& source) const {
-  const bool grads_written = source.writes_grads();
+void LayoutStaging::copy_out(const StepSource& source, bool grads_written) const {
   for (int64_t flat : staged_now_) {
     const Tensor& p = source.flat_param(flat);
     const Tensor grad = p.grad();

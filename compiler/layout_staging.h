@@ -7,8 +7,8 @@
 // contiguous. A param whose tensors do not share one layout (a slice with gaps, or a grad in another layout than its
 // param), or whose rows or columns are not contiguous, is staged instead: it runs on contiguous copies of its param,
 // grad and tensor state, copied in before every launch, and the tensors the step writes (param and state, and the grad
-// when the step writes its grads: StepSource::writes_grads) copied back after it. That costs a pass over each of its
-// tensors; params that share a layout cost nothing here. The driver owns the staging (compiler/compiled_step.cpp):
+// when the step writes its grads: StepDescription::writes_grads) copied back after it. That costs a pass over each of
+// its tensors; params that share a layout cost nothing here. The driver owns the staging (compiler/compiled_step.cpp):
 // it stages when it binds, hands the kernels the copies and copies around every launch.
 #pragma once
 
@@ -32,12 +32,13 @@ public:
   // shapes (rows and columns) contiguously; per-tensor scalars are neither.
   static bool walkable_flat(const Tensor& param, const Tensor& grad, const ParamState& state);
   // Whether param `flat` of `source` needs staging with the tensors it holds now: it has a grad, and its tensors share
-  // no dense layout, or its kernels find rows and columns by element order and they are not contiguous.
-  static bool needed(const StepSource& source, int64_t flat);
+  // no dense layout, or its kernels find rows and columns by element order (`walks_rows_and_columns`, as
+  // StepDescription says per param) and they are not contiguous.
+  static bool needed(const StepSource& source, const std::vector<bool>& walks_rows_and_columns, int64_t flat);
 
   // Stages every param of `source` that needs it now (keeping the buffers it had for the same shapes and dtypes),
   // and forgets the others.
-  void prepare(const StepSource& source);
+  void prepare(const StepSource& source, const std::vector<bool>& walks_rows_and_columns);
   bool is_staged(int64_t flat) const { return staged_now_.contains(flat); }
   int64_t staged_count() const { return static_cast<int64_t>(staged_now_.size()); }
 
@@ -49,8 +50,9 @@ public:
 
   // Before a launch: every staged param's current tensors (grads re-read) into its copies.
   void copy_in(const StepSource& source) const;
-  // After a launch: the copies of what the step wrote back into the tensors (grads too when the source writes them).
-  void copy_out(const StepSource& source) const;
+  // After a launch: the copies of what the step wrote back into the tensors (grads too when `grads_written`: the
+  // step writes its grads, StepDescription::writes_grads).
+  void copy_out(const StepSource& source, bool grads_written) const;
 
 private:
   // Makes param `flat`'s staging copies (keeping the buffers it already has for the same shapes and dtypes).

@@ -138,10 +138,14 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
   program->facts = facts;
   // Traced and planned bucket by bucket (a trace runs the optimizer's own code), then every kernel of the step
   // compiled at once (Backend::prepare), then loaded from the kernel cache bucket by bucket.
-  for (ParamBucket& bucket : source.compile_buckets()) {
+  StepDescription step = source.describe();
+  program->grad_pass = step.grad_pass;
+  program->walks_rows_and_columns = std::move(step.walks_rows_and_columns);
+  program->writes_grads = step.writes_grads;
+  for (auto& [bucket, graph] : step.buckets) {
     BucketProgram bp;
     bp.target = Target::for_device(bucket.device, options.execution);
-    bp.pipeline = run_pipeline(source.trace_bucket(bucket));
+    bp.pipeline = run_pipeline(std::move(graph));
     if (options.shard_reducer)
       check_shardable(source.name(), bp.pipeline.traced);
     if (bp.pipeline.traced.stores.empty())
@@ -152,9 +156,9 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
       if (slot.role == SlotRole::Grad)
         bp.grad_slot = slot.name;
     OPTJIT_ASSERT(!bp.grad_slot.empty(), "the graph of " + source.name() + " declares no grad slot");
-    if (const GradPass pass = source.grad_pass(); pass.any())
-      bp.grad_pass_pipeline =
-          run_pipeline(build_grad_pass(pass, *bp.pipeline.traced.slot(bp.grad_slot), compute_dtype(bucket.dtype)));
+    if (step.grad_pass.any())
+      bp.grad_pass_pipeline = run_pipeline(
+          build_grad_pass(step.grad_pass, *bp.pipeline.traced.slot(bp.grad_slot), compute_dtype(bucket.dtype)));
     bp.bucket = std::move(bucket);
     program->buckets.push_back(std::move(bp));
   }

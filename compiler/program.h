@@ -48,6 +48,10 @@ struct Program {
   // list reduction combined over every bucket's tensors (a list is every param of the step, whatever its dtype or
   // device), or it steps shards and reduces (CompileOptions::shard_reducer).
   bool runs_in_phases = false;
+  // What the step described beside its buckets (StepDescription): its grad pass, and what layout staging reads.
+  GradPass grad_pass;
+  std::vector<bool> walks_rows_and_columns;
+  bool writes_grads = false;
 };
 
 // How the buckets' runs pause: at per-tensor reductions too when the step is over shards (options.shard_reducer).

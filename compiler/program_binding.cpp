@@ -36,7 +36,8 @@ void check_arguments(const StepSource& source, const Program& program, const Lay
     // A new contiguous grad of an unstaged contiguous param (the usual zero_grad(set_to_none=True) step) leaves the
     // staging decision as the bind made it: it depends on the grad only through the grad's layout.
     const bool still_flat = same_param && !staging.is_staged(i) && p.contiguous && g->contiguous;
-    if (!still_flat && LayoutStaging::needed(source, i) != staging.is_staged(i) && !reason)
+    if (!still_flat && LayoutStaging::needed(source, program.walks_rows_and_columns, i) != staging.is_staged(i) &&
+        !reason)
       reason = "a param's tensors stopped or started sharing one memory layout";
     changes.replaced_grads.push_back(i);
   }
@@ -64,7 +65,7 @@ void repoint_grads(StepSource& source, Program& program, const LayoutStaging& st
 void bind(StepSource& source, Program& program, LayoutStaging& staging, const char* reason, StepMetrics& metrics) {
   OPTJIT_LOG(guards, "{}: rebinding arguments at step #{}: {}", source.name(), metrics.steps, reason);
   source.ensure_state();
-  staging.prepare(source);
+  staging.prepare(source, program.walks_rows_and_columns);
   metrics.staged_params = staging.staged_count();
   program.entry_of_flat.assign(static_cast<std::size_t>(source.param_count()), {-1, 0});
   for (std::size_t b = 0; b < program.buckets.size(); ++b) {

@@ -95,9 +95,9 @@ void launch_program(Program& program, const CompileOptions& options, const std::
     }
 }
 
-StepSource::GradPassTotals run_grad_pass(const StepSource& source, Program& program, const std::vector<double>& hyper,
+StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<double>& hyper,
                                          const CompileOptions& options) {
-  const GradPass pass = source.grad_pass();
+  const GradPass& pass = program.grad_pass;
   GradNormTotal norm(pass.norm_type);
   StepSource::GradPassTotals totals;
   for (BucketProgram& bp : program.buckets) {

@@ -14,7 +14,7 @@ void launch_program(Program& program, const CompileOptions& options, const std::
 // Every bucket's grad pass, then the totals over all of them (and over the processes, with a shard reducer): every
 // tensor's norm contribution combined in bucket order, then list order, so the result does not depend on the thread
 // count.
-StepSource::GradPassTotals run_grad_pass(const StepSource& source, Program& program, const std::vector<double>& hyper,
+StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<double>& hyper,
                                          const CompileOptions& options);
 
 } // namespace optjit

@@ -88,6 +88,28 @@ private:
   double partial_;
 };
 
+// One bucket and the graph its params step with.
+struct TracedBucket {
+  ParamBucket bucket;
+  Graph graph;
+};
+
+// What a step is, as the driver compiles it (StepSource::describe): one value, read once per compile.
+struct StepDescription {
+  // Every param in buckets, with a grad or not (which grads are present only changes the binding), each bucket
+  // traced.
+  std::vector<TracedBucket> buckets;
+  // The grad pass (compiler/grad_pass.h), one reduction pass over each bucket's grads run before the update, when
+  // the step clips its grads by their total norm or checks them for infs and NaNs itself.
+  GradPass grad_pass;
+  // Layouts. Kernels walk a param's tensors flat, which needs its param, grad and tensor state to share one dense
+  // layout; the driver stages a param whose tensors do not (compiler/layout_staging.h). What it reads for that:
+  // whether a param's kernels find rows and columns by element order (they need contiguous tensors then), per param
+  // in flat order, and whether the step writes its grads (a staged grad is then copied back too).
+  std::vector<bool> walks_rows_and_columns;
+  bool writes_grads = false;
+};
+
 class StepSource {
 public:
   virtual ~StepSource() = default;
@@ -133,20 +155,17 @@ public:
   // whenever the state version changes.
   virtual std::vector<uint64_t> state_dtype_facts() const = 0;
 
-  // Every param in buckets (with a grad or not: which grads are present only changes the binding).
-  virtual std::vector<ParamBucket> compile_buckets() const = 0;
-  virtual Graph trace_bucket(const ParamBucket& bucket) const = 0;
+  // What the step is, as the driver compiles it: its buckets, each traced, and what it needs around its kernels.
+  // Read once per compile (the guards above say when a step needs another).
+  virtual StepDescription describe() const = 0;
   // The bucket's tensors by slot (its state must exist: ensure_state()) and this step's hyperparameters.
   virtual ListArguments list_arguments(const ParamBucket& bucket) const = 0;
   // This step's hyperparameters: groups x names, in list_arguments' hyper_names order.
   virtual std::vector<double> hyper_values() const = 0;
 
-  // The grad pass (compiler/grad_pass.h): one reduction pass over each bucket's grads, run by the driver before the
-  // update when the step clips its grads by their total norm, checks them for infs and NaNs itself, or both. The
-  // driver runs every bucket's pass, combines the values over all buckets in a fixed order (GradNormTotal; any
-  // non-zero check value is an inf or NaN) and hands the totals to take_grad_pass, before reading hyper_values().
-  virtual GradPass grad_pass() const = 0;
-  bool has_grad_pass() const { return grad_pass().any(); }
+  // The grad pass (StepDescription::grad_pass) runs every bucket's pass, combines the values over all buckets in a
+  // fixed order (GradNormTotal; any non-zero check value is an inf or NaN) and hands the totals to take_grad_pass,
+  // before reading hyper_values().
   struct GradPassTotals {
     double norm_partial = 0; // when the step clips: GradNormTotal::partial() over this process's grads
     bool nonfinite = false;  // whether a grad holds an inf or NaN, when the step checks
@@ -174,14 +193,8 @@ public:
   // Changes whenever state is created or a state buffer is replaced: bindings hold state addresses.
   virtual uint64_t state_version() const = 0;
 
-  // Layouts. Kernels walk a param's tensors flat, which needs its param, grad and tensor state to share one dense
-  // layout; the driver stages a param whose tensors do not: its kernels run on contiguous copies
-  // (compiler/layout_staging.h). What it reads for that: each param's state, whether its kernels find rows and
-  // columns by element order (they need contiguous tensors then), and whether a step writes its grads (a staged
-  // grad is then copied back too).
+  // A param's state: what layout staging copies (compiler/layout_staging.h).
   virtual const ParamState& flat_state(int64_t flat) const = 0;
-  virtual bool walks_rows_and_columns(int64_t flat) const = 0;
-  virtual bool writes_grads() const = 0;
   // After the launches of a step that was not skipped.
   virtual void after_step() = 0;
 

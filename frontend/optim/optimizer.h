@@ -213,8 +213,10 @@ public:
   // with grads; compiled steps bucket every param, since which grads are present only changes the binding.
   enum class BucketMembers { WithGrads, All };
   std::vector<Bucket> make_buckets(BucketMembers members = BucketMembers::WithGrads) const;
-  std::vector<ParamBucket> compile_buckets() const override { return make_buckets(BucketMembers::All); }
-  Graph trace_bucket(const ParamBucket& bucket) const override;
+  // The step as the driver compiles it: every param's bucket (BucketMembers::All) traced, the grad pass, and what
+  // layout staging reads.
+  StepDescription describe() const override;
+  Graph trace_bucket(const ParamBucket& bucket) const;
   // The dtype a bucket's step computes element values in: its params' compute dtype (bf16 and f16 in f32, complex in
   // its component), or f64 where a state tensor is f64 beside narrower params: torch's ops on them promote.
   Dtype bucket_compute_dtype(const ParamBucket& bucket) const;
@@ -222,8 +224,9 @@ public:
   // entry in its storage dtype.
   std::vector<Slot> slots(const Structure& structure, const ParamBucket& bucket) const;
   ListArguments list_arguments(const ParamBucket& bucket) const override;
-  // Gradient clipping (compiler/step_source.h).
-  GradPass grad_pass() const override;
+  // What the step's grad pass computes (compiler/step_source.h): gradient clipping, the in-step inf check.
+  GradPass grad_pass() const;
+  bool has_grad_pass() const { return grad_pass().any(); }
   bool clips_grads() const { return clipping_.has_value(); }
   bool checks_grads_finite() const { return inf_check_ == InfCheck::InStep && found_inf_.defined(); }
   bool take_grad_pass(const GradPassTotals& totals) override;
@@ -241,7 +244,7 @@ public:
   bool param_traced_structure_has_axes(int64_t flat) const;
   // Whether param `flat`'s kernels find rows and columns by element order (its rows or columns state, or a step
   // that sums along them), so that a param that is not contiguous steps through contiguous copies.
-  bool walks_rows_and_columns(int64_t flat) const override { return param_traced_structure_has_axes(flat); }
+  virtual bool walks_rows_and_columns(int64_t flat) const { return param_traced_structure_has_axes(flat); }
   // The state a param of a group with these flags keeps: the subclass's state_specs(), then `master_param` (an f32
   // copy of a bf16 or f16 param the step updates, rounding the param from it) when master_weights is on, and the
   // hidden `_rounding_stream` (the param's index) when stochastic_rounding is on.
@@ -306,7 +309,7 @@ public:
 
   // Whether a step writes its grads: the unscaled grads of gradient scaling, or a step function that stores to its
   // grad list. A staged param's grad copy is then written back after the launch, and an overlapping grad refused.
-  bool writes_grads() const override { return stores_unscaled_grads(); }
+  virtual bool writes_grads() const { return stores_unscaled_grads(); }
 
 protected:
   // `flags`: the options that are flags (0 or 1 in every group, loaded ones included).

@@ -128,6 +128,20 @@ Dtype Optimizer::bucket_compute_dtype(const ParamBucket& bucket) const {
   return widest;
 }
 
+StepDescription Optimizer::describe() const {
+  StepDescription step;
+  for (ParamBucket& bucket : make_buckets(BucketMembers::All)) {
+    Graph graph = trace_bucket(bucket);
+    step.buckets.push_back({std::move(bucket), std::move(graph)});
+  }
+  step.grad_pass = grad_pass();
+  step.walks_rows_and_columns.resize(static_cast<std::size_t>(param_count()));
+  for (int64_t i = 0; i < param_count(); ++i)
+    step.walks_rows_and_columns[static_cast<std::size_t>(i)] = walks_rows_and_columns(i);
+  step.writes_grads = writes_grads();
+  return step;
+}
+
 Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
   std::string graph_name = name_;
   for (char& c : graph_name)

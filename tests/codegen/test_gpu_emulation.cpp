@@ -102,9 +102,9 @@ int64_t step_emulated(Optimizer& opt, unsigned threads, EmulatedSchedule schedul
                       int64_t axis_item_elements = -1) {
   opt.ensure_state();
   int64_t col_scratch_used = 0;
-  for (const ParamBucket& bucket : opt.compile_buckets())
-    col_scratch_used += run_emulated(run_pipeline(opt.trace_bucket(bucket)), opt.list_arguments(bucket), threads,
-                                     schedule, axis_item_elements);
+  for (auto& [bucket, graph] : opt.describe().buckets)
+    col_scratch_used +=
+        run_emulated(run_pipeline(std::move(graph)), opt.list_arguments(bucket), threads, schedule, axis_item_elements);
   return col_scratch_used;
 }
 
@@ -125,10 +125,9 @@ int64_t check_emulated_against_cpu(const CountConfig& c, Dtype dtype, unsigned t
     randomize_grads(reference, 500 + static_cast<uint64_t>(s));
     col_scratch_used += step_emulated(*opt_emulated, threads, schedule, axis_item_elements);
     opt_reference->ensure_state();
-    for (const ParamBucket& bucket : opt_reference->compile_buckets()) {
+    for (auto& [bucket, graph] : opt_reference->describe().buckets) {
       bool hit = false;
-      std::unique_ptr<Executable> code =
-          cpu_backend().load(run_pipeline(opt_reference->trace_bucket(bucket)), cpu, CompileOptions{}, hit);
+      std::unique_ptr<Executable> code = cpu_backend().load(run_pipeline(std::move(graph)), cpu, CompileOptions{}, hit);
       code->bind(opt_reference->list_arguments(bucket));
       code->launch();
     }

@@ -25,8 +25,8 @@ struct HostStateRun {
   explicit HostStateRun(Optimizer& opt) {
     opt.ensure_state();
     const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
-    for (ParamBucket& bucket : opt.compile_buckets()) {
-      PipelineResult pipeline = run_pipeline(opt.trace_bucket(bucket));
+    for (auto& [bucket, graph] : opt.describe().buckets) {
+      PipelineResult pipeline = run_pipeline(std::move(graph));
       bool hit = false;
       buckets.push_back({bucket, with_scalar_state_on_host(cpu_backend().load(pipeline, cpu, CompileOptions{}, hit),
                                                            pipeline.optimized, Device::cpu())});
