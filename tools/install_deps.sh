@@ -4,7 +4,7 @@
 # tools/test.sh passes it.
 set -euo pipefail
 packages=(cmake ninja-build g++ llvm-19-dev llvm-19-tools libzstd-dev libspdlog-dev doctest-dev nlohmann-json3-dev
-          libcli11-dev clang-format-14 python3-venv python3-dev)
+          libcli11-dev libdnnl-dev clang-format-14 python3-venv python3-dev)
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang-19 libclang-rt-19-dev)
 fi

@@ -1,0 +1,225 @@
+// runtime/gemm.h on the CPU: oneDNN's matmul primitive, through its C API, loaded with dlopen. The header is
+// oneDNN's own (libdnnl-dev): the function table below is typed from it, so a signature that changed would not
+// compile. Every oneDNN status that is not success becomes an optjit::Error naming the call.
+#include "runtime/error.h"
+#include "runtime/gemm.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include <dlfcn.h>
+#include <spdlog/fmt/fmt.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace optjit {
+namespace {
+
+#define OPTJIT_ONEDNN_FUNCTIONS(X)                                                                                     \
+  X(dnnl_engine_create)                                                                                                \
+  X(dnnl_stream_create)                                                                                                \
+  X(dnnl_stream_wait)                                                                                                  \
+  X(dnnl_stream_destroy)                                                                                               \
+  X(dnnl_memory_desc_init_by_strides)                                                                                  \
+  X(dnnl_memory_desc_get_size)                                                                                         \
+  X(dnnl_matmul_desc_init)                                                                                             \
+  X(dnnl_primitive_attr_create)                                                                                        \
+  X(dnnl_primitive_attr_destroy)                                                                                       \
+  X(dnnl_primitive_attr_set_scratchpad_mode)                                                                           \
+  X(dnnl_primitive_desc_create)                                                                                        \
+  X(dnnl_primitive_desc_destroy)                                                                                       \
+  X(dnnl_primitive_desc_query)                                                                                         \
+  X(dnnl_primitive_desc_query_md)                                                                                      \
+  X(dnnl_primitive_create)                                                                                             \
+  X(dnnl_primitive_destroy)                                                                                            \
+  X(dnnl_primitive_execute)                                                                                            \
+  X(dnnl_memory_create)                                                                                                \
+  X(dnnl_memory_destroy)                                                                                               \
+  X(dnnl_status2str)
+
+struct OneDnn {
+#define OPTJIT_ONEDNN_MEMBER(name) decltype(&::name) name = nullptr;
+  OPTJIT_ONEDNN_FUNCTIONS(OPTJIT_ONEDNN_MEMBER)
+#undef OPTJIT_ONEDNN_MEMBER
+  dnnl_engine_t engine = nullptr; // the CPU engine, for the process's life
+};
+
+std::string library_name() {
+  const char* name = std::getenv("OPTJIT_ONEDNN_LIBRARY");
+  return name && *name ? name : "libdnnl.so.2";
+}
+
+// Loads `name` and resolves every function; returns why it could not, or an empty string.
+std::string load(const std::string& name, OneDnn& lib) {
+  void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = dlerror();
+    return "matrix multiplies on the CPU run in oneDNN, and " + name + " does not load (" +
+           (why ? why : "no reason given") +
+           "): install it (Debian 12: apt install libdnnl2; tools/install_deps.sh does), or set "
+           "OPTJIT_ONEDNN_LIBRARY to its path";
+  }
+#define OPTJIT_ONEDNN_RESOLVE(function)                                                                                \
+  lib.function = reinterpret_cast<decltype(&::function)>(dlsym(handle, #function));                                    \
+  if (!lib.function)                                                                                                   \
+    return name + " has no " #function ": optjit needs oneDNN 2.x (libdnnl.so.2)";
+  OPTJIT_ONEDNN_FUNCTIONS(OPTJIT_ONEDNN_RESOLVE)
+#undef OPTJIT_ONEDNN_RESOLVE
+  if (lib.dnnl_engine_create(&lib.engine, dnnl_cpu, 0) != dnnl_success)
+    return name + " loads but makes no CPU engine";
+  return {};
+}
+
+// The process's library, loaded once; a failed load is remembered and every later use throws the same error.
+const OneDnn& onednn() {
+  static std::once_flag once;
+  static OneDnn lib;
+  static std::string failure;
+  std::call_once(once, [] { failure = load(library_name(), lib); });
+  if (!failure.empty())
+    throw Error(failure);
+  return lib;
+}
+
+void check(const OneDnn& lib, dnnl_status_t status, const char* call, const GemmShape& shape) {
+  if (status != dnnl_success)
+    throw Error(std::string("oneDNN's ") + call + " failed (" + lib.dnnl_status2str(status) + ") for the product " +
+                shape.to_string());
+}
+
+dnnl_data_type_t onednn_dtype(Dtype dtype) { return dtype == Dtype::bf16 ? dnnl_bf16 : dnnl_f32; }
+
+// A batch of `rows` x `cols` matrices (as the product reads them), each dense and row-major, or stored transposed
+// (cols x rows, row-major) when `transposed`.
+dnnl_memory_desc_t matrices(const OneDnn& lib, const GemmShape& shape, int64_t rows, int64_t cols, bool transposed,
+                            Dtype dtype) {
+  const dnnl_dims_t dims = {shape.batch, rows, cols};
+  const dnnl_dims_t strides = {rows * cols, transposed ? 1 : cols, transposed ? rows : 1};
+  dnnl_memory_desc_t md;
+  check(lib, lib.dnnl_memory_desc_init_by_strides(&md, 3, dims, onednn_dtype(dtype), strides),
+        "dnnl_memory_desc_init_by_strides", shape);
+  return md;
+}
+
+// Per thread: the stream runs execute on, and the scratchpad (the primitives' scratch is the caller's, so one
+// primitive runs from several threads at once).
+struct ThreadContext {
+  dnnl_stream_t stream = nullptr;
+  std::vector<std::byte> scratchpad;
+  ~ThreadContext() {
+    if (stream)
+      onednn().dnnl_stream_destroy(stream);
+  }
+};
+
+} // namespace
+
+struct Gemm::Primitive {
+  dnnl_memory_desc_t a, b, c, scratchpad;
+  dnnl_primitive_t primitive = nullptr;
+  ~Primitive() {
+    if (primitive)
+      onednn().dnnl_primitive_destroy(primitive);
+  }
+};
+
+std::string GemmShape::to_string() const {
+  const auto dims = [](int64_t rows, int64_t cols, bool transposed) {
+    return transposed ? fmt::format("({}x{})^T", cols, rows) : fmt::format("{}x{}", rows, cols);
+  };
+  return fmt::format("{} [{}] {}x{} = {} @ {} -> {}", dtype_name(operands), batch, m, n, dims(m, k, transpose_a),
+                     dims(k, n, transpose_b), dtype_name(result));
+}
+
+Gemm::Gemm(const GemmShape& shape) : shape_(shape), implementation_("none") {
+  if (shape.batch < 0 || shape.m < 0 || shape.n < 0 || shape.k < 0)
+    throw Error("the matrix product " + shape.to_string() + " has a negative size");
+  if (shape.operands != Dtype::bf16 && shape.operands != Dtype::f32)
+    throw Error("the matrix product " + shape.to_string() + " takes bf16 or f32 operands, not " +
+                std::string(dtype_name(shape.operands)));
+  if (shape.result != Dtype::f32 && !(shape.result == Dtype::bf16 && shape.operands == Dtype::bf16))
+    throw Error("the matrix product " + shape.to_string() + " gives f32, or bf16 from bf16 operands, not " +
+                std::string(dtype_name(shape.result)));
+  if (shape.batch == 0 || shape.m == 0 || shape.n == 0 || shape.k == 0)
+    return; // nothing to multiply: run() writes the zeros of an empty sum, if any
+  const OneDnn& lib = onednn();
+  auto p = std::make_unique<Primitive>();
+  p->a = matrices(lib, shape, shape.m, shape.k, shape.transpose_a, shape.operands);
+  p->b = matrices(lib, shape, shape.k, shape.n, shape.transpose_b, shape.operands);
+  p->c = matrices(lib, shape, shape.m, shape.n, false, shape.result);
+  dnnl_matmul_desc_t desc;
+  check(lib, lib.dnnl_matmul_desc_init(&desc, &p->a, &p->b, nullptr, &p->c), "dnnl_matmul_desc_init", shape);
+  dnnl_primitive_attr_t attr = nullptr;
+  check(lib, lib.dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create", shape);
+  dnnl_primitive_desc_t pd = nullptr;
+  dnnl_status_t status = lib.dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (status == dnnl_success)
+    status = lib.dnnl_primitive_desc_create(&pd, &desc, attr, lib.engine, nullptr);
+  lib.dnnl_primitive_attr_destroy(attr);
+  check(lib, status, "dnnl_primitive_desc_create", shape);
+  const char* impl = nullptr;
+  status = lib.dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  if (status == dnnl_success) {
+    implementation_ = impl ? impl : "unnamed";
+    p->scratchpad = *lib.dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    status = lib.dnnl_primitive_create(&p->primitive, pd);
+  }
+  lib.dnnl_primitive_desc_destroy(pd);
+  check(lib, status, "dnnl_primitive_create", shape);
+  primitive_ = std::move(p);
+}
+
+Gemm::~Gemm() = default;
+
+void Gemm::run(const void* a, const void* b, void* c) const {
+  if (!primitive_) { // an empty product: only k == 0 leaves elements to write, the zeros of an empty sum
+    if (shape_.k == 0)
+      std::memset(c, 0, static_cast<std::size_t>(shape_.batch * shape_.m * shape_.n) * dtype_size(shape_.result));
+    return;
+  }
+  const OneDnn& lib = onednn();
+  thread_local ThreadContext context;
+  if (!context.stream)
+    check(lib, lib.dnnl_stream_create(&context.stream, lib.engine, dnnl_stream_default_flags), "dnnl_stream_create",
+          shape_);
+  const std::size_t scratch_bytes = lib.dnnl_memory_desc_get_size(&primitive_->scratchpad);
+  if (context.scratchpad.size() < scratch_bytes)
+    context.scratchpad.resize(scratch_bytes);
+  // Memory objects are the library's handles on the caller's buffers: made for the run, freed after it.
+  dnnl_exec_arg_t args[4] = {
+      {DNNL_ARG_SRC, nullptr}, {DNNL_ARG_WEIGHTS, nullptr}, {DNNL_ARG_DST, nullptr}, {DNNL_ARG_SCRATCHPAD, nullptr}};
+  const dnnl_memory_desc_t* descs[4] = {&primitive_->a, &primitive_->b, &primitive_->c, &primitive_->scratchpad};
+  void* handles[4] = {const_cast<void*>(a), const_cast<void*>(b), c, context.scratchpad.data()};
+  dnnl_status_t status = dnnl_success;
+  int made = 0;
+  for (; made < 4 && status == dnnl_success; ++made)
+    status = lib.dnnl_memory_create(&args[made].memory, descs[made], lib.engine, handles[made]);
+  if (status == dnnl_success)
+    status = lib.dnnl_primitive_execute(primitive_->primitive, context.stream, 4, args);
+  if (status == dnnl_success)
+    status = lib.dnnl_stream_wait(context.stream);
+  for (int i = 0; i < made; ++i)
+    if (args[i].memory)
+      lib.dnnl_memory_destroy(args[i].memory);
+  check(lib, status, "dnnl_primitive_execute", shape_);
+}
+
+void probe_gemm_library(const std::string& library) {
+  OneDnn lib;
+  if (std::string failure = load(library, lib); !failure.empty())
+    throw Error(failure);
+}
+
+bool gemm_library_available() {
+  try {
+    onednn();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+} // namespace optjit
