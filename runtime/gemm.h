@@ -5,8 +5,9 @@
 // products never needs it.
 //
 // A Gemm is prepared once (when a step compiles: the library picks its kernel for the shape) and run many times,
-// from any thread, several at once. It computes only the product; what addmm adds around it (alpha, beta * C) is
-// pointwise and runs in the kernels on either side, where it fuses with the rest of the step.
+// from any thread, several at once. It computes torch.addmm's C = beta C + alpha op(A) op(B) in f32 and rounds once
+// to C's dtype, as torch's CPU addmm does through the same library (C copied from addmm's input first); alpha and
+// beta are fixed when it is prepared (oneDNN 2.x fixes the scale of its sum when the primitive is made).
 #pragma once
 
 #include "runtime/dtype.h"
@@ -17,7 +18,8 @@
 
 namespace optjit {
 
-// C[i] = op(A[i]) op(B[i]) for i < batch: every matrix dense and row-major, each operand's matrices one after another.
+// C[i] = beta C[i] + alpha op(A[i]) op(B[i]) for i < batch: every matrix dense and row-major, each operand's matrices
+// one after another.
 struct GemmShape {
   int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;  // C is m x n, op(A) m x k, op(B) k x n
@@ -25,6 +27,8 @@ struct GemmShape {
   bool transpose_b = false;     // B is stored n x k and read transposed
   Dtype operands = Dtype::bf16; // A's and B's dtype: bf16 or f32
   Dtype result = Dtype::f32;    // C's: f32, or bf16 (the f32 sum rounded once, to nearest even), as torch's bf16 mm
+  double alpha = 1.0;           // applied in f32, as torch's addmm
+  double beta = 0.0;            // 0: C is only written
   bool operator==(const GemmShape&) const = default;
   std::string to_string() const; // "bf16 [4] 768x768 = 768x3072 @ (3072x768)^T -> bf16"
 };
@@ -39,7 +43,8 @@ public:
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // C = op(A) op(B), overwriting C (zeros when k is 0). The pointers hold shape().batch matrices each.
+  // C = beta C + alpha op(A) op(B) (C is not read when beta is 0; an empty sum, k of 0, is 0). The pointers hold
+  // shape().batch matrices each; C may not overlap A or B.
   void run(const void* a, const void* b, void* c) const;
 
   const GemmShape& shape() const { return shape_; }

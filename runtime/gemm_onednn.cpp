@@ -3,6 +3,7 @@
 // compile. Every oneDNN status that is not success becomes an optjit::Error naming the call.
 #include "runtime/error.h"
 #include "runtime/gemm.h"
+#include "runtime/low_precision.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -29,6 +30,11 @@ namespace {
   X(dnnl_primitive_attr_create)                                                                                        \
   X(dnnl_primitive_attr_destroy)                                                                                       \
   X(dnnl_primitive_attr_set_scratchpad_mode)                                                                           \
+  X(dnnl_primitive_attr_set_output_scales)                                                                             \
+  X(dnnl_primitive_attr_set_post_ops)                                                                                  \
+  X(dnnl_post_ops_create)                                                                                              \
+  X(dnnl_post_ops_append_sum)                                                                                          \
+  X(dnnl_post_ops_destroy)                                                                                             \
   X(dnnl_primitive_desc_create)                                                                                        \
   X(dnnl_primitive_desc_destroy)                                                                                       \
   X(dnnl_primitive_desc_query)                                                                                         \
@@ -130,8 +136,9 @@ std::string GemmShape::to_string() const {
   const auto dims = [](int64_t rows, int64_t cols, bool transposed) {
     return transposed ? fmt::format("({}x{})^T", cols, rows) : fmt::format("{}x{}", rows, cols);
   };
-  return fmt::format("{} [{}] {}x{} = {} @ {} -> {}", dtype_name(operands), batch, m, n, dims(m, k, transpose_a),
-                     dims(k, n, transpose_b), dtype_name(result));
+  return fmt::format("{} [{}] {}x{} = {}{} @ {}{} -> {}", dtype_name(operands), batch, m, n,
+                     alpha == 1.0 ? "" : fmt::format("{} ", alpha), dims(m, k, transpose_a), dims(k, n, transpose_b),
+                     beta == 0.0 ? "" : fmt::format(" + {} C", beta), dtype_name(result));
 }
 
 Gemm::Gemm(const GemmShape& shape) : shape_(shape), implementation_("none") {
@@ -156,8 +163,21 @@ Gemm::Gemm(const GemmShape& shape) : shape_(shape), implementation_("none") {
   check(lib, lib.dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create", shape);
   dnnl_primitive_desc_t pd = nullptr;
   dnnl_status_t status = lib.dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  const float alpha = static_cast<float>(shape.alpha);
+  if (status == dnnl_success && shape.alpha != 1.0) // dst = alpha (A B), then + beta dst: torch's addmm in f32
+    status = lib.dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha);
+  dnnl_post_ops_t post_ops = nullptr;
+  if (status == dnnl_success && shape.beta != 0.0) {
+    status = lib.dnnl_post_ops_create(&post_ops);
+    if (status == dnnl_success)
+      status = lib.dnnl_post_ops_append_sum(post_ops, static_cast<float>(shape.beta));
+    if (status == dnnl_success)
+      status = lib.dnnl_primitive_attr_set_post_ops(attr, post_ops);
+  }
   if (status == dnnl_success)
     status = lib.dnnl_primitive_desc_create(&pd, &desc, attr, lib.engine, nullptr);
+  if (post_ops)
+    lib.dnnl_post_ops_destroy(post_ops);
   lib.dnnl_primitive_attr_destroy(attr);
   check(lib, status, "dnnl_primitive_desc_create", shape);
   const char* impl = nullptr;
@@ -175,9 +195,19 @@ Gemm::Gemm(const GemmShape& shape) : shape_(shape), implementation_("none") {
 Gemm::~Gemm() = default;
 
 void Gemm::run(const void* a, const void* b, void* c) const {
-  if (!primitive_) { // an empty product: only k == 0 leaves elements to write, the zeros of an empty sum
-    if (shape_.k == 0)
-      std::memset(c, 0, static_cast<std::size_t>(shape_.batch * shape_.m * shape_.n) * dtype_size(shape_.result));
+  if (!primitive_) { // an empty product: only k == 0 leaves elements to write, beta C (0 when beta is 0)
+    const int64_t count = shape_.batch * shape_.m * shape_.n;
+    if (shape_.k != 0 || count == 0)
+      return;
+    if (shape_.beta == 0.0) {
+      std::memset(c, 0, static_cast<std::size_t>(count) * dtype_size(shape_.result));
+    } else if (shape_.result == Dtype::f32) {
+      for (float* v = static_cast<float*>(c); v != static_cast<float*>(c) + count; ++v)
+        *v = static_cast<float>(shape_.beta) * *v;
+    } else {
+      for (bfloat16* v = static_cast<bfloat16*>(c); v != static_cast<bfloat16*>(c) + count; ++v)
+        *v = bfloat16(static_cast<float>(shape_.beta) * static_cast<float>(*v));
+    }
     return;
   }
   const OneDnn& lib = onednn();

@@ -2,6 +2,7 @@
 #include "runtime/error.h"
 
 #include <map>
+#include <vector>
 
 namespace optjit {
 
@@ -15,6 +16,26 @@ const std::pair<std::string, std::string>* pair_option_keys(const std::string& n
   return it == pairs.end() ? nullptr : &it->second;
 }
 
+const std::array<std::string, 3>* triple_option_keys(const std::string& name) {
+  static const std::array<std::string, 3> ns_coefficients = {"ns_a", "ns_b", "ns_c"};
+  return name == "ns_coefficients" ? &ns_coefficients : nullptr;
+}
+
+double named_option_value(const std::string& option, const std::string& name) {
+  static const std::map<std::string, std::vector<std::string>> choices = {
+      {"adjust_lr_fn", {"original", "match_rms_adamw", "spectral_unclamped"}}};
+  const auto it = choices.find(option);
+  if (it == choices.end())
+    throw Error("option '" + option + "' takes a number, not the name '" + name + "'");
+  for (std::size_t i = 0; i < it->second.size(); ++i)
+    if (it->second[i] == name)
+      return static_cast<double>(i);
+  std::string names;
+  for (const std::string& choice : it->second)
+    names += (names.empty() ? "'" : ", '") + choice + "'";
+  throw Error("option '" + option + "' is '" + name + "': it takes one of " + names);
+}
+
 void put_option(OptionMap& map, const std::string& name, double value) { map[name] = value; }
 
 void put_option(OptionMap& map, const std::string& name, bool value) { map[name] = value ? 1.0 : 0.0; }
@@ -24,6 +45,13 @@ void put_option(OptionMap& map, const std::string& name, const OptionPair& value
   OPTJIT_ASSERT(keys, "option '" + name + "' is a pair without group keys: add it to pair_option_keys");
   map[keys->first] = value.first;
   map[keys->second] = value.second;
+}
+
+void put_option(OptionMap& map, const std::string& name, const OptionTriple& value) {
+  const auto* keys = triple_option_keys(name);
+  OPTJIT_ASSERT(keys, "option '" + name + "' is a triple without group keys: add it to triple_option_keys");
+  for (std::size_t i = 0; i < 3; ++i)
+    map[(*keys)[i]] = value[i];
 }
 
 } // namespace optjit

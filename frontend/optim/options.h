@@ -12,6 +12,7 @@
 
 #include "frontend/optim/optimizer.h"
 
+#include <array>
 #include <limits>
 #include <optional>
 #include <set>
@@ -22,10 +23,20 @@
 namespace optjit {
 
 using OptionPair = std::pair<double, double>;
+using OptionTriple = std::array<double, 3>;
 
 // torch's pair options and the two group option names each is split into ("betas" -> "beta1", "beta2"); null for
 // an option that is not a pair.
 const std::pair<std::string, std::string>* pair_option_keys(const std::string& name);
+// torch's three-value options (Muon's ns_coefficients) and the group option names each is split into; null for any
+// other option.
+const std::array<std::string, 3>* triple_option_keys(const std::string& name);
+
+// A choice option given by name (Muon's adjust_lr_fn: "original", "match_rms_adamw", "spectral_unclamped") as the
+// value its group option holds: the name's index among the choices. Throws optjit::Error naming the option and its
+// choices for an option that takes no names or a name it does not have.
+double named_option_value(const std::string& option, const std::string& name);
+
 // An option given as None where torch allows it (Adafactor's eps1: the machine epsilon of the param's dtype): held as
 // this value, which no such option takes otherwise (they are >= 0). Finite, since hyperparameters are checked to be,
 // and far from any value a user gives (it was -1, which made an eps1 of -1 pass as None where torch refuses it).
@@ -35,6 +46,7 @@ inline constexpr double kOptionNone = -std::numeric_limits<double>::max();
 void put_option(OptionMap& map, const std::string& name, double value);
 void put_option(OptionMap& map, const std::string& name, bool value);
 void put_option(OptionMap& map, const std::string& name, const OptionPair& value);
+void put_option(OptionMap& map, const std::string& name, const OptionTriple& value);
 
 // An options struct as the group option map its optimizer's groups start from (`foreach` is optimizer-wide and
 // not in it).

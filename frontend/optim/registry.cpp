@@ -8,6 +8,7 @@
 #include "frontend/optim/lamb.h"
 #include "frontend/optim/lars.h"
 #include "frontend/optim/lion.h"
+#include "frontend/optim/muon.h"
 #include "frontend/optim/nadam.h"
 #include "frontend/optim/radam.h"
 #include "frontend/optim/rmsprop.h"
@@ -35,8 +36,8 @@ std::string lower(std::string s) {
 void require_count(const std::string& optimizer, const std::string& key, const std::vector<double>& v,
                    std::size_t count) {
   if (v.size() != count)
-    throw Error(optimizer + " option '" + key + "' takes " + (count == 1 ? "one value" : "two values") + ", got " +
-                std::to_string(v.size()));
+    throw Error(fmt::format("{} option '{}' takes {}, got {}", optimizer, key,
+                            count == 1 ? "one value" : fmt::format("{} values", count), v.size()));
 }
 
 // A flag is 0 or 1 (false or true): 0.5, 2 or NaN is refused, never coerced.
@@ -71,7 +72,8 @@ Registry& registry() {
                   {"Lion", optimizer_factory<Lion>("Lion")},
                   {"LAMB", optimizer_factory<LAMB>("LAMB")},
                   {"Adafactor", optimizer_factory<Adafactor>("Adafactor")},
-                  {"LARS", optimizer_factory<LARS>("LARS")}};
+                  {"LARS", optimizer_factory<LARS>("LARS")},
+                  {"Muon", optimizer_factory<Muon>("Muon")}};
     r->builtins = r->entries.size();
     return r;
   }();
@@ -94,6 +96,10 @@ OptionMap group_option_map(const std::string& cls, const KeywordOptions& options
       require_count(cls, key, value, 2);
       map[pair->first] = value[0];
       map[pair->second] = value[1];
+    } else if (const auto* triple = triple_option_keys(key)) {
+      require_count(cls, key, value, 3);
+      for (std::size_t i = 0; i < 3; ++i)
+        map[(*triple)[i]] = value[i];
     } else if (key == "foreach") {
       throw Error("foreach is an optimizer-wide option, not a param group option");
     } else {
@@ -120,6 +126,10 @@ void keyword_value(std::optional<bool>& member, const std::string& cls, const st
 void keyword_value(OptionPair& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
   require_count(cls, key, v, 2);
   member = {v[0], v[1]};
+}
+void keyword_value(OptionTriple& member, const std::string& cls, const std::string& key, const std::vector<double>& v) {
+  require_count(cls, key, v, 3);
+  member = {v[0], v[1], v[2]};
 }
 
 std::vector<std::string> implemented_optimizers() {

@@ -48,6 +48,8 @@ void keyword_value(std::optional<bool>& member, const std::string& cls, const st
                    const std::vector<double>& values);
 void keyword_value(OptionPair& member, const std::string& cls, const std::string& key,
                    const std::vector<double>& values);
+void keyword_value(OptionTriple& member, const std::string& cls, const std::string& key,
+                   const std::vector<double>& values);
 
 // An options struct (declared with OPTJIT_DEFINE_OPTIONS) from keyword options, each of which must be one of its
 // options.

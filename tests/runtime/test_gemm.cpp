@@ -58,8 +58,8 @@ Reference reference_product(const GemmShape& s, const std::vector<float>& a, con
           sum += x * y;
           mag += std::fabs(x * y);
         }
-        r.value.push_back(sum);
-        r.magnitude.push_back(mag);
+        r.value.push_back(s.alpha * sum);
+        r.magnitude.push_back(std::fabs(s.alpha) * mag);
       }
   }
   return r;
@@ -73,8 +73,11 @@ void check_product(const GemmShape& shape, uint32_t seed) {
   const std::vector<float> b = random_matrices(shape.batch * shape.k * shape.n, seed + 1);
   const Gemm gemm(shape);
   const std::size_t count = static_cast<std::size_t>(shape.batch * shape.m * shape.n);
-  std::vector<float> c(count, 1e30f);
-  std::vector<bfloat16> c16(count, bfloat16(1e30f));
+  // C holds addmm's input when beta is not 0 (values exact in bf16), and garbage otherwise: it must not be read.
+  std::vector<float> c =
+      shape.beta != 0 ? random_matrices(static_cast<int64_t>(count), seed + 2) : std::vector<float>(count, 1e30f);
+  const std::vector<float> c_before = c;
+  std::vector<bfloat16> c16 = to_bf16(c);
   if (shape.operands == Dtype::bf16) {
     const std::vector<bfloat16> a16 = to_bf16(a), b16 = to_bf16(b);
     gemm.run(a16.data(), b16.data(), shape.result == Dtype::bf16 ? static_cast<void*>(c16.data()) : c.data());
@@ -84,8 +87,12 @@ void check_product(const GemmShape& shape, uint32_t seed) {
   if (shape.result == Dtype::bf16)
     for (std::size_t e = 0; e < count; ++e)
       c[e] = static_cast<float>(c16[e]);
-  const Reference ref = reference_product(shape, a, b);
+  Reference ref = reference_product(shape, a, b);
   REQUIRE(ref.value.size() == count);
+  for (std::size_t e = 0; e < count && shape.beta != 0; ++e) {
+    ref.value[e] += shape.beta * c_before[e];
+    ref.magnitude[e] += std::fabs(shape.beta * c_before[e]);
+  }
   for (std::size_t e = 0; e < count; ++e) {
     double bound = static_cast<double>(shape.k + 1) * 0x1p-24 * ref.magnitude[e] + 1e-30;
     if (shape.result == Dtype::bf16)
@@ -123,6 +130,24 @@ TEST_CASE("gemm: a batch multiplies each matrix by its own, and odd and one-wide
       {.batch = 4, .m = 64, .n = 64, .k = 96, .transpose_a = true, .operands = Dtype::bf16, .result = Dtype::bf16}, 4);
   check_product({.batch = 1, .m = 1, .n = 300, .k = 1, .operands = Dtype::f32}, 5);
   check_product({.batch = 2, .m = 300, .n = 1, .k = 17, .transpose_a = true, .operands = Dtype::f32}, 6);
+}
+
+TEST_CASE("gemm: addmm's alpha and beta, as torch.addmm(C, A, B, beta, alpha), rounded once") {
+  check_product(
+      {.m = 24, .n = 24, .k = 24, .operands = Dtype::bf16, .result = Dtype::bf16, .alpha = 2.0315, .beta = -4.775}, 21);
+  check_product({.batch = 3,
+                 .m = 16,
+                 .n = 40,
+                 .k = 16,
+                 .transpose_b = true,
+                 .operands = Dtype::bf16,
+                 .result = Dtype::bf16,
+                 .beta = 3.4445},
+                22);
+  check_product({.m = 9, .n = 5, .k = 7, .transpose_a = true, .operands = Dtype::f32, .alpha = -0.5, .beta = 0.25}, 23);
+  std::vector<float> c = {1, 2, 3, 4};
+  Gemm({.m = 2, .n = 2, .k = 0, .operands = Dtype::f32, .beta = 0.5}).run(nullptr, nullptr, c.data());
+  CHECK(c == std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f}); // an empty sum: beta C
 }
 
 TEST_CASE("gemm: several threads run one prepared product at once, each getting the same bits") {

@@ -272,6 +272,8 @@ TEST_CASE("errors: a non-finite hyperparameter set at run time throws before any
 
 TEST_CASE("errors: every optimizer refuses a bad grad or a non-finite hyperparameter before any update") {
   for (const std::string& name : implemented_optimizers()) {
+    if (name == "Muon")
+      continue; // 2-D params only, and a forloop step only: tests/frontend/optim/test_muon.cpp checks the same
     check_failed_step_changes_nothing(
         name, {},
         [](auto& params, Optimizer&) {

@@ -1,0 +1,210 @@
+#include "frontend/optim/muon.h"
+#include "frontend/optim/lerp.h"
+#include "frontend/optim/validation.h"
+#include "runtime/error.h"
+#include "runtime/gemm.h"
+#include "runtime/low_precision.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+namespace optjit {
+
+namespace {
+
+// torch's _adjust_lr: the learning rate for a matrix of `rows` x `cols`, computed as Python does, in doubles.
+double adjusted_lr(double lr, double code, int64_t rows, int64_t cols) {
+  const double a = static_cast<double>(rows), b = static_cast<double>(cols);
+  if (code == kOptionNone || code == static_cast<double>(MuonAdjustLr::original))
+    return lr * std::sqrt(std::max(1.0, a / b));
+  if (code == static_cast<double>(MuonAdjustLr::match_rms_adamw))
+    return lr * (0.2 * std::sqrt(std::max(a, b)));
+  return lr * std::sqrt(a / b); // spectral_unclamped
+}
+
+} // namespace
+
+void put_option(OptionMap& map, const std::string& name, const std::optional<MuonAdjustLr>& value) {
+  map[name] = value ? static_cast<double>(*value) : kOptionNone;
+}
+
+void keyword_value(std::optional<MuonAdjustLr>& member, const std::string& cls, const std::string& key,
+                   const std::vector<double>& values) {
+  if (values.size() != 1)
+    throw Error(fmt::format("{} option '{}' takes one value, got {}", cls, key, values.size()));
+  if (values[0] == kOptionNone) {
+    member.reset();
+    return;
+  }
+  for (int code = 0; code < 3; ++code)
+    if (values[0] == code) {
+      member = static_cast<MuonAdjustLr>(code);
+      return;
+    }
+  throw Error(fmt::format("Adjust learning rate function {} is not supported", python_float(values[0])));
+}
+
+// The products of one step of a matrix, prepared once per shape: the library picks its kernel when it is made.
+struct Muon::Products {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Gemm>> prepared;
+  const Gemm& get(const GemmShape& shape) {
+    std::lock_guard lock(mutex);
+    for (const auto& gemm : prepared)
+      if (gemm->shape() == shape)
+        return *gemm;
+    return *prepared.emplace_back(std::make_unique<Gemm>(shape));
+  }
+};
+
+Muon::Muon(std::vector<ParamGroupSpec> groups, const MuonOptions& o)
+    : Optimizer("Muon", option_map(o), o.foreach.value_or(false), flag_names(o)),
+      products_(std::make_unique<Products>()) {
+  validate_options(defaults());
+  add_param_groups(std::move(groups));
+  for (int64_t i = 0; i < param_count(); ++i)
+    check_matrix(flat_param(i));
+}
+
+Muon::Muon(std::vector<Tensor> params, const MuonOptions& o) : Muon(one_param_group(std::move(params)), o) {}
+
+Muon::~Muon() = default;
+
+void Muon::check_matrix(const Tensor& param) const {
+  if (param.dim() != 2)
+    throw Error("Muon only supports 2D parameters whereas we found a parameter with size: torch.Size([" + [&] {
+      std::string dims;
+      for (int64_t d : param.shape())
+        dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+      return dims;
+    }() + "])");
+}
+
+void Muon::validate_options(const OptionMap& o) const {
+  if (!(o.at("lr") >= 0.0))
+    throw Error("Learning rate should be >= 0 but is: " + python_float(o.at("lr")));
+  if (!(o.at("momentum") >= 0.0))
+    throw Error("momentum should be >= 0 but is: " + python_float(o.at("momentum")));
+  if (!(o.at("weight_decay") >= 0.0))
+    throw Error("weight decay should be >= 0 but is: " + python_float(o.at("weight_decay")));
+  const double adjust = o.at("adjust_lr_fn");
+  if (adjust != kOptionNone && adjust != 0 && adjust != 1 && adjust != 2)
+    throw Error("Adjust learning rate function " + python_float(adjust) + " is not supported");
+}
+
+// torch checks these as its step reaches them (after stepping the params before); here before anything changes.
+void Muon::check_step_options(const ParamGroup& group, std::size_t) const {
+  const double steps = group.get("ns_steps");
+  if (steps != std::floor(steps))
+    throw Error("ns_steps is " + python_float(steps) + ": the number of Newton-Schulz steps is an integer");
+  if (steps >= 100)
+    throw Error("Number of steps must be less than 100 for computational efficiency");
+}
+
+void Muon::check_grad(int64_t flat) const {
+  const Tensor& p = flat_param(flat);
+  if (is_complex(p.dtype()))
+    throw Error("Muon does not support complex parameters");
+  if (p.dim() != 2)
+    throw Error("Param gradient must be a 2D matrix");
+  Optimizer::check_grad(flat);
+}
+
+Structure Muon::structure(const ParamGroup& group) const {
+  Structure s;
+  s.set("nesterov", group.get("nesterov") != 0);
+  return s;
+}
+
+std::vector<StateSpec> Muon::state_specs(const Structure&) const { return {{"momentum_buffer"}}; }
+
+std::vector<std::string> Muon::hyper_names() const {
+  return {"lr", "weight_decay", "momentum", "ns_a", "ns_b", "ns_c", "eps", "ns_steps", "adjust_lr_fn"};
+}
+
+void Muon::trace(Tracer&, const Structure&) const {
+  throw Error("Muon's step multiplies matrices (Newton-Schulz), which optjit's IR does not express yet: step it with "
+              "foreach=false (its forloop step, the products in oneDNN); its compiled step is not built yet");
+}
+
+// torch's _single_tensor_muon for one param, in T (f32 or f64): the momentum and the final update in T, the
+// Newton-Schulz iterations in bf16 with f32 products from the library, each rounded to bf16 as torch's are.
+void Muon::forloop_step(const ParamGroup& group, const Tensor& param_in, const Tensor& grad_in,
+                        ParamState& state) const {
+  // Matrices are read row-major: a param in another layout steps on contiguous copies.
+  const bool contiguous = param_in.is_contiguous() && grad_in.is_contiguous();
+  const Tensor param = contiguous ? param_in : param_in.clone(), grad = contiguous ? grad_in : grad_in.clone();
+  const Tensor buf_in = find_state(state, "momentum_buffer");
+  const Tensor buf = buf_in.is_contiguous() ? buf_in : buf_in.clone();
+  const int64_t rows = param.shape()[0], cols = param.shape()[1], count = param.numel();
+  const bool tall = rows > cols;
+  const int64_t k = std::min(rows, cols); // the Gram matrix's side
+  const double momentum = group.get("momentum");
+  const bool nesterov = group.get("nesterov") != 0;
+  visit_compute_dtype(param.dtype(), [&]<class T>() {
+    T* p = param.data_as<T>();
+    const T* g = grad.data_as<T>();
+    T* b = buf.data_as<T>();
+    std::vector<bfloat16> x(static_cast<std::size_t>(count));
+    double sum_of_squares = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      b[i] = torch_lerp(b[i], g[i], static_cast<T>(1.0 - momentum));
+      x[i] = bfloat16(nesterov ? torch_lerp(g[i], b[i], static_cast<T>(momentum)) : b[i]);
+      const double v = static_cast<float>(x[i]);
+      sum_of_squares += v * v;
+    }
+    // ortho_grad.div_(ortho_grad.norm().clamp(min=eps)): a bf16 norm, clamped in bf16, each quotient rounded.
+    const float norm = static_cast<float>(bfloat16(static_cast<float>(std::sqrt(sum_of_squares))));
+    const float divisor = std::max(norm, static_cast<float>(bfloat16(static_cast<float>(group.get("eps")))));
+    for (bfloat16& v : x)
+      v = bfloat16(static_cast<float>(v) / divisor);
+    // X is rows x cols; torch's iterations run on X^T when it is tall, which are the same products transposed:
+    // A = X^T X, and X = a X + X B^T. Each is torch's addmm, in the library: the addend copied in, then
+    // C = beta C + alpha A B in f32, rounded once to bf16.
+    const double ns_a = group.get("ns_a"), ns_b = group.get("ns_b"), ns_c = group.get("ns_c");
+    const Gemm& gram = products_->get({.m = k,
+                                       .n = k,
+                                       .k = tall ? rows : cols,
+                                       .transpose_a = tall,
+                                       .transpose_b = !tall,
+                                       .operands = Dtype::bf16,
+                                       .result = Dtype::bf16});
+    const Gemm& polynomial = products_->get(
+        {.m = k, .n = k, .k = k, .operands = Dtype::bf16, .result = Dtype::bf16, .alpha = ns_c, .beta = ns_b});
+    const Gemm& apply = products_->get({.m = rows,
+                                        .n = cols,
+                                        .k = k,
+                                        .transpose_b = tall,
+                                        .operands = Dtype::bf16,
+                                        .result = Dtype::bf16,
+                                        .beta = ns_a});
+    std::vector<bfloat16> gram_matrix(static_cast<std::size_t>(k * k)), update(gram_matrix.size()), next(x.size());
+    for (int64_t step = 0; step < static_cast<int64_t>(group.get("ns_steps")); ++step) {
+      gram.run(x.data(), x.data(), gram_matrix.data());
+      update = gram_matrix; // torch.addmm(A, A, A, beta=b, alpha=c)
+      polynomial.run(gram_matrix.data(), gram_matrix.data(), update.data());
+      next = x; // torch.addmm(X, B, X, beta=a)
+      if (tall)
+        apply.run(x.data(), update.data(), next.data());
+      else
+        apply.run(update.data(), x.data(), next.data());
+      std::swap(x, next);
+    }
+    // param.mul_(1 - lr * weight_decay); param.add_(update, alpha=-adjusted_lr), each a Python double made T.
+    const double lr = group.get("lr");
+    const T decay = static_cast<T>(1.0 - lr * group.get("weight_decay"));
+    const T step_size = static_cast<T>(-adjusted_lr(lr, group.get("adjust_lr_fn"), rows, cols));
+    for (int64_t i = 0; i < count; ++i)
+      p[i] = std::fma(step_size, static_cast<T>(static_cast<float>(x[static_cast<std::size_t>(i)])), p[i] * decay);
+  });
+  if (!contiguous) {
+    param_in.copy_from(param);
+  }
+  if (!buf.same(buf_in))
+    buf_in.copy_from(buf);
+}
+
+} // namespace optjit

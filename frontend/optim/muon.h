@@ -1,0 +1,63 @@
+// Muon (torch.optim.Muon, torch 2.15): momentum on each 2-D param, then the update orthogonalized by Newton-Schulz
+// iterations in bf16, scaled by a learning rate adjusted to the matrix's shape, with decoupled weight decay:
+//
+//   buf = lerp(buf, g, 1 - momentum);  u = nesterov ? lerp(g, buf, momentum) : buf
+//   X = bf16(u) / max(|bf16(u)|, eps), the wide way round (a tall matrix transposed)
+//   ns_steps times: A = X X^T;  B = b A + c A A;  X = a X + B X   (bf16 products, f32 accumulation)
+//   p = p (1 - lr weight_decay) - adjust(lr, shape) X
+//
+// The products run in oneDNN (runtime/gemm.h), never in loops of optjit's own. Options, defaults and messages are
+// torch's; ns_coefficients is a group option triple (ns_a, ns_b, ns_c) and adjust_lr_fn a choice (None is
+// "original"). State: momentum_buffer, made like the param.
+//
+// Its step is the forloop reference (foreach=false, torch's Muon, which has no foreach path): its products are not
+// IR yet, so an eager foreach step and a compiled step are refused with an optjit::Error saying so, before anything
+// changes.
+#pragma once
+
+#include "frontend/optim/optimizer.h"
+#include "frontend/optim/options.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+// torch's adjust_lr_fn: how the learning rate scales with a matrix of A rows and B columns.
+enum class MuonAdjustLr {
+  original,           // lr sqrt(max(1, A / B)) (also None, the default)
+  match_rms_adamw,    // lr 0.2 sqrt(max(A, B))
+  spectral_unclamped, // lr sqrt(A / B)
+};
+// Its group option value (its index; None is kOptionNone), and its torch name.
+void put_option(OptionMap& map, const std::string& name, const std::optional<MuonAdjustLr>& value);
+void keyword_value(std::optional<MuonAdjustLr>& member, const std::string& cls, const std::string& key,
+                   const std::vector<double>& values);
+
+#define OPTJIT_MUON_OPTIONS(X)                                                                                         \
+  X(double, lr, 1e-3)                                                                                                  \
+  X(double, weight_decay, 0.1)                                                                                         \
+  X(double, momentum, 0.95)                                                                                            \
+  X(bool, nesterov, true)                                                                                              \
+  X(OptionTriple, ns_coefficients, OptionTriple{3.4445, -4.7750, 2.0315})                                              \
+  X(double, eps, 1e-7)                                                                                                 \
+  X(double, ns_steps, 5)                                                                                               \
+  X(std::optional<MuonAdjustLr>, adjust_lr_fn, std::nullopt)
+OPTJIT_DEFINE_OPTIONS(MuonOptions, OPTJIT_MUON_OPTIONS)
+
+class Muon : public Optimizer {
+public:
+  OPTJIT_DECLARE_OPTIMIZER(Muon, MuonOptions)
+  ~Muon() override;
+  void check_grad(int64_t flat) const override;
+  void check_step_options(const ParamGroup& group, std::size_t index) const override;
+
+private:
+  void check_matrix(const Tensor& param) const; // torch's constructor check: every param is 2-D
+  struct Products;                              // the prepared products, per shape
+  std::unique_ptr<Products> products_;
+};
+
+} // namespace optjit

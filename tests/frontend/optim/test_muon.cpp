@@ -1,0 +1,131 @@
+// Muon (frontend/optim/muon.h): torch's messages for bad options and params, checked before anything changes; the
+// step of a strided (transposed) param equal to its contiguous copy's; state dicts; and the foreach and compiled
+// modes refused with the reason. Its trajectories against torch 2.15 are tests/golden/muon (cli.replay_muon_goldens).
+#include "compiler/compiled_step.h"
+#include "frontend/optim/muon.h"
+#include "frontend/optim/registry.h"
+#include "helpers.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace optjit;
+using namespace optjit::test;
+
+namespace {
+
+Tensor matrix(int64_t rows, int64_t cols, double scale, Dtype dtype = Dtype::f32) {
+  std::vector<double> values;
+  for (int64_t i = 0; i < rows * cols; ++i)
+    values.push_back(scale * std::sin(0.7 * static_cast<double>(i) + scale));
+  return Tensor::from_values({rows, cols}, values, dtype);
+}
+
+} // namespace
+
+TEST_CASE("muon: bad options are torch's errors, and 1-D params are refused at construction") {
+  const auto make = [](KeywordOptions options, std::vector<Tensor> params = {matrix(3, 4, 1)}) {
+    return make_optimizer("Muon", {ParamGroupSpec{std::move(params), {}}}, options);
+  };
+  check_error([&] { make({{"lr", {-0.1}}}); }, "Learning rate should be >= 0 but is: -0.1");
+  check_error([&] { make({{"momentum", {-1}}}); }, "momentum should be >= 0 but is: -1.0");
+  check_error([&] { make({{"weight_decay", {-0.5}}}); }, "weight decay should be >= 0 but is: -0.5");
+  check_error([&] { make({{"adjust_lr_fn", {7}}}); }, "Adjust learning rate function 7.0 is not supported");
+  check_error([&] { make({{"ns_coefficients", {1, 2}}}); }, "Muon option 'ns_coefficients' takes 3 values, got 2");
+  check_error(
+      [&] {
+        make({}, {matrix(3, 4, 1), Tensor::zeros({5}, Dtype::f32)});
+      },
+      "Muon only supports 2D parameters whereas we found a parameter with size: torch.Size([5])");
+  check_error_contains([] { named_option_value("adjust_lr_fn", "rms"); },
+                       "it takes one of 'original', 'match_rms_adamw', 'spectral_unclamped'");
+  CHECK(named_option_value("adjust_lr_fn", "spectral_unclamped") == 2);
+}
+
+TEST_CASE("muon: ns_steps of 100 or more, and a param made 1-D after construction, change nothing") {
+  Tensor p = matrix(4, 3, 1);
+  const std::vector<double> before = p.to_vector();
+  auto opt = make_optimizer("Muon", {ParamGroupSpec{{p}, {}}}, {{"ns_steps", {100}}});
+  p.set_grad(matrix(4, 3, 0.5));
+  check_error([&] { opt->step(); }, "Number of steps must be less than 100 for computational efficiency");
+  CHECK(p.to_vector() == before);
+  CHECK(opt->visible_state(p).empty()); // no momentum buffer made
+  opt->param_groups()[0].options["ns_steps"] = 2.5;
+  check_error_contains([&] { opt->step(); }, "the number of Newton-Schulz steps is an integer");
+  opt->param_groups()[0].options["ns_steps"] = 5;
+  Tensor flat = Tensor::zeros({6}, Dtype::f32);
+  opt->add_param_group(ParamGroupSpec{{flat}, {{"ns_steps", 5}}});
+  flat.set_grad(Tensor::zeros({6}, Dtype::f32));
+  check_error([&] { opt->step(); }, "Param gradient must be a 2D matrix");
+  CHECK(p.to_vector() == before);
+}
+
+TEST_CASE("muon: a bad grad or a non-finite hyperparameter is refused before any update") {
+  for (int broken = 0; broken < 2; ++broken) {
+    Tensor p = matrix(4, 3, 1), q = matrix(3, 5, 2);
+    auto opt = make_optimizer("Muon", {ParamGroupSpec{{p, q}, {}}}, {{"lr", {0.02}}});
+    p.set_grad(matrix(4, 3, 0.5));
+    q.set_grad(matrix(3, 5, 0.5));
+    opt->step();
+    const std::vector<double> p_before = p.to_vector(), q_before = q.to_vector();
+    const std::vector<double> buffer_before = find_state(opt->visible_state(p), "momentum_buffer").to_vector();
+    if (broken == 0) {
+      q.set_grad(Tensor::zeros({5, 3}, Dtype::f32));
+      check_error_contains([&] { opt->step(); }, "a grad must have its param's shape, dtype and device");
+    } else {
+      opt->param_groups()[0].set("momentum", -INFINITY);
+      check_error_contains([&] { opt->step(); }, "of param group 0 is -inf: hyperparameters must be finite");
+    }
+    CHECK(p.to_vector() == p_before);
+    CHECK(q.to_vector() == q_before);
+    CHECK(find_state(opt->visible_state(p), "momentum_buffer").to_vector() == buffer_before);
+  }
+}
+
+TEST_CASE("muon: a transposed param steps as its contiguous copy, and tall and wide matrices both move") {
+  Tensor base = matrix(5, 8, 1);
+  Tensor transposed = Tensor::from_blob(base.data(), {8, 5}, Dtype::f32, {1, 8}); // base^T: tall, not contiguous
+  Tensor copy = transposed.clone();
+  auto strided = make_optimizer("Muon", {ParamGroupSpec{{transposed}, {}}}, {{"lr", {0.02}}});
+  auto dense = make_optimizer("Muon", {ParamGroupSpec{{copy}, {}}}, {{"lr", {0.02}}});
+  const std::vector<double> start = copy.to_vector();
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g = matrix(8, 5, 0.3 + step);
+    transposed.set_grad(g.clone());
+    copy.set_grad(g.clone());
+    strided->step();
+    dense->step();
+  }
+  CHECK(transposed.clone().to_vector() == copy.to_vector());
+  CHECK(copy.to_vector() != start);
+}
+
+TEST_CASE("muon: its state dict saves and loads the momentum buffers, and the next steps agree") {
+  Tensor a = matrix(6, 4, 1), b = a.clone();
+  auto first = make_optimizer("Muon", {ParamGroupSpec{{a}, {}}}, {{"lr", {0.02}}, {"adjust_lr_fn", {1}}});
+  a.set_grad(matrix(6, 4, 0.5));
+  first->step();
+  b.copy_from(a);
+  auto second = make_optimizer("Muon", {ParamGroupSpec{{b}, {}}}, {{"lr", {0.02}}, {"adjust_lr_fn", {1}}});
+  second->load_state_dict(first->state_dict());
+  CHECK(second->param_groups()[0].get("adjust_lr_fn") == 1);
+  a.set_grad(matrix(6, 4, 0.25));
+  b.set_grad(matrix(6, 4, 0.25));
+  first->step();
+  second->step();
+  CHECK(a.to_vector() == b.to_vector());
+}
+
+TEST_CASE("muon: foreach and compiled steps are refused with the reason, before anything changes") {
+  Tensor p = matrix(4, 4, 1);
+  const std::vector<double> before = p.to_vector();
+  auto opt = make_optimizer("Muon", {ParamGroupSpec{{p}, {}}}, {{"foreach", {1}}});
+  p.set_grad(matrix(4, 4, 0.5));
+  check_error_contains([&] { opt->step(); }, "Muon's step multiplies matrices (Newton-Schulz)");
+  auto forloop = make_optimizer("Muon", {ParamGroupSpec{{p}, {}}}, {});
+  CompiledStep step = compile(*forloop);
+  check_error_contains([&] { step(); }, "step it with foreach=false");
+  CHECK(p.to_vector() == before);
+  CHECK(forloop->visible_state(p).empty());
+}
