@@ -399,6 +399,8 @@ Value* KernelBody::emit_op(IRBuilder<>& b, const Node& n, const std::vector<Valu
     if (n.dtype == Dtype::bf16) // rounded to bf16, held in a float (value_type)
       return from_storage(b, to_storage(b, in[0], Dtype::bf16), Dtype::bf16, type);
     return b.CreateFPCast(in[0], type);
+  case Op::round_bf16:
+    return from_storage(b, to_storage(b, in[0], Dtype::bf16), Dtype::bf16, type); // through f32, as torch
   case Op::neg:
     return b.CreateFNeg(in[0]);
   case Op::sqrt:
@@ -434,6 +436,8 @@ Value* KernelBody::emit_op(IRBuilder<>& b, const Node& n, const std::vector<Valu
     return as_type(b.CreateFCmpOEQ(in[0], in[1]));
   case Op::select:
     return b.CreateSelect(b.CreateFCmpUNE(in[0], zero), in[1], in[2]);
+  case Op::fma:
+    return b.CreateIntrinsic(llvm::Intrinsic::fma, {type}, {in[0], in[1], in[2]});
   case Op::sround:     // needs the element index: emit_stochastic_round
   case Op::reduce_sum: // accumulated by the element phase (emit_body), combined by the finish phase
   case Op::reduce_max:
@@ -445,6 +449,8 @@ Value* KernelBody::emit_op(IRBuilder<>& b, const Node& n, const std::vector<Valu
   case Op::col_sum:
   case Op::carried_rows:
   case Op::carried_cols:
+  case Op::mm: // a library call, never part of a kernel: the planner refuses them before codegen
+  case Op::addmm:
   case Op::extent:
   case Op::constant:
   case Op::hyper:

@@ -14,11 +14,13 @@ struct PipelineResult {
   Graph traced;
   Graph optimized; // after fold, CSE, DCE and scalar hoisting
   FusionPlan fusion;
-  std::vector<KernelPlan> kernels;
+  std::vector<KernelPlan> kernels;    // with the matrix products each is followed by (KernelPlan::calls_after)
+  std::vector<ScratchBuffer> scratch; // the buffers kernels and products hand each other (none without products)
   KernelStats stats;
 };
 
 PipelineResult run_pipeline(Graph traced);
+bool has_matrix_products(const Graph& graph);
 // The host's part of a bucket whose scalar state lives on the host beside device params
 // (compiler/backends/host_scalar_state.h): the optimized graph's stores to `host_slots` and the nodes they need
 // (keep_host_scalar_stores, dce). Throws optjit::Error when such a store needs what only the device has.

@@ -115,6 +115,21 @@ void check_and_type(const Graph& graph, Node& node) {
     node.level = Level::PerTensor;
     node.dtype = Dtype::f64;
     return;
+  case Op::mm:
+  case Op::addmm: {
+    matrix_product_form(node); // throws for a name that is not one
+    const std::size_t matrices = node.op == Op::mm ? 2 : 3;
+    for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+      const Node& operand = graph.node(node.inputs[k]);
+      if (k < matrices && operand.level != Level::Element)
+        throw Error(what + " of " + describe(graph, node.inputs[k]) + ": its matrices are element values");
+      if (k >= matrices && (operand.level != Level::PerTensor || operand.dtype != Dtype::f64))
+        throw Error(what + " takes beta and alpha as per-tensor f64 values, not " + describe(graph, node.inputs[k]));
+    }
+    node.level = Level::Element;
+    node.dtype = graph.dtype;
+    return;
+  }
   case Op::cast:
     node.level = graph.node(node.inputs[0]).level;
     if (node.level == Level::Element && node.dtype != graph.dtype)
@@ -241,6 +256,14 @@ ValueId GraphBuilder::select(ValueId condition, ValueId if_true, ValueId if_fals
   Node n;
   n.op = Op::select;
   n.inputs = {operand_for(condition, level), operand_for(if_true, level), operand_for(if_false, level)};
+  return add(std::move(n));
+}
+
+ValueId GraphBuilder::fma(ValueId a, ValueId b, ValueId c) {
+  Level level = std::max({node(a).level, node(b).level, node(c).level});
+  Node n;
+  n.op = Op::fma;
+  n.inputs = {operand_for(a, level), operand_for(b, level), operand_for(c, level)};
   return add(std::move(n));
 }
 

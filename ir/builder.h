@@ -31,6 +31,7 @@ public:
   ValueId unary(Op op, ValueId value);
   ValueId binary(Op op, ValueId lhs, ValueId rhs);
   ValueId select(ValueId condition, ValueId if_true, ValueId if_false);
+  ValueId fma(ValueId a, ValueId b, ValueId c); // a * b + c, rounded once
   // A reduction (an op with kReduction: reduce_sum, reduce_max) of element value `value` over each tensor: a
   // per-tensor f64 value; or a list reduction (list_sum, list_max) of per-tensor f64 value `value` over the list.
   ValueId reduce(Op op, ValueId value);
@@ -43,6 +44,7 @@ public:
 
   const Node& node(ValueId id) const { return graph_.node(id); }
   const std::vector<Slot>& graph_slots() const { return graph_.slots; }
+  bool has_slot(const std::string& name) const { return graph_.slot(name) != nullptr; }
   bool stores_to(const std::string& slot) const {
     return std::any_of(graph_.stores.begin(), graph_.stores.end(), [&](const Store& s) { return s.name == slot; });
   }

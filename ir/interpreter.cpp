@@ -1,11 +1,13 @@
 #include "ir/interpreter.h"
 #include "ir/op_semantics.h"
 #include "runtime/error.h"
+#include "runtime/gemm.h"
 #include "runtime/stochastic_rounding.h"
 #include "runtime/thread_pool.h"
 #include "runtime/work_items.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <type_traits>
 #include <variant>
@@ -37,6 +39,10 @@ double scalar_op(const Node& n, const std::vector<double>& in) {
     return round_to_dtype(n.dtype, in[0]);
   if (n.op == Op::select)
     return in[0] != 0 ? in[1] : in[2];
+  if (n.op == Op::fma)
+    return visit_compute_dtype(n.dtype, [&]<class T>() -> double {
+      return std::fma(static_cast<T>(in[0]), static_cast<T>(in[1]), static_cast<T>(in[2]));
+    });
   // Per-tensor math in the node's dtype: f32 values are rounded after every op, as a float on the host would be.
   return visit_compute_dtype(n.dtype, [&]<class T>() -> double {
     if (in.size() == 1)
@@ -109,6 +115,11 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
   if (n.op == Op::select) {
     for (int64_t i = begin; i < end; ++i)
       dst[i] = ops[0].at(i) != T(0) ? ops[1].at(i) : ops[2].at(i);
+    return;
+  }
+  if (n.op == Op::fma) {
+    for (int64_t i = begin; i < end; ++i)
+      dst[i] = std::fma(ops[0].at(i), ops[1].at(i), ops[2].at(i));
     return;
   }
   with_element_function<T>(n.op, [&](auto f) {
@@ -220,6 +231,52 @@ template <class T> PerTensorValues reduce_elements(Op op, const ElementValues& i
   return out;
 }
 
+// A matrix of list entry t, as the library reads it: its values in `dtype` (rounded), contiguous, rank 2.
+Tensor library_matrix(const Tensor& value, Dtype dtype, const Node& n) {
+  if (value.dim() != 2)
+    throw Error(std::string(op_name(n.op)) + " of a tensor of shape " + shape_to_string(value.shape()) +
+                ": matrix products take matrices (rank 2)");
+  Tensor converted = value.to(dtype);
+  return converted.is_contiguous() ? converted : converted.clone();
+}
+
+// mm and addmm (ir/ops.def) of every list entry, one library call each (runtime/gemm.h), held in `graph_dtype`.
+ElementValues matrix_products(const Node& n, const std::vector<const Value*>& in, Dtype graph_dtype) {
+  const MatrixProductForm form = matrix_product_form(n);
+  const bool add = n.op == Op::addmm;
+  const ElementValues& a_values = std::get<ElementValues>(*in[add ? 1 : 0]);
+  const ElementValues& b_values = std::get<ElementValues>(*in[add ? 2 : 1]);
+  ElementValues out;
+  for (std::size_t t = 0; t < a_values.size(); ++t) {
+    const Tensor a = library_matrix(a_values[t], form.dtype, n), b = library_matrix(b_values[t], form.dtype, n);
+    GemmShape shape{.m = form.transpose_a ? a.shape()[1] : a.shape()[0],
+                    .n = form.transpose_b ? b.shape()[0] : b.shape()[1],
+                    .k = form.transpose_a ? a.shape()[0] : a.shape()[1],
+                    .transpose_a = form.transpose_a,
+                    .transpose_b = form.transpose_b,
+                    .operands = form.dtype,
+                    .result = form.dtype};
+    const int64_t inner_b = form.transpose_b ? b.shape()[1] : b.shape()[0];
+    if (inner_b != shape.k)
+      throw Error(std::string(op_name(n.op)) + " \"" + n.name + "\" of matrices " + shape_to_string(a.shape()) +
+                  " and " + shape_to_string(b.shape()) + ": the inner sizes differ (" + std::to_string(shape.k) +
+                  " and " + std::to_string(inner_b) + ")");
+    Tensor c = Tensor::empty({shape.m, shape.n}, form.dtype);
+    if (add) {
+      const Tensor addend = library_matrix(std::get<ElementValues>(*in[0])[t], form.dtype, n);
+      if (addend.shape() != c.shape())
+        throw Error("addmm \"" + n.name + "\" adds a matrix of shape " + shape_to_string(addend.shape()) +
+                    " to a product of shape " + shape_to_string(c.shape()));
+      c.copy_from(addend);
+      shape.beta = std::get<PerTensorValues>(*in[3])[t];
+      shape.alpha = std::get<PerTensorValues>(*in[4])[t];
+    }
+    prepared_gemm(shape).run(a.data(), b.data(), c.data());
+    out.push_back(c.to(graph_dtype));
+  }
+  return out;
+}
+
 } // namespace
 
 // The interpretation's values so far, and where it is: evaluate() one node, store() at the end.
@@ -314,6 +371,10 @@ void Interpretation::State::evaluate(int id) {
     out = visit_compute_dtype(graph.dtype, [&]<class T>() { return reduce_elements<T>(n.op, operand); });
     return;
   }
+  if (op_has_trait(n.op, kMatrix)) {
+    out = matrix_products(n, in, graph.dtype);
+    return;
+  }
   if (n.level == Level::PerTensor) {
     PerTensorValues v(static_cast<std::size_t>(n_tensors));
     std::vector<double> operands(n.inputs.size());
@@ -332,6 +393,13 @@ void Interpretation::State::evaluate(int id) {
       shape_source = e;
   // Element ops walk memory flat: results take their operand's layout, as every tensor of a list entry shares one
   // (loads of other dtypes convert in place of layout; compiler/layout_staging.h stages the others).
+  for (const Value* v : in) // a pointwise op pairs elements: its matrix operands share the param's shape
+    if (auto* e = std::get_if<ElementValues>(v))
+      for (std::size_t t = 0; t < e->size(); ++t)
+        if ((*e)[t].shape() != param_shape(graph, args, t))
+          throw Error(std::string(op_name(n.op)) + " of a matrix product's " + shape_to_string((*e)[t].shape()) +
+                      " result, where the param is " + shape_to_string(param_shape(graph, args, t)) +
+                      ": pointwise ops take values of the param's shape (a product's other shapes go to products)");
   ElementValues result;
   for (const Tensor& like : *shape_source)
     result.push_back(Tensor::empty_like(like, graph.dtype, like.device()));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace optjit {
@@ -18,7 +19,15 @@ enum class Op : uint8_t {
 #undef OPTJIT_OP
 };
 
-enum OpTraits : unsigned { kNone = 0, kInput = 1, kCommutative = 2, kReduction = 4, kAxis = 8, kListReduction = 16 };
+enum OpTraits : unsigned {
+  kNone = 0,
+  kInput = 1,
+  kCommutative = 2,
+  kReduction = 4,
+  kAxis = 8,
+  kListReduction = 16,
+  kMatrix = 32
+};
 
 std::string_view op_name(Op op);
 int op_arity(Op op);
@@ -56,7 +65,8 @@ struct Store {
 
 // What a slot holds for the algorithm. Drivers find a step's grads by role, never by name; an optimizer may read
 // or write any slot it declares.
-enum class SlotRole : uint8_t { Param, Grad, State };
+// Scratch: a plan's temporary (a matrix product's operand or result), made by the executable, never a source's.
+enum class SlotRole : uint8_t { Param, Grad, State, Scratch };
 // Element data with the param's shape, one per-tensor scalar (a 1-element tensor: `step`), or one value per row
 // (shape [..., m, 1] of a param [..., m, n]) or per column ([..., 1, n]) of a param of rank >= 2: a load reads the
 // element's row or column, a store writes each row or column once (from its last element).
@@ -96,9 +106,28 @@ struct Graph {
   bool operator==(const Graph&) const = default;
 };
 
+// What a matrix product node (mm, addmm) says in its name, "nt bf16": whether A and B are read transposed, and the
+// dtype its products run in (bf16 or f32).
+struct MatrixProductForm {
+  bool transpose_a = false, transpose_b = false;
+  Dtype dtype = Dtype::f32;
+};
+// The form of `node`; throws optjit::Error naming the rule when its name is not "<n|t><n|t> <bf16|f32>".
+MatrixProductForm matrix_product_form(const Node& node);
+std::string matrix_product_name(const MatrixProductForm& form);
+
+// An element value's shape as a matrix of its list entry's (m, n) param: the param's own, or a product's.
+enum class MatrixShape : uint8_t { MN, MM, NN, NM };
+std::pair<char, char> matrix_dims(MatrixShape shape); // ('m', 'n'), ...
+// Per node, its shape (MN for every value that is not a product's or made from one); throws optjit::Error naming
+// the node where a product's inner sizes differ, an addmm adds another shape, or a pointwise op, a reduction or a
+// store reads a shape other than the param's.
+std::vector<MatrixShape> matrix_shapes(const Graph& graph);
+
 // Per node, how many reductions lie on its longest path from the inputs: the pass over the data after which its
 // value can exist (a reduction's phase is one more than its operand's; a list reduction's too, unless its operand
-// is an element reduction, whose pass it ends with). Values of phase 0 need no reduction.
+// is an element reduction, whose pass it ends with). Values of phase 0 need no reduction. A matrix product's phase
+// is one more than its operands' (they are written out by the kernel of their phase), or its operand product's.
 std::vector<int> reduction_phases(const Graph& graph);
 
 // The slots a graph touches, in order of first appearance.

@@ -249,6 +249,19 @@ int per_tensor_reductions(const KernelPlan& plan) {
   return count;
 }
 
+std::string print_library_call(const LibraryCall& call) {
+  const auto scalar = [](const LibraryCall::Scalar& s) {
+    return s.hyper.empty() ? format_number(s.value) : "hyper \"" + s.hyper + "\"";
+  };
+  std::string text = "\"" + call.result + "\" = " + std::string(op_name(call.op)) + " \"" + call.form + "\" ";
+  if (call.op == Op::addmm)
+    text += "\"" + call.input + "\", ";
+  text += "\"" + call.a + "\", \"" + call.b + "\"";
+  if (call.op == Op::addmm)
+    text += ", beta " + scalar(call.beta) + ", alpha " + scalar(call.alpha);
+  return text;
+}
+
 std::string print_kernel_plan(const KernelPlan& plan) {
   std::string text = "kernel @" + plan.name + " " + std::string(dtype_name(plan.graph.dtype)) + "\n";
   for (const auto& [label, value] : header_lines(plan))

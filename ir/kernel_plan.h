@@ -64,18 +64,45 @@ struct ListPartials {
 // Combines each of `pending` over its own list alone.
 void combine_each_over_list(std::vector<ListPartials>& pending);
 
+// A temporary matrix of every list entry, which a plan's kernels and library calls hand each other: an operand of a
+// matrix product written out by a kernel, or a product's result. The executable makes it when it binds.
+struct ScratchBuffer {
+  std::string name;  // its slot's in the kernels that load or store it
+  Dtype dtype;       // the product's dtype (bf16 or f32)
+  MatrixShape shape; // as a matrix of the entry's (m, n) param
+  bool operator==(const ScratchBuffer&) const = default;
+};
+
+// A matrix product (mm, addmm: ir/ops.def) a plan runs after one of its kernels, for every list entry, in the matrix
+// library (runtime/gemm.h), over scratch buffers: result = beta input + alpha op(a) op(b) (addmm; mm: op(a) op(b)).
+// beta and alpha are constants or hyperparameters.
+struct LibraryCall {
+  struct Scalar {
+    std::string hyper; // empty: `value`
+    double value = 0;
+    bool operator==(const Scalar&) const = default;
+  };
+  Op op = Op::mm;
+  std::string form; // "nt bf16" (MatrixProductForm)
+  std::string result, a, b, input;
+  Scalar beta, alpha;
+  bool operator==(const LibraryCall&) const = default;
+};
+std::string print_library_call(const LibraryCall& call);
+
 struct KernelPlan {
   std::string name;
-  Graph graph;                        // the kernel's nodes (per-tensor prefix, then element nodes) and stores
-  GraphSignature abi;                 // slot and hyperparameter order of the kernel's arguments
-  std::vector<ValueId> scratch;       // per-tensor values read by the element phase, in scratch order
-  int prologue_size = 0;              // nodes [0, prologue_size) are per-tensor, then element nodes
-  int reductions_begin = 0;           // nodes [reductions_begin, size) are reductions of element values over each
-                                      // tensor (accumulated by the element phase), whose results go only to carries
-  std::vector<std::string> carries;   // every carried value of the plan, in carry-buffer order (the same list in
-                                      // each kernel of a plan)
-  std::vector<CarryKind> carry_kinds; // per carried value
-  bool has_axis = false;              // the kernel reads or writes rows or columns (slots, sums, carried sums)
+  Graph graph;                          // the kernel's nodes (per-tensor prefix, then element nodes) and stores
+  GraphSignature abi;                   // slot and hyperparameter order of the kernel's arguments
+  std::vector<ValueId> scratch;         // per-tensor values read by the element phase, in scratch order
+  int prologue_size = 0;                // nodes [0, prologue_size) are per-tensor, then element nodes
+  int reductions_begin = 0;             // nodes [reductions_begin, size) are reductions of element values over each
+                                        // tensor (accumulated by the element phase), whose results go only to carries
+  std::vector<std::string> carries;     // every carried value of the plan, in carry-buffer order (the same list in
+                                        // each kernel of a plan)
+  std::vector<CarryKind> carry_kinds;   // per carried value
+  bool has_axis = false;                // the kernel reads or writes rows or columns (slots, sums, carried sums)
+  std::vector<LibraryCall> calls_after; // the plan's matrix products that run once this kernel has ended, in order
   bool operator==(const KernelPlan&) const = default;
 };
 
@@ -119,6 +146,7 @@ struct KernelStats {
   int element_ops = 0;       // arithmetic per element
   int per_tensor_ops = 0;    // arithmetic per tensor
   int bytes_per_element = 0; // tensor bytes read + written per element
+  int library_calls = 0;     // matrix products per step, each a call of the matrix library per list entry
 };
 
 // The text of a kernel plan, deterministic: a header with the ABI, carries and scratch, then the graph. It parses

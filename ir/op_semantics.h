@@ -4,6 +4,7 @@
 
 #include "ir/ir.h"
 #include "runtime/error.h"
+#include "runtime/low_precision.h"
 
 #include <cmath>
 #include <limits>
@@ -41,6 +42,8 @@ template <class T> T apply_unary(Op op, T x) {
     return std::fabs(x);
   case Op::sign:
     return sign_of(x);
+  case Op::round_bf16: // a double is rounded to float first, as torch's c10::BFloat16 does
+    return static_cast<T>(static_cast<float>(bfloat16(static_cast<float>(x))));
   case Op::exp:
     return std::exp(x);
   case Op::log:

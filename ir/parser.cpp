@@ -138,8 +138,10 @@ Graph parse_graph(std::string_view text) {
         slot.role = SlotRole::Grad;
       else if (role == slot_role_name(SlotRole::State))
         slot.role = SlotRole::State;
+      else if (role == slot_role_name(SlotRole::Scratch))
+        slot.role = SlotRole::Scratch;
       else
-        in.fail("slot role must be param, grad or state, got '" + role + "'");
+        in.fail("slot role must be param, grad, state or scratch, got '" + role + "'");
       if (kind == slot_kind_name(SlotKind::Tensor))
         slot.kind = SlotKind::Tensor;
       else if (kind == slot_kind_name(SlotKind::Scalar))
@@ -187,7 +189,7 @@ Graph parse_graph(std::string_view text) {
       in.fail("unknown op '" + op_text + "'");
     if (node.op == Op::constant)
       node.number = in.number();
-    else if (op_has_trait(node.op, kInput))
+    else if (op_has_trait(node.op, kInput) || op_has_trait(node.op, kMatrix)) // a slot's, or a product's form
       node.name = in.quoted();
     for (int i = 0; i < op_arity(node.op); ++i) {
       if (i)

@@ -45,6 +45,8 @@ ValueId simplify(GraphBuilder& b, const Node& n) {
     if (all_constant) {
       if (n.op == Op::select)
         return b.constant(values[0] != 0 ? values[1] : values[2]);
+      if (n.op == Op::fma)
+        return b.constant(std::fma(values[0], values[1], values[2]));
       if (n.op == Op::cast)
         return n.inputs[0];
       return b.constant(values.size() == 1 ? apply_unary<double>(n.op, values[0])

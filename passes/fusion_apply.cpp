@@ -7,6 +7,8 @@
 // each kernel that uses them gets its own copy; an element value is computed again in every kernel that needs it.
 // A list reduction is not a node of any kernel: the kernel computing its operand stores the operand as the list
 // reduction's carry (kind ListSum or ListMax), which the host combines over the list when that kernel has ended.
+// A matrix product is no kernel's node either: the kernel it follows stores its element operands to scratch slots
+// (operand_scratch) and lists it in calls_after; later kernels load its result from its own (product_scratch).
 // Assumes the graph plan_fusion saw. Internal errors (a bad plan): a value used by an earlier kernel than the one
 // computing it, or a kernel loading a slot that an earlier kernel already stored (it would read the new value).
 #include "passes/kernel_membership.h"
@@ -19,8 +21,78 @@
 
 namespace optjit {
 
+namespace {
+
+bool is_product(const Graph& graph, ValueId id) { return op_has_trait(graph.node(id).op, kMatrix); }
+
+// The scratch buffer a product reads as operand `in`: a product's result, or the value written out in its dtype.
+std::string operand_buffer(const Graph& graph, ValueId in, Dtype dtype) {
+  return is_product(graph, in) ? product_scratch(in) : operand_scratch(in, dtype);
+}
+
+// beta or alpha of a library call: a constant or a hyperparameter, which the executable reads per list entry.
+LibraryCall::Scalar library_scalar(const Graph& graph, ValueId id, ValueId product) {
+  const Node& n = graph.node(id);
+  if (n.op == Op::constant)
+    return {"", n.number};
+  if (n.op == Op::hyper)
+    return {n.name, 0};
+  throw Error("%" + std::to_string(product) + " = " + std::string(op_name(graph.node(product).op)) + " takes %" +
+              std::to_string(id) + " (" + std::string(op_name(n.op)) +
+              ") as beta or alpha: a compiled product takes a constant or a hyperparameter there");
+}
+
+LibraryCall library_call(const Graph& graph, ValueId id) {
+  const Node& n = graph.node(id);
+  const Dtype dtype = matrix_product_form(n).dtype;
+  LibraryCall call;
+  call.op = n.op;
+  call.form = n.name;
+  call.result = product_scratch(id);
+  const std::size_t first = n.op == Op::addmm ? 1 : 0;
+  call.a = operand_buffer(graph, n.inputs[first], dtype);
+  call.b = operand_buffer(graph, n.inputs[first + 1], dtype);
+  if (n.op == Op::addmm) {
+    call.input = operand_buffer(graph, n.inputs[0], dtype);
+    call.beta = library_scalar(graph, n.inputs[3], id);
+    call.alpha = library_scalar(graph, n.inputs[4], id);
+  } else {
+    call.alpha = {"", 1.0};
+  }
+  return call;
+}
+
+} // namespace
+
+std::vector<ScratchBuffer> scratch_buffers(const Graph& graph) {
+  std::vector<ScratchBuffer> buffers;
+  std::set<std::string> named;
+  const std::vector<MatrixShape> shapes = matrix_shapes(graph);
+  const auto add = [&](std::string name, Dtype dtype, MatrixShape shape) {
+    if (named.insert(name).second)
+      buffers.push_back({std::move(name), dtype, shape});
+  };
+  for (ValueId id = 0; id < graph.size(); ++id)
+    if (is_product(graph, id)) {
+      const Dtype dtype = matrix_product_form(graph.node(id)).dtype;
+      for (ValueId in : graph.node(id).inputs)
+        if (graph.node(in).level == Level::Element && !is_product(graph, in))
+          add(operand_scratch(in, dtype), dtype, shapes[static_cast<std::size_t>(in)]);
+      add(product_scratch(id), dtype, shapes[static_cast<std::size_t>(id)]);
+    }
+  return buffers;
+}
+
 std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan) {
   const std::vector<std::vector<char>> computes = kernel_membership(graph, plan);
+  const std::vector<ScratchBuffer> scratch = scratch_buffers(graph);
+  const auto scratch_dtype = [&](const std::string& name) {
+    for (const ScratchBuffer& s : scratch)
+      if (s.name == name)
+        return s.dtype;
+    OPTJIT_ASSERT(false, "no scratch buffer " + name);
+    __builtin_unreachable();
+  };
   const auto in_kernel = [&](ValueId id, int k) {
     return computes[static_cast<std::size_t>(k)][static_cast<std::size_t>(id)] != 0;
   };
@@ -41,7 +113,7 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
       carry_kinds.push_back(kind_of(s.value));
     }
   const auto hand_on = [&](ValueId in, int k) {
-    if (in_kernel(in, k) || repeated_per_kernel(graph.node(in)) || carry_of.count(in))
+    if (is_product(graph, in) || in_kernel(in, k) || repeated_per_kernel(graph.node(in)) || carry_of.count(in))
       return;
     OPTJIT_ASSERT(graph.node(in).level == Level::PerTensor || op_has_trait(graph.node(in).op, kAxis),
                   "fusion plan hands element value %" + std::to_string(in) + " to another kernel");
@@ -67,12 +139,19 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
   for (int k = 0; k < plan.kernel_count; ++k) {
     Rewriter rw(graph, /*intern=*/false);
     GraphBuilder& b = rw.builder();
+    const auto scratch_slot = [&](const std::string& name) { // declared by the kernels that load or store it
+      if (!b.has_slot(name))
+        b.declare_slot({name, SlotRole::Scratch, SlotKind::Tensor, scratch_dtype(name)});
+      return name;
+    };
     std::map<ValueId, ValueId> local; // values of other kernels, as this kernel sees them
     auto operand = [&](ValueId in) {
       if (in_kernel(in, k))
         return rw.mapped(in);
       if (auto it = local.find(in); it != local.end())
         return it->second;
+      if (is_product(graph, in)) // its result, which the library wrote after an earlier kernel
+        return local[in] = b.tensor(scratch_slot(product_scratch(in)));
       Node copy = graph.node(in);
       if (copy.op == Op::row_sum || copy.op == Op::col_sum) // an array of the tensor's rows or columns
         copy = Node{copy.op == Op::row_sum ? Op::carried_rows : Op::carried_cols,
@@ -88,7 +167,7 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
     // Per-tensor values from other kernels first, so the kernel stays hoisted (carried axis sums are element values:
     // they come with the element nodes that read them).
     const auto early = [&](ValueId in) {
-      if (!op_has_trait(graph.node(in).op, kAxis))
+      if (!op_has_trait(graph.node(in).op, kAxis) && !is_product(graph, in))
         operand(in);
     };
     for (ValueId id = 0; id < graph.size(); ++id)
@@ -135,11 +214,24 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
     for (const auto& [value, name] : carried_values)
       if (in_kernel(value, k))
         b.add_store(Store{StoreKind::Carry, name, rw.mapped(value)});
+    // The products that run after this kernel: it writes their element operands out; they follow it in order.
+    std::vector<LibraryCall> calls;
+    std::set<std::string> written;
+    for (ValueId id = 0; id < graph.size(); ++id)
+      if (is_product(graph, id) && plan.kernel_of[static_cast<std::size_t>(id)] == k) {
+        const Dtype dtype = matrix_product_form(graph.node(id)).dtype;
+        for (ValueId in : graph.node(id).inputs)
+          if (graph.node(in).level == Level::Element && !is_product(graph, in) &&
+              written.insert(operand_scratch(in, dtype)).second)
+            b.add_store(Store{StoreKind::Tensor, scratch_slot(operand_scratch(in, dtype)), operand(in)});
+        calls.push_back(library_call(graph, id));
+      }
     Graph kernel_graph = b.finish();
     for (const Store& s : kernel_graph.stores)
       stored_by_earlier.insert(s.name);
     kernels.push_back(
         make_kernel_plan(graph.name + "_k" + std::to_string(k), std::move(kernel_graph), carries, carry_kinds));
+    kernels.back().calls_after = std::move(calls);
   }
   return kernels;
 }

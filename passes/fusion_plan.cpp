@@ -9,7 +9,9 @@
 // of reduction phase k (reduction_phases) and accumulates the reductions that end that pass. Per-tensor values are
 // handed to later kernels as carried values; element values are recomputed from loads in every kernel that needs them
 // (apply_fusion). A tensor store waits for the last kernel that loads its slot, so every kernel reads the values from
-// before the step. Assumes a verified, hoisted graph. A graph without stores needs no kernel.
+// before the step. A matrix product (mm, addmm) splits like a reduction: it runs in the matrix library after the kernel
+// that writes its element operands out (or right after the product it reads), and the values that use it run in the
+// next kernel, which loads its result. Assumes a verified, hoisted graph. A graph without stores needs no kernel.
 #include "passes/kernel_membership.h"
 #include "passes/passes.h"
 #include "runtime/log.h"
@@ -91,9 +93,11 @@ FusionPlan plan_fusion(const Graph& graph) {
     const bool reduction = op_has_trait(graph.node(id).op, kReduction);
     reductions += reduction;
     // A list reduction belongs to the kernel that computes its operand: the host combines it when that one ends.
+    // A matrix product runs after the kernel of the phase before its own (kernel_of: that kernel).
+    const bool product = op_has_trait(graph.node(id).op, kMatrix);
     const int kernel = op_has_trait(graph.node(id).op, kListReduction)
                            ? plan.kernel_of[static_cast<std::size_t>(graph.node(id).inputs[0])]
-                           : phase[static_cast<std::size_t>(id)] - (reduction ? 1 : 0);
+                           : phase[static_cast<std::size_t>(id)] - (reduction || product ? 1 : 0);
     plan.kernel_of[static_cast<std::size_t>(id)] = kernel;
   }
   for (const Store& s : graph.stores)
@@ -121,6 +125,13 @@ FusionPlan plan_fusion(const Graph& graph) {
   plan.decisions.push_back("horizontal: the " + std::to_string(components) +
                            " component(s) share the tensor list, so each pass over the data is one kernel, which "
                            "walks a table of (tensor, chunk) work items: one launch for every tensor");
+  int products = 0;
+  for (const Node& n : graph.nodes)
+    products += op_has_trait(n.op, kMatrix);
+  if (products > 0)
+    plan.decisions.push_back("library: " + std::to_string(products) +
+                             " matrix product(s) run in the matrix library between kernels, each after the kernel that "
+                             "writes its operands out (or right after the product it reads)");
   if (plan.kernel_count == 1) {
     plan.decisions.push_back(reductions == 0 ? "refused: none (every op is pointwise)"
                                              : "refused: none (no value uses a reduction's result)");

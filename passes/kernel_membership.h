@@ -2,7 +2,8 @@
 // apply_fusion (which builds the kernels from it). A per-tensor value is computed once, in the kernel the plan gives
 // it; an element value cannot cross kernels (it would need a temporary tensor), so each kernel that needs one — for
 // a store or for a reduction it accumulates — computes it again from its own loads; constants, hyperparameters and
-// extents are read by every kernel that uses them (repeated_per_kernel).
+// extents are read by every kernel that uses them (repeated_per_kernel). A matrix product is computed by no kernel:
+// the kernel it follows computes its element operands (and writes them out), later kernels load its result.
 #pragma once
 
 #include "ir/kernel_plan.h"
@@ -11,6 +12,13 @@
 #include <vector>
 
 namespace optjit {
+
+// The scratch buffer of matrix product `id`'s result, and of element value `id` written out as a product's operand
+// in `dtype`.
+inline std::string product_scratch(ValueId id) { return "product %" + std::to_string(id); }
+inline std::string operand_scratch(ValueId id, Dtype dtype) {
+  return "operand %" + std::to_string(id) + " " + std::string(dtype_name(dtype));
+}
 
 // Inputs cheaper to repeat than to carry: each kernel that uses one reads its own.
 inline bool repeated_per_kernel(const Node& n) {
@@ -23,7 +31,8 @@ inline bool repeated_per_kernel(const Node& n) {
 inline int first_kernel_to_store(const Graph& graph, const FusionPlan& plan, const Store& store) {
   const Op op = graph.node(store.value).op;
   const bool after_pass =
-      (op_has_trait(op, kReduction) || op_has_trait(op, kListReduction)) && store.kind != StoreKind::Carry;
+      (op_has_trait(op, kReduction) || op_has_trait(op, kListReduction) || op_has_trait(op, kMatrix)) &&
+      store.kind != StoreKind::Carry;
   return plan.kernel_of[static_cast<std::size_t>(store.value)] + (after_pass ? 1 : 0);
 }
 
@@ -39,6 +48,8 @@ inline std::vector<std::vector<char>> kernel_membership(const Graph& graph, cons
   std::vector<std::pair<ValueId, int>> work; // (node, kernel that needs it)
   const auto need = [&](ValueId id, int k) {
     const Node& n = graph.node(id);
+    if (op_has_trait(n.op, kMatrix))
+      return; // a matrix product runs in the library after kernel kernel_of[id]; later kernels load its result
     const int home = plan.kernel_of[static_cast<std::size_t>(id)];
     OPTJIT_ASSERT(home <= k, "fusion plan uses %" + std::to_string(id) + " in kernel " + std::to_string(k) +
                                  " before kernel " + std::to_string(home) + " computes it");
@@ -53,6 +64,12 @@ inline std::vector<std::vector<char>> kernel_membership(const Graph& graph, cons
   };
   for (std::size_t s = 0; s < graph.stores.size(); ++s)
     need(graph.stores[s].value, store_kernel(graph, plan, s));
+  // A matrix product's element operands that are not products: written out by the kernel the product follows.
+  for (ValueId id = 0; id < graph.size(); ++id)
+    if (op_has_trait(graph.node(id).op, kMatrix))
+      for (ValueId in : graph.node(id).inputs)
+        if (graph.node(in).level == Level::Element)
+          need(in, plan.kernel_of[static_cast<std::size_t>(id)]);
   while (!work.empty()) {
     const auto [id, k] = work.back();
     work.pop_back();

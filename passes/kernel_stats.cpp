@@ -12,7 +12,9 @@ KernelStats kernel_stats(const Graph& graph, const std::vector<KernelPlan>& kern
   KernelStats stats;
   stats.kernels = static_cast<int>(kernels.size());
   for (const Node& n : graph.nodes)
-    if (!op_has_trait(n.op, kInput))
+    if (op_has_trait(n.op, kMatrix))
+      ++stats.library_calls;
+    else if (!op_has_trait(n.op, kInput))
       ++(n.level == Level::Element && !op_has_trait(n.op, kReduction) ? stats.element_ops : stats.per_tensor_ops);
   stats.unfused_kernels = stats.element_ops;
   // Each kernel reads the slots it loads and writes the ones it stores: a plan of several kernels pays every pass.

@@ -17,6 +17,10 @@ Graph hoist_scalars(const Graph& graph);
 Graph keep_host_scalar_stores(const Graph& graph, const std::vector<std::string>& host_slots);
 FusionPlan plan_fusion(const Graph& graph);
 std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan);
+// The scratch buffers apply_fusion's kernels and library calls hand each other: each matrix product's result, and
+// each element operand of a product that is not one, in the product's dtype. Throws optjit::Error where a product's
+// shapes do not fit (matrix_shapes).
+std::vector<ScratchBuffer> scratch_buffers(const Graph& graph);
 KernelStats kernel_stats(const Graph& graph, const std::vector<KernelPlan>& kernels);
 
 } // namespace optjit

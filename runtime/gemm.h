@@ -58,6 +58,10 @@ private:
   std::unique_ptr<Primitive> primitive_; // none for an empty product (a size of 0)
 };
 
+// The process's prepared product of `shape`, made on its first use and kept (a step runs the same few shapes every
+// time; preparing one costs the library's kernel choice, milliseconds). Thread-safe.
+const Gemm& prepared_gemm(const GemmShape& shape);
+
 // Whether the CPU's matrix library loads (never throws): the process's, loaded once, from OPTJIT_ONEDNN_LIBRARY or
 // libdnnl.so.2.
 bool gemm_library_available();

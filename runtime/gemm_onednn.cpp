@@ -237,6 +237,16 @@ void Gemm::run(const void* a, const void* b, void* c) const {
   check(lib, status, "dnnl_primitive_execute", shape_);
 }
 
+const Gemm& prepared_gemm(const GemmShape& shape) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<Gemm>>* prepared = new std::vector<std::unique_ptr<Gemm>>; // for the process
+  std::lock_guard lock(mutex);
+  for (const auto& gemm : *prepared)
+    if (gemm->shape() == shape)
+      return *gemm;
+  return *prepared->emplace_back(std::make_unique<Gemm>(shape));
+}
+
 void probe_gemm_library(const std::string& library) {
   OneDnn lib;
   if (std::string failure = load(library, lib); !failure.empty())

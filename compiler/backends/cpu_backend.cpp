@@ -2,6 +2,7 @@
 // kernel cache, bound in host memory (compiler/binding.h) and launched over the thread pool.
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
+#include "compiler/backends/host_matrix_products.h"
 #include "compiler/backends/kernel_sequence.h"
 #include "compiler/binding.h"
 #include "compiler/kernel_cache.h"
@@ -36,10 +37,11 @@ struct BoundCpuKernel {
 // The plan's kernels, launched in order; they share one carry buffer.
 class CpuExecutable final : public KernelSequence<CpuExecutable, BoundCpuKernel> {
 public:
-  CpuExecutable(std::vector<BoundCpuKernel> kernels, LaunchShape shape)
-      : KernelSequence(std::move(kernels)), shape_(shape) {}
+  CpuExecutable(std::vector<BoundCpuKernel> kernels, LaunchShape shape, std::vector<ScratchBuffer> scratch)
+      : KernelSequence(std::move(kernels)), shape_(shape), products_(std::move(scratch)) {}
 
-  void bind(const ListArguments& args) override {
+  void bind(const ListArguments& given) override {
+    const ListArguments& args = products_.bind(given, kernels_.front().plan); // with the scratch buffers, if any
     const std::size_t n_carry = kernels_.front().plan.carries.size();
     n_tensors_ = static_cast<std::size_t>(args.n_tensors());
     carry_.assign(std::max<std::size_t>(1, n_carry * n_tensors_), 0);
@@ -69,6 +71,7 @@ public:
   void set_hyper(const std::vector<double>& values_by_group) override {
     for (BoundCpuKernel& k : kernels_)
       k.binding.set_hyper(values_by_group);
+    products_.set_hyper(values_by_group);
   }
   std::vector<double> carried(const std::string& name) const override {
     const KernelPlan& plan = kernels_.front().plan;
@@ -85,6 +88,7 @@ private:
   void launch_kernel(const BoundCpuKernel& k) {
     launch_cpu_kernel(k.code->tensor_phase, k.code->element_phase, k.code->finish_phase, k.binding.args(),
                       k.binding.tensor_grain(), k.binding.item_grain());
+    products_.run(k.plan.calls_after);
   }
   void read_columns(const KernelPlan& plan, const std::vector<std::size_t>& columns,
                     std::vector<ListPartials>& into) const {
@@ -104,6 +108,7 @@ private:
 
   std::size_t n_tensors_ = 0;
   LaunchShape shape_;
+  HostMatrixProducts products_;
   std::vector<uint64_t> carry_;
   std::vector<std::vector<double>> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)
   std::vector<double*> axis_pointers_;
@@ -128,7 +133,7 @@ public:
       cache_hit = cache_hit && hit;
       kernels.push_back({plan, std::move(code), {}});
     }
-    return std::make_unique<CpuExecutable>(std::move(kernels), options.launch);
+    return std::make_unique<CpuExecutable>(std::move(kernels), options.launch, pipeline.scratch);
   }
 
   bool prepare(const KernelPlan& plan, const Target& target) const override {

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 
 namespace optjit {
 
@@ -47,22 +46,8 @@ void keyword_value(std::optional<MuonAdjustLr>& member, const std::string& cls, 
   throw Error(fmt::format("Adjust learning rate function {} is not supported", python_float(values[0])));
 }
 
-// The products of one step of a matrix, prepared once per shape: the library picks its kernel when it is made.
-struct Muon::Products {
-  std::mutex mutex;
-  std::vector<std::unique_ptr<Gemm>> prepared;
-  const Gemm& get(const GemmShape& shape) {
-    std::lock_guard lock(mutex);
-    for (const auto& gemm : prepared)
-      if (gemm->shape() == shape)
-        return *gemm;
-    return *prepared.emplace_back(std::make_unique<Gemm>(shape));
-  }
-};
-
 Muon::Muon(std::vector<ParamGroupSpec> groups, const MuonOptions& o)
-    : Optimizer("Muon", option_map(o), o.foreach.value_or(false), flag_names(o)),
-      products_(std::make_unique<Products>()) {
+    : Optimizer("Muon", option_map(o), o.foreach.value_or(false), flag_names(o)) {
   validate_options(defaults());
   add_param_groups(std::move(groups));
   for (int64_t i = 0; i < param_count(); ++i)
@@ -70,8 +55,6 @@ Muon::Muon(std::vector<ParamGroupSpec> groups, const MuonOptions& o)
 }
 
 Muon::Muon(std::vector<Tensor> params, const MuonOptions& o) : Muon(one_param_group(std::move(params)), o) {}
-
-Muon::~Muon() = default;
 
 void Muon::check_matrix(const Tensor& param) const {
   if (param.dim() != 2)
@@ -113,10 +96,21 @@ void Muon::check_grad(int64_t flat) const {
   Optimizer::check_grad(flat);
 }
 
+// The iterations unroll into the traced graph, so their count is structure: ns_steps in binary (it is below 100).
+constexpr int kStepBits = 7;
+
 Structure Muon::structure(const ParamGroup& group) const {
   Structure s;
   s.set("nesterov", group.get("nesterov") != 0);
+  const auto steps = static_cast<int64_t>(std::clamp(group.get("ns_steps"), 0.0, 127.0));
+  for (int bit = 0; bit < kStepBits; ++bit)
+    s.set("ns_steps_bit" + std::to_string(bit), ((steps >> bit) & 1) != 0);
   return s;
+}
+
+// Tall matrices iterate on their transpose: their products read other operands transposed (a bucket of their own).
+void Muon::param_structure(const Tensor& param, Structure& s) const {
+  s.set("tall", param.dim() == 2 && param.shape()[0] > param.shape()[1]);
 }
 
 std::vector<StateSpec> Muon::state_specs(const Structure&) const { return {{"momentum_buffer"}}; }
@@ -125,9 +119,38 @@ std::vector<std::string> Muon::hyper_names() const {
   return {"lr", "weight_decay", "momentum", "ns_a", "ns_b", "ns_c", "eps", "ns_steps", "adjust_lr_fn"};
 }
 
-void Muon::trace(Tracer&, const Structure&) const {
-  throw Error("Muon's step multiplies matrices (Newton-Schulz), which optjit's IR does not express yet: step it with "
-              "foreach=false (its forloop step, the products in oneDNN); its compiled step is not built yet");
+// torch's _single_tensor_muon over the lists. The iterations are torch's addmm in bf16 (ops mm and addmm); a tall
+// matrix X iterates as X^T does in torch, written on X itself: A = X^T X and X = a X + X B^T.
+void Muon::trace(Tracer& t, const Structure& s) const {
+  Sym params = t.tensors("param"), grads = t.tensors("grad"), buffers = t.tensors("momentum_buffer");
+  Sym momentum = t.hyper("momentum");
+  Sym buffer = foreach_lerp(buffers, grads, 1.0 - momentum);
+  Sym x = s["nesterov"] ? foreach_lerp(grads, buffer, momentum) : buffer;
+  // grad.to(bf16).div_(norm().clamp(min=eps)): bf16 values, a bf16 norm and eps, each quotient rounded
+  x = round_bf16(x);
+  Sym norm = t.rounded(Dtype::bf16, sqrt(sum(x * x)));
+  x = round_bf16(x / maximum(norm, t.rounded(Dtype::bf16, t.hyper("eps"))));
+  int64_t steps = 0;
+  for (int bit = 0; bit < kStepBits; ++bit)
+    steps |= static_cast<int64_t>(s["ns_steps_bit" + std::to_string(bit)]) << bit;
+  const bool tall = s["tall"];
+  Sym ns_a = t.hyper("ns_a"), ns_b = t.hyper("ns_b"), ns_c = t.hyper("ns_c"), one = t.constant(1.0);
+  for (int64_t step = 0; step < steps; ++step) {
+    Sym gram = mm(x, x, tall, !tall, Dtype::bf16);
+    Sym polynomial = addmm(gram, gram, gram, ns_b, ns_c, false, false, Dtype::bf16);
+    x = tall ? addmm(x, x, polynomial, ns_a, one, false, true, Dtype::bf16)
+             : addmm(x, polynomial, x, ns_a, one, false, false, Dtype::bf16);
+  }
+  // The adjusted learning rate (torch's _adjust_lr, per matrix) and the decoupled weight decay.
+  Sym lr = t.hyper("lr"), rows = t.size(-2), cols = t.size(-1), adjust = t.hyper("adjust_lr_fn");
+  Sym original = sqrt(maximum(t.constant(1.0), rows / cols));
+  Sym ratio = where(equal(adjust, t.constant(static_cast<double>(MuonAdjustLr::match_rms_adamw))),
+                    0.2 * sqrt(maximum(rows, cols)),
+                    where(equal(adjust, t.constant(static_cast<double>(MuonAdjustLr::spectral_unclamped))),
+                          sqrt(rows / cols), original));
+  Sym decayed = params * (1.0 - lr * t.hyper("weight_decay"));
+  t.store("param", foreach_add(decayed, x, -(lr * ratio)));
+  t.store("momentum_buffer", buffer);
 }
 
 // torch's _single_tensor_muon for one param, in T (f32 or f64): the momentum and the final update in T, the
@@ -165,22 +188,22 @@ void Muon::forloop_step(const ParamGroup& group, const Tensor& param_in, const T
     // A = X^T X, and X = a X + X B^T. Each is torch's addmm, in the library: the addend copied in, then
     // C = beta C + alpha A B in f32, rounded once to bf16.
     const double ns_a = group.get("ns_a"), ns_b = group.get("ns_b"), ns_c = group.get("ns_c");
-    const Gemm& gram = products_->get({.m = k,
-                                       .n = k,
-                                       .k = tall ? rows : cols,
-                                       .transpose_a = tall,
-                                       .transpose_b = !tall,
-                                       .operands = Dtype::bf16,
-                                       .result = Dtype::bf16});
-    const Gemm& polynomial = products_->get(
+    const Gemm& gram = prepared_gemm({.m = k,
+                                      .n = k,
+                                      .k = tall ? rows : cols,
+                                      .transpose_a = tall,
+                                      .transpose_b = !tall,
+                                      .operands = Dtype::bf16,
+                                      .result = Dtype::bf16});
+    const Gemm& polynomial = prepared_gemm(
         {.m = k, .n = k, .k = k, .operands = Dtype::bf16, .result = Dtype::bf16, .alpha = ns_c, .beta = ns_b});
-    const Gemm& apply = products_->get({.m = rows,
-                                        .n = cols,
-                                        .k = k,
-                                        .transpose_b = tall,
-                                        .operands = Dtype::bf16,
-                                        .result = Dtype::bf16,
-                                        .beta = ns_a});
+    const Gemm& apply = prepared_gemm({.m = rows,
+                                       .n = cols,
+                                       .k = k,
+                                       .transpose_b = tall,
+                                       .operands = Dtype::bf16,
+                                       .result = Dtype::bf16,
+                                       .beta = ns_a});
     std::vector<bfloat16> gram_matrix(static_cast<std::size_t>(k * k)), update(gram_matrix.size()), next(x.size());
     for (int64_t step = 0; step < static_cast<int64_t>(group.get("ns_steps")); ++step) {
       gram.run(x.data(), x.data(), gram_matrix.data());

@@ -10,9 +10,10 @@
 // torch's; ns_coefficients is a group option triple (ns_a, ns_b, ns_c) and adjust_lr_fn a choice (None is
 // "original"). State: momentum_buffer, made like the param.
 //
-// Its step is the forloop reference (foreach=false, torch's Muon, which has no foreach path): its products are not
-// IR yet, so an eager foreach step and a compiled step are refused with an optjit::Error saying so, before anything
-// changes.
+// Its forloop step (foreach=false, the default: torch's Muon has no foreach path) runs torch's single-tensor
+// algorithm; its traced step writes the iterations as IR matrix products (mm, addmm), which its eager step interprets
+// and its compiled step runs as three kernels around the library's products, per bucket (tall and wide matrices
+// apart).
 #pragma once
 
 #include "frontend/optim/optimizer.h"
@@ -50,14 +51,15 @@ OPTJIT_DEFINE_OPTIONS(MuonOptions, OPTJIT_MUON_OPTIONS)
 class Muon : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(Muon, MuonOptions)
-  ~Muon() override;
   void check_grad(int64_t flat) const override;
   void check_step_options(const ParamGroup& group, std::size_t index) const override;
+  void param_structure(const Tensor& param, Structure& s) const override;
+  bool has_param_structure() const override { return true; }
+  // Its products read whole matrices: a param that is not contiguous steps through contiguous copies.
+  bool walks_rows_and_columns(int64_t) const override { return true; }
 
 private:
   void check_matrix(const Tensor& param) const; // torch's constructor check: every param is 2-D
-  struct Products;                              // the prepared products, per shape
-  std::unique_ptr<Products> products_;
 };
 
 } // namespace optjit

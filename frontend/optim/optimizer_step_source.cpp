@@ -187,6 +187,8 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
         t = find_state(flat_state(m.flat), declared[k].name);
         OPTJIT_ASSERT(t.defined(), "state " + declared[k].name + " missing; ensure_state() runs first");
         break;
+      case SlotRole::Scratch:
+        OPTJIT_ASSERT(false, "an optimizer declares no scratch slot: " + declared[k].name);
       }
       args.slot_tensors[k].push_back(t.real_view()); // complex tensors run as their (re, im) components
     }

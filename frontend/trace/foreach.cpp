@@ -97,6 +97,8 @@ Sym operator-(double a, Sym b) { return lift(b, a) - b; }
 Sym operator*(double a, Sym b) { return lift(b, a) * b; }
 Sym operator/(double a, Sym b) { return lift(b, a) / b; }
 Sym sqrt(Sym a) { return unary(Op::sqrt, a); }
+Sym round_bf16(Sym a) { return unary(Op::round_bf16, a); }
+Sym fma(Sym a, Sym b, Sym c) { return a.tracer().wrap(a.tracer().builder().fma(a.id(), b.id(), c.id())); }
 Sym abs(Sym a) { return unary(Op::abs, a); }
 Sym sign(Sym a) { return unary(Op::sign, a); }
 Sym exp(Sym a) { return unary(Op::exp, a); }
@@ -115,10 +117,31 @@ Sym where(Sym condition, Sym if_true, Sym if_false) {
 Sym foreach_add(Sym self, Sym other, Sym alpha) { return self + alpha * other; }
 Sym foreach_addcmul(Sym self, Sym t1, Sym t2, Sym value) { return self + value * t1 * t2; }
 Sym foreach_addcdiv(Sym self, Sym t1, Sym t2, Sym value) { return self + value * (t1 / t2); }
+Sym mm(Sym a, Sym b, bool transpose_a, bool transpose_b, Dtype dtype) {
+  GraphBuilder& builder = a.tracer().builder();
+  return a.tracer().wrap(builder.add(Node{Op::mm,
+                                          Level::Element,
+                                          builder.dtype(),
+                                          {a.id(), b.id()},
+                                          0,
+                                          matrix_product_name({transpose_a, transpose_b, dtype})}));
+}
+
+Sym addmm(Sym input, Sym a, Sym b, Sym beta, Sym alpha, bool transpose_a, bool transpose_b, Dtype dtype) {
+  GraphBuilder& builder = a.tracer().builder();
+  return a.tracer().wrap(builder.add(Node{Op::addmm,
+                                          Level::Element,
+                                          builder.dtype(),
+                                          {input.id(), a.id(), b.id(), beta.id(), alpha.id()},
+                                          0,
+                                          matrix_product_name({transpose_a, transpose_b, dtype})}));
+}
+
 // torch's lerp: self + weight * (end - self) while |weight| < 0.5, else end - (end - self) * (1 - weight), which is
 // exact at weight 1 (and NaN where end - self is inf - inf, as torch's). Written as one select of the base and one of
 // the coefficient: end + (weight - 1) * (end - self) is the second form bit for bit, since weight - 1 = -(1 - weight)
-// exactly. A per-tensor weight is first rounded to the element dtype, as torch takes a Python scalar.
+// exactly. The product and the sum round once (a fused multiply-add), as torch's vectorized kernel's fmadd does. A
+// per-tensor weight is first rounded to the element dtype, as torch takes a Python scalar.
 Sym foreach_lerp(Sym self, Sym end, Sym weight) {
   Tracer& t = self.tracer();
   GraphBuilder& b = t.builder();
@@ -126,7 +149,7 @@ Sym foreach_lerp(Sym self, Sym end, Sym weight) {
   if (elements && b.node(weight.id()).level == Level::PerTensor)
     weight = t.rounded(b.dtype(), weight);
   Sym small = less(abs(weight), t.constant(0.5));
-  return where(small, self, end) + where(small, weight, weight - 1.0) * (end - self);
+  return fma(where(small, weight, weight - 1.0), end - self, where(small, self, end));
 }
 
 } // namespace optjit

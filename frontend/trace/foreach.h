@@ -118,6 +118,8 @@ Sym operator-(double a, Sym b);
 Sym operator*(double a, Sym b);
 Sym operator/(double a, Sym b);
 Sym sqrt(Sym a);
+Sym fma(Sym a, Sym b, Sym c); // a * b + c, rounded once
+Sym round_bf16(Sym a);        // a rounded to bf16, to nearest even (torch's .to(torch.bfloat16)), held in a's dtype
 Sym abs(Sym a);
 Sym sign(Sym a);
 Sym exp(Sym a);
@@ -166,7 +168,12 @@ Sym group_max(Sym a); // the largest over the tensor's param group, NaN-propagat
 Sym foreach_add(Sym self, Sym other, Sym alpha);          // self + alpha * other
 Sym foreach_addcmul(Sym self, Sym t1, Sym t2, Sym value); // self + value * t1 * t2
 Sym foreach_addcdiv(Sym self, Sym t1, Sym t2, Sym value); // self + value * (t1 / t2)
-Sym foreach_lerp(Sym self, Sym end, Sym weight);          // torch's: self + weight * (end - self) for |weight| < 0.5,
-                                                          // end - (end - self) * (1 - weight) otherwise
+// torch.mm and torch.addmm of each tensor's matrices (ops mm, addmm: ir/ops.def), op(X) being X^T where `transpose_`
+// says: op(a) op(b), and beta input + alpha op(a) op(b) (beta, alpha per-tensor), the products in `dtype` (bf16 or
+// f32: operands rounded to it, f32 sums, the result rounded once).
+Sym mm(Sym a, Sym b, bool transpose_a, bool transpose_b, Dtype dtype);
+Sym addmm(Sym input, Sym a, Sym b, Sym beta, Sym alpha, bool transpose_a, bool transpose_b, Dtype dtype);
+Sym foreach_lerp(Sym self, Sym end, Sym weight); // torch's: self + weight * (end - self) for |weight| < 0.5,
+                                                 // end - (end - self) * (1 - weight) otherwise
 
 } // namespace optjit

@@ -124,7 +124,7 @@ TEST_CASE("ir: parse errors name the line and the problem") {
   check_error_contains([] { parse_graph("graph @g f32 {\n  %0 = tensor \"x\" : el f32\n}\n"); },
                        "line 2: node tensor uses slot 'x', which graph @g does not declare");
   check_error_contains([] { parse_graph("graph @g f32 {\n  slot \"x\" : weight tensor f32\n}\n"); },
-                       "slot role must be param, grad or state, got 'weight'");
+                       "slot role must be param, grad, state or scratch, got 'weight'");
   // The name becomes the kernels' symbols: LLVM aborts on "sg+" in PTX (found by fuzz_ir).
   check_error_contains(
       [] { parse_graph("graph @sg+ f32 {\n}\n"); },

@@ -117,15 +117,38 @@ TEST_CASE("muon: its state dict saves and loads the momentum buffers, and the ne
   CHECK(a.to_vector() == b.to_vector());
 }
 
-TEST_CASE("muon: foreach and compiled steps are refused with the reason, before anything changes") {
-  Tensor p = matrix(4, 4, 1);
-  const std::vector<double> before = p.to_vector();
-  auto opt = make_optimizer("Muon", {ParamGroupSpec{{p}, {}}}, {{"foreach", {1}}});
-  p.set_grad(matrix(4, 4, 0.5));
-  check_error_contains([&] { opt->step(); }, "Muon's step multiplies matrices (Newton-Schulz)");
-  auto forloop = make_optimizer("Muon", {ParamGroupSpec{{p}, {}}}, {});
-  CompiledStep step = compile(*forloop);
-  check_error_contains([&] { step(); }, "step it with foreach=false");
-  CHECK(p.to_vector() == before);
-  CHECK(forloop->visible_state(p).empty());
+TEST_CASE(
+    "muon: its eager step (the traced graph, interpreted) follows its forloop step, and a compiled one is refused") {
+  Tensor tall_f = matrix(7, 3, 1), wide_f = matrix(3, 7, 2), tall_e = tall_f.clone(), wide_e = wide_f.clone();
+  auto forloop = make_optimizer("Muon", {ParamGroupSpec{{tall_f, wide_f}, {}}}, {{"lr", {0.03}}});
+  auto eager = make_optimizer("Muon", {ParamGroupSpec{{tall_e, wide_e}, {}}}, {{"lr", {0.03}}, {"foreach", {1}}});
+  for (int step = 0; step < 4; ++step) {
+    for (Tensor* p : {&tall_f, &tall_e})
+      p->set_grad(matrix(7, 3, 0.5 + step));
+    for (Tensor* p : {&wide_f, &wide_e})
+      p->set_grad(matrix(3, 7, 0.25 + step));
+    forloop->step();
+    eager->step();
+  }
+  // The same products in the same library; the final update rounds apart by an f32 ulp at most (a fused multiply-add
+  // in the forloop step), which the next steps do not amplify (Muon's update depends on the grads alone).
+  CHECK(scaled_error(tall_e, tall_f, 1e-6, 1e-7) <= 1);
+  CHECK(scaled_error(wide_e, wide_f, 1e-6, 1e-7) <= 1);
+  CHECK(find_state(eager->visible_state(tall_e), "momentum_buffer").to_vector() ==
+        find_state(forloop->visible_state(tall_f), "momentum_buffer").to_vector());
+
+  // Compiled: kernels around the library's products, the same products as the eager step's.
+  Tensor tall_c = matrix(7, 3, 1), wide_c = matrix(3, 7, 2);
+  auto compiled = make_optimizer("Muon", {ParamGroupSpec{{tall_c, wide_c}, {}}}, {{"lr", {0.03}}});
+  CompiledStep step = compile(*compiled);
+  for (int s = 0; s < 4; ++s) {
+    tall_c.set_grad(matrix(7, 3, 0.5 + s));
+    wide_c.set_grad(matrix(3, 7, 0.25 + s));
+    step();
+  }
+  CHECK(scaled_error(tall_c, tall_e, 1e-6, 1e-7) <= 1);
+  CHECK(scaled_error(wide_c, wide_e, 1e-6, 1e-7) <= 1);
+  CHECK(step.metrics().compiles == 1);
+  CHECK(step.kernel_count() == 6); // per bucket (tall, wide): the norm, the momentum and operand, the update
+  CHECK(step.dump(Stage::Fused).find("then \"product") != std::string::npos);
 }
