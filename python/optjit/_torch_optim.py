@@ -27,8 +27,12 @@ SUPPORTED = {
         torch.optim.Rprop,
         torch.optim.ASGD,
         torch.optim.Adafactor,
+        *([torch.optim.Muon] if hasattr(torch.optim, "Muon") else []),  # torch >= 2.9
     )
 }
+
+# Muon's adjust_lr_fn, by name, as optjit's option holds it (None: torch's default, "original").
+_ADJUST_LR_FN = {"original": 0.0, "match_rms_adamw": 1.0, "spectral_unclamped": 2.0}
 
 # Group keys that choose how torch runs a step rather than what it computes; optjit reads them itself.
 _IMPLEMENTATION_KEYS = {"params", "foreach", "fused", "capturable", "differentiable"}
@@ -156,6 +160,11 @@ def keywords(cls, options, where):
             continue
         if cls is torch.optim.AdamW and key == "decoupled_weight_decay":
             continue  # AdamW always decouples; torch keeps the key for loading old checkpoints
+        if key == "adjust_lr_fn" and isinstance(value, str):
+            if value not in _ADJUST_LR_FN:
+                raise torch_error(ValueError, f"Adjust learning rate function {value} is not supported")
+            result[key] = [_ADJUST_LR_FN[value]]
+            continue
         result[key] = _keyword(value, f"{where} option '{key}'")
     return result
 
@@ -206,6 +215,8 @@ def scalar_state_device(cls, group, param):
 # State torch makes from the grad rather than the param (so in the grad's layout when the two differ):
 # SGD's momentum_buffer is clone(grad), Rprop's step_size full_like(grad, lr).
 _GRAD_LAYOUT_STATE = {torch.optim.SGD: {"momentum_buffer"}, torch.optim.Rprop: {"step_size"}}
+if hasattr(torch.optim, "Muon"):
+    _GRAD_LAYOUT_STATE[torch.optim.Muon] = {"momentum_buffer"}  # zeros_like(grad)
 
 
 def grad_layout_state(cls):
@@ -289,6 +300,12 @@ def check_step_options(cls, opt):
                 _, _ = value
             except (TypeError, ValueError) as e:
                 raise torch_error(type(e), f"param group {g} option '{key}' is {value!r}: {e}") from None
+        if cls.__name__ == "Muon":
+            coefficients = group["ns_coefficients"]
+            if not isinstance(coefficients, (tuple, list)) or len(coefficients) != 3:
+                raise torch_error(ValueError, "Coefficients must be a tuple of exactly 3 values")
+            if group["ns_steps"] >= 100:
+                raise torch_error(ValueError, "Number of steps must be less than 100 for computational efficiency")
         for key, element, bad in _ZERO_DIVISORS.get(cls, ()):
             value = group[key][element]
             if not isinstance(value, torch.Tensor) and value == bad:

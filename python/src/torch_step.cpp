@@ -82,6 +82,10 @@ TorchStep::TorchStep(const std::string& name, nb::list param_groups, const Keywo
         const std::string torch_key = nb::cast<std::string>(key);
         if (const auto* pair = pair_option_keys(torch_key); pair && (pair->first == option || pair->second == option))
           source = {option, torch_key, pair->first == option ? 0 : 1, nb::none()};
+        if (const auto* triple = triple_option_keys(torch_key))
+          for (int k = 0; k < 3; ++k)
+            if ((*triple)[static_cast<std::size_t>(k)] == option)
+              source = {option, torch_key, k, nb::none()};
       }
       if (source.element < 0 && !torch_group.contains(option.c_str()))
         continue; // an option torch's group does not carry: it keeps its value
@@ -114,13 +118,17 @@ void TorchStep::sync_options(std::size_t g, nb::handle none_values) {
       group.tensor_options.erase(source.name);
       source.tensor = nb::none();
     }
-    if (value.is_none() && source.element >= 0) { // torch's None in a pair (Adafactor's eps1): its default
+    if (value.is_none()) { // torch's None (Adafactor's eps1, Muon's adjust_lr_fn): its default
       if (!none_values.is_none() && nb::cast<nb::dict>(none_values).contains(source.name.c_str())) {
         value = none_values[source.name.c_str()];
       } else {
         group.set(source.name, kOptionNone);
         continue;
       }
+    }
+    if (nb::isinstance<nb::str>(value)) { // a choice by name (Muon's adjust_lr_fn)
+      group.set(source.name, named_option_value(source.torch_key, nb::cast<std::string>(value)));
+      continue;
     }
     const double number = PyFloat_AsDouble(value.ptr());
     if (number == -1.0 && PyErr_Occurred()) {
