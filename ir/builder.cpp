@@ -251,21 +251,19 @@ ValueId GraphBuilder::binary(Op op, ValueId lhs, ValueId rhs) {
   return add(std::move(n));
 }
 
-ValueId GraphBuilder::select(ValueId condition, ValueId if_true, ValueId if_false) {
-  Level level = std::max({node(condition).level, node(if_true).level, node(if_false).level});
-  Node n;
-  n.op = Op::select;
-  n.inputs = {operand_for(condition, level), operand_for(if_true, level), operand_for(if_false, level)};
-  return add(std::move(n));
-}
-
-ValueId GraphBuilder::fma(ValueId a, ValueId b, ValueId c) {
+ValueId GraphBuilder::ternary(Op op, ValueId a, ValueId b, ValueId c) {
   Level level = std::max({node(a).level, node(b).level, node(c).level});
   Node n;
-  n.op = Op::fma;
+  n.op = op;
   n.inputs = {operand_for(a, level), operand_for(b, level), operand_for(c, level)};
   return add(std::move(n));
 }
+
+ValueId GraphBuilder::select(ValueId condition, ValueId if_true, ValueId if_false) {
+  return ternary(Op::select, condition, if_true, if_false);
+}
+
+ValueId GraphBuilder::fma(ValueId a, ValueId b, ValueId c) { return ternary(Op::fma, a, b, c); }
 
 ValueId GraphBuilder::reduce(Op op, ValueId value) {
   if (!op_has_trait(op, kReduction) && !op_has_trait(op, kListReduction))

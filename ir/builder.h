@@ -54,6 +54,7 @@ public:
 
 private:
   ValueId operand_for(ValueId value, Level partner_level);
+  ValueId ternary(Op op, ValueId a, ValueId b, ValueId c); // operands cast to the highest level's dtype
 
   Graph graph_;
   bool intern_;

@@ -29,6 +29,14 @@ def _bf16_bound(lr, shapes=SHAPES):
     return 2 ** -5 * lr * 4
 
 
+def _step_both(t, torch_opt, reference, step, ours):
+    """Step t of torch's optimizer over `reference` and of optjit's `step` over `ours`, with the same grads."""
+    for p, q, g in zip(reference, ours, _grads(t)):
+        p.grad, q.grad = g.clone(), g.clone()
+    torch_opt.step()
+    step()
+
+
 def _run(options, steps=5, groups=None, lr_schedule=None):
     reference, ours = _params(7), _params(7)
     spec = (lambda ps: [{"params": ps[i:j], **o} for (i, j), o in groups]) if groups else (lambda ps: ps)
@@ -40,10 +48,7 @@ def _run(options, steps=5, groups=None, lr_schedule=None):
             for o in (torch_opt, opt):
                 for group in o.param_groups:
                     group["lr"] = lr_schedule(t)
-        for p, q, g in zip(reference, ours, _grads(t)):
-            p.grad, q.grad = g.clone(), g.clone()
-        torch_opt.step()
-        step()
+        _step_both(t, torch_opt, reference, step, ours)
         for p, q in zip(reference, ours):
             assert torch.equal(torch_opt.state[p]["momentum_buffer"], opt.state[q]["momentum_buffer"])
     return reference, ours, torch_opt, opt, step
@@ -86,10 +91,7 @@ def test_muon_state_dicts_move_between_torch_and_optjit():
         assert torch.equal(fresh.state[p]["momentum_buffer"], opt.state[q]["momentum_buffer"])
         p.data.copy_(q.data)
     for t in range(2, 4):
-        for p, q, g in zip(reference, ours, _grads(t)):
-            p.grad, q.grad = g.clone(), g.clone()
-        fresh.step()
-        step()
+        _step_both(t, fresh, reference, step, ours)
     for p, q in zip(reference, ours):
         assert torch.equal(fresh.state[p]["momentum_buffer"], opt.state[q]["momentum_buffer"])
         torch.testing.assert_close(q, p, rtol=0, atol=_bf16_bound(0.02) * 3)
