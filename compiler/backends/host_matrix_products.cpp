@@ -2,6 +2,9 @@
 #include "runtime/error.h"
 #include "runtime/gemm.h"
 
+#include <algorithm>
+#include <cstddef>
+
 namespace optjit {
 
 const ListArguments& HostMatrixProducts::bind(const ListArguments& args, const KernelPlan& plan) {
@@ -20,13 +23,34 @@ const ListArguments& HostMatrixProducts::bind(const ListArguments& args, const K
     if (shape.size() != 2)
       throw Error("a matrix product of a param of shape " + shape_to_string(shape) +
                   ": the step multiplies each param as a matrix (rank 2)");
+  // Entries of one shape and one param group run as one batched product: their buffers lie one after another.
+  batches_.clear();
+  for (std::size_t t = 0; t < shapes.size(); ++t) {
+    auto same = [&](const std::vector<std::size_t>& batch) {
+      return shapes[batch[0]] == shapes[t] && args.group_of[batch[0]] == args.group_of[t];
+    };
+    if (auto it = std::find_if(batches_.begin(), batches_.end(), same); it != batches_.end())
+      it->push_back(t);
+    else
+      batches_.push_back({t});
+  }
+  blocks_.clear();
   for (const ScratchBuffer& s : scratch_) {
     const auto [rows, cols] = matrix_dims(s.shape);
-    std::vector<Tensor> tensors;
-    for (const Shape& shape : shapes) {
+    std::vector<Tensor> tensors(shapes.size()), blocks;
+    for (const std::vector<std::size_t>& batch : batches_) {
+      const Shape& shape = shapes[batch[0]];
       const auto size = [&](char dim) { return dim == 'm' ? shape[0] : shape[1]; };
-      tensors.push_back(Tensor::empty({size(rows), size(cols)}, s.dtype));
+      const int64_t r = size(rows), c = size(cols);
+      Tensor block = Tensor::empty({static_cast<int64_t>(batch.size()), r, c}, s.dtype);
+      for (std::size_t i = 0; i < batch.size(); ++i) // each entry's matrix, a view of the block
+        tensors[batch[i]] =
+            Tensor::from_blob(static_cast<std::byte*>(block.data()) +
+                                  static_cast<int64_t>(i) * r * c * static_cast<int64_t>(dtype_size(s.dtype)),
+                              {r, c}, s.dtype);
+      blocks.push_back(std::move(block));
     }
+    blocks_[s.name] = std::move(blocks);
     bound_.slot_names.push_back(s.name);
     bound_.slot_tensors.push_back(std::move(tensors));
   }
@@ -44,22 +68,24 @@ double HostMatrixProducts::scalar(const LibraryCall::Scalar& s, std::size_t entr
 void HostMatrixProducts::run(const std::vector<LibraryCall>& calls) const {
   for (const LibraryCall& call : calls) {
     const MatrixProductForm form = matrix_product_form(Node{call.op, Level::Element, Dtype::f32, {}, 0, call.form});
-    const std::vector<Tensor>&result = buffers(call.result), &a = buffers(call.a), &b = buffers(call.b);
-    for (std::size_t t = 0; t < result.size(); ++t) {
-      const Shape &sa = a[t].shape(), &sb = b[t].shape();
-      GemmShape shape{.m = form.transpose_a ? sa[1] : sa[0],
-                      .n = form.transpose_b ? sb[0] : sb[1],
-                      .k = form.transpose_a ? sa[0] : sa[1],
+    const std::vector<Tensor>&result = blocks_.at(call.result), &a = blocks_.at(call.a), &b = blocks_.at(call.b);
+    for (std::size_t k = 0; k < batches_.size(); ++k) {
+      const Shape &sa = a[k].shape(), &sb = b[k].shape(); // [count, rows, cols]
+      GemmShape shape{.batch = sa[0],
+                      .m = form.transpose_a ? sa[2] : sa[1],
+                      .n = form.transpose_b ? sb[1] : sb[2],
+                      .k = form.transpose_a ? sa[1] : sa[2],
                       .transpose_a = form.transpose_a,
                       .transpose_b = form.transpose_b,
                       .operands = form.dtype,
                       .result = form.dtype};
-      if (call.op == Op::addmm) { // torch's addmm: the input copied into the result, then the sum post-op
-        result[t].copy_from(buffers(call.input)[t]);
-        shape.beta = scalar(call.beta, t);
+      const std::size_t entry = batches_[k][0]; // the batch's param group: its beta and alpha
+      if (call.op == Op::addmm) {               // torch's addmm: the input copied into the result, then the sum post-op
+        result[k].copy_from(blocks_.at(call.input)[k]);
+        shape.beta = scalar(call.beta, entry);
       }
-      shape.alpha = scalar(call.alpha, t);
-      prepared_gemm(shape).run(a[t].data(), b[t].data(), result[t].data());
+      shape.alpha = scalar(call.alpha, entry);
+      prepared_gemm(shape).run(a[k].data(), b[k].data(), result[k].data());
     }
   }
 }

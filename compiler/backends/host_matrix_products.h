@@ -1,11 +1,13 @@
 // The matrix products of a plan on the host (the CPU backend's): the scratch buffers its kernels and library calls
 // hand each other, made when it binds, and each call (KernelPlan::calls_after) run in the matrix library
-// (runtime/gemm.h) for every list entry, after the kernel it follows.
+// (runtime/gemm.h) after the kernel it follows: one batched product for each set of entries of one shape and one
+// param group, whose buffers lie one after another.
 #pragma once
 
 #include "ir/arguments.h"
 #include "ir/kernel_plan.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,11 +26,12 @@ public:
   void run(const std::vector<LibraryCall>& calls) const;
 
 private:
-  const std::vector<Tensor>& buffers(const std::string& name) const { return bound_.slot(name); }
   double scalar(const LibraryCall::Scalar& s, std::size_t entry) const;
 
   std::vector<ScratchBuffer> scratch_;
-  ListArguments bound_; // the bound arguments and the scratch buffers
+  ListArguments bound_;                               // the bound arguments and each entry's scratch matrices
+  std::vector<std::vector<std::size_t>> batches_;     // list entries of one shape and param group, in list order
+  std::map<std::string, std::vector<Tensor>> blocks_; // per scratch buffer, per batch: its entries' matrices
   std::vector<double> hyper_;
 };
 

@@ -152,3 +152,35 @@ TEST_CASE(
   CHECK(step.kernel_count() == 6); // per bucket (tall, wide): the norm, the momentum and operand, the update
   CHECK(step.dump(Stage::Fused).find("then \"product") != std::string::npos);
 }
+
+TEST_CASE("muon: params of one shape and group run as one batched product, as each alone") {
+  // Three wide 5 x 8 params in group 0, two in group 1 (other coefficients: a batch of its own), a tall one.
+  const auto params = [] {
+    std::vector<Tensor> ps;
+    for (int i = 0; i < 5; ++i)
+      ps.push_back(matrix(5, 8, 1.0 + 0.1 * i));
+    ps.push_back(matrix(9, 4, 3));
+    return ps;
+  };
+  std::vector<Tensor> looped = params(), batched = params();
+  const auto groups = [](const std::vector<Tensor>& ps) {
+    return std::vector<ParamGroupSpec>{{{ps[0], ps[1], ps[2], ps[5]}, {}},
+                                       {{ps[3], ps[4]}, {{"ns_a", 3.0}, {"ns_b", -3.2}, {"ns_c", 1.2}}}};
+  };
+  auto forloop = make_optimizer("Muon", groups(looped), {{"lr", {0.02}}});
+  auto compiled_opt = make_optimizer("Muon", groups(batched), {{"lr", {0.02}}});
+  CompiledStep step = compile(*compiled_opt);
+  for (int s = 0; s < 3; ++s) {
+    for (std::size_t i = 0; i < looped.size(); ++i) {
+      const Tensor g = matrix(looped[i].shape()[0], looped[i].shape()[1], 0.3 * static_cast<double>(i + s) + 0.1);
+      looped[i].set_grad(g.clone());
+      batched[i].set_grad(g.clone());
+    }
+    forloop->step();
+    step();
+  }
+  for (std::size_t i = 0; i < looped.size(); ++i) {
+    INFO("param " << i);
+    CHECK(scaled_error(batched[i], looped[i], 1e-6, 1e-7) <= 1);
+  }
+}
