@@ -449,7 +449,7 @@ Value* KernelBody::emit_op(IRBuilder<>& b, const Node& n, const std::vector<Valu
   case Op::col_sum:
   case Op::carried_rows:
   case Op::carried_cols:
-  case Op::mm: // a library call, never part of a kernel: the planner refuses them before codegen
+  case Op::mm: // a library call between kernels (KernelPlan::calls_after), never a kernel's node
   case Op::addmm:
   case Op::extent:
   case Op::constant:

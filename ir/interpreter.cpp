@@ -249,18 +249,7 @@ ElementValues matrix_products(const Node& n, const std::vector<const Value*>& in
   ElementValues out;
   for (std::size_t t = 0; t < a_values.size(); ++t) {
     const Tensor a = library_matrix(a_values[t], form.dtype, n), b = library_matrix(b_values[t], form.dtype, n);
-    GemmShape shape{.m = form.transpose_a ? a.shape()[1] : a.shape()[0],
-                    .n = form.transpose_b ? b.shape()[0] : b.shape()[1],
-                    .k = form.transpose_a ? a.shape()[0] : a.shape()[1],
-                    .transpose_a = form.transpose_a,
-                    .transpose_b = form.transpose_b,
-                    .operands = form.dtype,
-                    .result = form.dtype};
-    const int64_t inner_b = form.transpose_b ? b.shape()[1] : b.shape()[0];
-    if (inner_b != shape.k)
-      throw Error(std::string(op_name(n.op)) + " \"" + n.name + "\" of matrices " + shape_to_string(a.shape()) +
-                  " and " + shape_to_string(b.shape()) + ": the inner sizes differ (" + std::to_string(shape.k) +
-                  " and " + std::to_string(inner_b) + ")");
+    GemmShape shape = gemm_shape(form, a.shape(), b.shape());
     Tensor c = Tensor::empty({shape.m, shape.n}, form.dtype);
     if (add) {
       const Tensor addend = library_matrix(std::get<ElementValues>(*in[0])[t], form.dtype, n);
@@ -290,6 +279,9 @@ struct Interpretation::State {
   // covers many small tensors as well as one large one.
   std::vector<WorkItem> items;
   int64_t grain = 1;
+  // Whether the graph multiplies matrices: only then may an element value have another shape than the param's.
+  bool products =
+      std::any_of(graph.nodes.begin(), graph.nodes.end(), [](const Node& n) { return op_has_trait(n.op, kMatrix); });
   int next = 0;    // the next node to evaluate
   int paused = -1; // the list reduction advance() paused at, if any
 
@@ -393,13 +385,14 @@ void Interpretation::State::evaluate(int id) {
       shape_source = e;
   // Element ops walk memory flat: results take their operand's layout, as every tensor of a list entry shares one
   // (loads of other dtypes convert in place of layout; compiler/layout_staging.h stages the others).
-  for (const Value* v : in) // a pointwise op pairs elements: its matrix operands share the param's shape
-    if (auto* e = std::get_if<ElementValues>(v))
-      for (std::size_t t = 0; t < e->size(); ++t)
-        if ((*e)[t].shape() != param_shape(graph, args, t))
-          throw Error(std::string(op_name(n.op)) + " of a matrix product's " + shape_to_string((*e)[t].shape()) +
-                      " result, where the param is " + shape_to_string(param_shape(graph, args, t)) +
-                      ": pointwise ops take values of the param's shape (a product's other shapes go to products)");
+  if (products) // a pointwise op pairs elements: its operands have the param's shape, not another product's
+    for (const Value* v : in)
+      if (auto* e = std::get_if<ElementValues>(v))
+        for (std::size_t t = 0; t < e->size(); ++t)
+          if ((*e)[t].shape() != param_shape(graph, args, t))
+            throw Error(std::string(op_name(n.op)) + " of a matrix product's " + shape_to_string((*e)[t].shape()) +
+                        " result, where the param is " + shape_to_string(param_shape(graph, args, t)) +
+                        ": pointwise ops take values of the param's shape (a product's other shapes go to products)");
   ElementValues result;
   for (const Tensor& like : *shape_source)
     result.push_back(Tensor::empty_like(like, graph.dtype, like.device()));

@@ -262,6 +262,24 @@ std::string print_library_call(const LibraryCall& call) {
   return text;
 }
 
+GemmShape gemm_shape(const MatrixProductForm& form, const Shape& a, const Shape& b) {
+  const std::size_t ra = a.size() - 2, rb = b.size() - 2; // each one's rows dimension
+  const GemmShape shape{.batch = a.size() == 3 ? a[0] : 1,
+                        .m = form.transpose_a ? a[ra + 1] : a[ra],
+                        .n = form.transpose_b ? b[rb] : b[rb + 1],
+                        .k = form.transpose_a ? a[ra] : a[ra + 1],
+                        .transpose_a = form.transpose_a,
+                        .transpose_b = form.transpose_b,
+                        .operands = form.dtype,
+                        .result = form.dtype};
+  const int64_t inner_b = form.transpose_b ? b[rb + 1] : b[rb];
+  if (inner_b != shape.k)
+    throw Error("a matrix product \"" + matrix_product_name(form) + "\" of matrices " + shape_to_string(a) + " and " +
+                shape_to_string(b) + ": the inner sizes differ (" + std::to_string(shape.k) + " and " +
+                std::to_string(inner_b) + ")");
+  return shape;
+}
+
 std::string print_kernel_plan(const KernelPlan& plan) {
   std::string text = "kernel @" + plan.name + " " + std::string(dtype_name(plan.graph.dtype)) + "\n";
   for (const auto& [label, value] : header_lines(plan))

@@ -6,6 +6,8 @@
 #pragma once
 
 #include "ir/ir.h"
+#include "runtime/gemm.h"
+#include "runtime/tensor.h"
 
 #include <string>
 #include <string_view>
@@ -89,6 +91,10 @@ struct LibraryCall {
   bool operator==(const LibraryCall&) const = default;
 };
 std::string print_library_call(const LibraryCall& call);
+// The library's product of `form` over operands whose last two dimensions are their matrices (`a` and `b`: [rows,
+// cols] or [batch, rows, cols], stored before any transpose): alpha 1 and beta 0, which the caller sets. Throws
+// optjit::Error naming the shapes when op(a)'s columns are not op(b)'s rows.
+GemmShape gemm_shape(const MatrixProductForm& form, const Shape& a, const Shape& b);
 
 struct KernelPlan {
   std::string name;

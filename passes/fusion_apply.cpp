@@ -85,14 +85,6 @@ std::vector<ScratchBuffer> scratch_buffers(const Graph& graph) {
 
 std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan) {
   const std::vector<std::vector<char>> computes = kernel_membership(graph, plan);
-  const std::vector<ScratchBuffer> scratch = scratch_buffers(graph);
-  const auto scratch_dtype = [&](const std::string& name) {
-    for (const ScratchBuffer& s : scratch)
-      if (s.name == name)
-        return s.dtype;
-    OPTJIT_ASSERT(false, "no scratch buffer " + name);
-    __builtin_unreachable();
-  };
   const auto in_kernel = [&](ValueId id, int k) {
     return computes[static_cast<std::size_t>(k)][static_cast<std::size_t>(id)] != 0;
   };
@@ -139,9 +131,10 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
   for (int k = 0; k < plan.kernel_count; ++k) {
     Rewriter rw(graph, /*intern=*/false);
     GraphBuilder& b = rw.builder();
-    const auto scratch_slot = [&](const std::string& name) { // declared by the kernels that load or store it
+    // A scratch slot in the products' dtype (scratch_buffers lists the same), declared by the kernels that use it.
+    const auto scratch_slot = [&](const std::string& name, Dtype dtype) {
       if (!b.has_slot(name))
-        b.declare_slot({name, SlotRole::Scratch, SlotKind::Tensor, scratch_dtype(name)});
+        b.declare_slot({name, SlotRole::Scratch, SlotKind::Tensor, dtype});
       return name;
     };
     std::map<ValueId, ValueId> local; // values of other kernels, as this kernel sees them
@@ -151,7 +144,7 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
       if (auto it = local.find(in); it != local.end())
         return it->second;
       if (is_product(graph, in)) // its result, which the library wrote after an earlier kernel
-        return local[in] = b.tensor(scratch_slot(product_scratch(in)));
+        return local[in] = b.tensor(scratch_slot(product_scratch(in), matrix_product_form(graph.node(in)).dtype));
       Node copy = graph.node(in);
       if (copy.op == Op::row_sum || copy.op == Op::col_sum) // an array of the tensor's rows or columns
         copy = Node{copy.op == Op::row_sum ? Op::carried_rows : Op::carried_cols,
@@ -223,7 +216,7 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
         for (ValueId in : graph.node(id).inputs)
           if (graph.node(in).level == Level::Element && !is_product(graph, in) &&
               written.insert(operand_scratch(in, dtype)).second)
-            b.add_store(Store{StoreKind::Tensor, scratch_slot(operand_scratch(in, dtype)), operand(in)});
+            b.add_store(Store{StoreKind::Tensor, scratch_slot(operand_scratch(in, dtype), dtype), operand(in)});
         calls.push_back(library_call(graph, id));
       }
     Graph kernel_graph = b.finish();

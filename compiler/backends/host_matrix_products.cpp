@@ -70,17 +70,9 @@ void HostMatrixProducts::run(const std::vector<LibraryCall>& calls) const {
     const MatrixProductForm form = matrix_product_form(Node{call.op, Level::Element, Dtype::f32, {}, 0, call.form});
     const std::vector<Tensor>&result = blocks_.at(call.result), &a = blocks_.at(call.a), &b = blocks_.at(call.b);
     for (std::size_t k = 0; k < batches_.size(); ++k) {
-      const Shape &sa = a[k].shape(), &sb = b[k].shape(); // [count, rows, cols]
-      GemmShape shape{.batch = sa[0],
-                      .m = form.transpose_a ? sa[2] : sa[1],
-                      .n = form.transpose_b ? sb[1] : sb[2],
-                      .k = form.transpose_a ? sa[1] : sa[2],
-                      .transpose_a = form.transpose_a,
-                      .transpose_b = form.transpose_b,
-                      .operands = form.dtype,
-                      .result = form.dtype};
-      const std::size_t entry = batches_[k][0]; // the batch's param group: its beta and alpha
-      if (call.op == Op::addmm) {               // torch's addmm: the input copied into the result, then the sum post-op
+      GemmShape shape = gemm_shape(form, a[k].shape(), b[k].shape()); // blocks of [count, rows, cols]
+      const std::size_t entry = batches_[k][0];                       // the batch's param group: its beta and alpha
+      if (call.op == Op::addmm) { // torch's addmm: the input copied into the result, then the sum post-op
         result[k].copy_from(blocks_.at(call.input)[k]);
         shape.beta = scalar(call.beta, entry);
       }

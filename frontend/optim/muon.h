@@ -19,7 +19,6 @@
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/options.h"
 
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
