@@ -209,6 +209,15 @@ int CompiledStep::kernel_count() {
   return count;
 }
 
+int CompiledStep::library_call_count() {
+  int count = 0;
+  Impl& impl = live();
+  for (const BucketProgram& bp : impl.program_now().buckets)
+    if (!members_with_grads(impl.source, bp.bucket).members.empty())
+      count += bp.pipeline.stats.library_calls;
+  return count;
+}
+
 std::string CompiledStep::dump(Stage stage, int gpu_sm) {
   std::string text;
   for (const BucketProgram& bp : live().program_now().buckets) {

@@ -37,6 +37,9 @@ public:
   void update();
   // Kernels launched per step with the grads present now (compiles for them if needed; runs nothing).
   int kernel_count();
+  // The matrix products one step runs in the matrix library (runtime/gemm.h) between its kernels, counted once per
+  // product of a bucket's graph (each runs for every param of the bucket, params of one shape and group batched).
+  int library_call_count();
   // A stage of the code of every bucket, as text. LLVM IR and PTX are for the bucket's target (a CUDA device's
   // compute capability), or for the GPU target sm_`gpu_sm` (80 or 90) when it is given: PTX needs no GPU.
   // Stage::PTX of a CPU bucket without gpu_sm is for sm_80.

@@ -20,6 +20,7 @@ PipelineResult run_pipeline(Graph traced) {
     result.scratch = scratch_buffers(result.optimized); // checks the products' shapes first
   result.fusion = plan_fusion(result.optimized);
   result.kernels = apply_fusion(result.optimized, result.fusion);
+  share_scratch_storage(result.scratch, result.kernels);
   result.stats = kernel_stats(result.optimized, result.kernels);
   return result;
 }
@@ -42,10 +43,12 @@ std::string print_fused(const PipelineResult& result) {
   for (const std::string& line : result.fusion.decisions)
     text += "  " + line + "\n";
   for (const ScratchBuffer& s : result.scratch)
-    text += "scratch \"" + s.name + "\" : " + std::string(dtype_name(s.dtype)) + " " + [&] {
-      const auto [rows, cols] = matrix_dims(s.shape);
-      return std::string{rows, 'x', cols};
-    }() + "\n";
+    text += "scratch \"" + s.name + "\" : " + std::string(dtype_name(s.dtype)) + " " +
+            [&] {
+              const auto [rows, cols] = matrix_dims(s.shape);
+              return std::string{rows, 'x', cols};
+            }() +
+            ", storage " + std::to_string(s.storage) + "\n";
   for (const KernelPlan& k : result.kernels) {
     text += print_kernel_plan(k);
     for (const LibraryCall& call : k.calls_after)

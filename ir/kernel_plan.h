@@ -72,6 +72,8 @@ struct ScratchBuffer {
   std::string name;  // its slot's in the kernels that load or store it
   Dtype dtype;       // the product's dtype (bf16 or f32)
   MatrixShape shape; // as a matrix of the entry's (m, n) param
+  int storage = 0;   // buffers of one storage share their memory: their lives in the plan do not overlap
+                     // (share_scratch_storage); each buffer its own until then
   bool operator==(const ScratchBuffer&) const = default;
 };
 

@@ -21,6 +21,11 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
 // each element operand of a product that is not one, in the product's dtype. Throws optjit::Error where a product's
 // shapes do not fit (matrix_shapes).
 std::vector<ScratchBuffer> scratch_buffers(const Graph& graph);
+// Gives scratch buffers whose lives in `kernels` (from the first kernel or library call that uses one to the last)
+// do not overlap one storage where they have the same dtype and shape, fewest storages first: a step's memory for
+// its products is then the few matrices live at once (Newton-Schulz's two iterates and two Gram-sized matrices),
+// not one per product.
+void share_scratch_storage(std::vector<ScratchBuffer>& scratch, const std::vector<KernelPlan>& kernels);
 KernelStats kernel_stats(const Graph& graph, const std::vector<KernelPlan>& kernels);
 
 } // namespace optjit

@@ -8,6 +8,8 @@
 #include "frontend/optim/adam.h"
 #include "frontend/optim/registry.h"
 #include "runtime/thread_pool.h"
+#include "tools/bench_arrays.h"
+#include "tools/bench_muon.h"
 #include "tools/commands.h"
 #include "tools/count_configs.h"
 #include "tools/timing.h"
@@ -67,27 +69,6 @@ void adopt_f32_state(Optimizer& opt) {
   }
 }
 
-// Every tensor slot each kernel of a compiled step touches per element, at its storage width: a plan of several
-// kernels (reductions) pays every pass. Rows and columns are left out (one value per row or column, not per element).
-std::vector<TrafficProbe::Array> arrays_of(const Optimizer& opt) {
-  std::vector<TrafficProbe::Array> arrays;
-  for (const KernelPlan& kernel : run_pipeline(opt.trace_bucket(opt.make_buckets().front())).kernels) {
-    const Graph& graph = kernel.graph;
-    for (const Slot& slot : graph.slots) {
-      if (slot.kind != SlotKind::Tensor)
-        continue;
-      TrafficProbe::Array a{static_cast<int>(dtype_size(slot.dtype)), false, false};
-      for (const Node& n : graph.nodes)
-        a.read |= n.op == Op::tensor && n.name == slot.name;
-      for (const Store& s : graph.stores)
-        a.written |= s.kind == StoreKind::Tensor && s.name == slot.name;
-      if (a.read || a.written)
-        arrays.push_back(a);
-    }
-  }
-  return arrays;
-}
-
 // The f32 probe's model of the same arrays: how many are read and how many written.
 std::pair<int, int> traffic_of(const std::vector<TrafficProbe::Array>& arrays) {
   int reads = 0, writes = 0;
@@ -112,7 +93,7 @@ json bench_shape(const ShapeCase& c) {
     opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, false});
   CompiledStep step = compile(*opt);
   const std::vector<int64_t> numels(static_cast<std::size_t>(c.count), c.numel);
-  std::vector<TrafficProbe::Array> arrays = arrays_of(*opt); // the step's single bucket, every kernel
+  std::vector<TrafficProbe::Array> arrays = arrays_of(*opt, opt->make_buckets().front()); // its one bucket
   if (c.clip) // the bound the issue sets: the update's bytes and one more read of the grads (the norm's pass)
     arrays.push_back({static_cast<int>(dtype_size(c.dtype)), true, false});
   const auto [reads, writes] = traffic_of(arrays);
@@ -261,42 +242,47 @@ int run_bench(const BenchOptions& options) {
   // Adafactor over transformer-shaped matrices (512 x 512, factored: four passes) against a probe of its bytes.
   cases.push_back({"adafactor", {}, 24, 512 * 512, 0, 0, Dtype::f32, false, false, 512});
   json rows = json::array();
-  if (!options.json)
-    std::printf("optjit bench: compiled steps (f32, foreach) vs a traffic probe of the same bytes per element "
-                "(medians), %s\n\n%-9s %-30s %-13s %7s %5s %9s %9s %7s %7s %6s\n",
-                host_cpu_description().c_str(), "optimizer", "options", "shape", "threads", "B/el", "ms", "probe ms",
-                "GB/s", "ratio", "goal");
-  for (const ShapeCase& c : cases) {
-    json row = bench_shape(c);
+  if (options.only != "muon") {
     if (!options.json)
-      print_row(row);
-    rows.push_back(std::move(row));
-  }
-  std::vector<json> clipped; // PyTorch beside the clipped step: clip_grad_norm_ then its fused Adam, same tensors
-  for (const json& row : rows)
-    if (row.value("options", "").find("+clip") != std::string::npos)
-      clipped.push_back(row);
-  for (const json& row : clipped)
-    print_torch_clip_anchor(row, options.json, rows);
-  if (!options.json)
-    std::printf("\ncold compile (kernel cache cleared), goal < 100 ms and flat in the param count:\n");
-  for (int64_t n : {4, 1000, 10000}) {
-    const double ms = cold_compile_ms(n);
+      std::printf("optjit bench: compiled steps (f32, foreach) vs a traffic probe of the same bytes per element "
+                  "(medians), %s\n\n%-9s %-30s %-13s %7s %5s %9s %9s %7s %7s %6s\n",
+                  host_cpu_description().c_str(), "optimizer", "options", "shape", "threads", "B/el", "ms", "probe ms",
+                  "GB/s", "ratio", "goal");
+    for (const ShapeCase& c : cases) {
+      json row = bench_shape(c);
+      if (!options.json)
+        print_row(row);
+      rows.push_back(std::move(row));
+    }
+    std::vector<json> clipped; // PyTorch beside the clipped step: clip_grad_norm_ then its fused Adam, same tensors
+    for (const json& row : rows)
+      if (row.value("options", "").find("+clip") != std::string::npos)
+        clipped.push_back(row);
+    for (const json& row : clipped)
+      print_torch_clip_anchor(row, options.json, rows);
     if (!options.json)
-      std::printf("  %6lld params  %8.2f ms\n", static_cast<long long>(n), ms);
-    rows.push_back({{"metric", "compile_ms"}, {"params", n}, {"value", ms}});
+      std::printf("\ncold compile (kernel cache cleared), goal < 100 ms and flat in the param count:\n");
+    for (int64_t n : {4, 1000, 10000}) {
+      const double ms = cold_compile_ms(n);
+      if (!options.json)
+        std::printf("  %6lld params  %8.2f ms\n", static_cast<long long>(n), ms);
+      rows.push_back({{"metric", "compile_ms"}, {"params", n}, {"value", ms}});
+    }
+    const Dispatch d = dispatch_us(10000);
+    if (!options.json)
+      std::printf(
+          "\ndispatch per step, 10000 params (goal < 20 us):\n"
+          "  %8.2f us on the host before launch (guards, argument checks, hyperparameters), grads unchanged\n"
+          "  %8.2f us the same with every grad a new tensor each step (every param checked, grad slots repointed)\n"
+          "  %8.2f us for a whole step of 1 element per param (dispatch, launch and kernel)\n",
+          d.host_us, d.new_grads_host_us, d.step_us);
+    rows.push_back({{"metric", "dispatch_us"}, {"params", 10000}, {"value", d.host_us}});
+    rows.push_back({{"metric", "dispatch_us_new_grads"}, {"params", 10000}, {"value", d.new_grads_host_us}});
+    rows.push_back({{"metric", "step_us_1_element_per_param"}, {"params", 10000}, {"value", d.step_us}});
   }
-  const Dispatch d = dispatch_us(10000);
-  if (!options.json)
-    std::printf(
-        "\ndispatch per step, 10000 params (goal < 20 us):\n"
-        "  %8.2f us on the host before launch (guards, argument checks, hyperparameters), grads unchanged\n"
-        "  %8.2f us the same with every grad a new tensor each step (every param checked, grad slots repointed)\n"
-        "  %8.2f us for a whole step of 1 element per param (dispatch, launch and kernel)\n",
-        d.host_us, d.new_grads_host_us, d.step_us);
-  rows.push_back({{"metric", "dispatch_us"}, {"params", 10000}, {"value", d.host_us}});
-  rows.push_back({{"metric", "dispatch_us_new_grads"}, {"params", 10000}, {"value", d.new_grads_host_us}});
-  rows.push_back({{"metric", "step_us_1_element_per_param"}, {"params", 10000}, {"value", d.step_us}});
+  if (options.only != "pointwise")
+    for (json& row : bench_muon(options.muon_layers, options.json))
+      rows.push_back(std::move(row));
   if (options.json)
     std::printf("%s\n", rows.dump(1).c_str());
   return 0;

@@ -14,7 +14,9 @@ int run_demo(Device device = Device::cpu()); // cuda: the compiled step runs on 
 
 struct BenchOptions {
   bool json = false;
-  Device device; // cuda: tools/bench_cuda.cpp
+  Device device;            // cuda: tools/bench_cuda.cpp
+  std::string only = "all"; // "pointwise": the pointwise optimizers, compile and dispatch; "muon": Muon's rows
+  int muon_layers = 12;     // Muon's rows: the matrices of this many Transformer layers (d_model 768)
 };
 // Compiled Adam against a traffic probe, cold compile times and per-step dispatch overhead.
 int run_bench(const BenchOptions& options);

@@ -13,7 +13,8 @@ namespace optjit {
 struct CountConfig {
   std::string optimizer; // torch's class name in lower case
   KeywordOptions options;
-  double clip_norm_type = 0; // 2 or infinity: the step clips its grads (clip_grad_norm_ fused); 0: it does not
+  double clip_norm_type = 0;  // 2 or infinity: the step clips its grads (clip_grad_norm_ fused); 0: it does not
+  bool matrices_only = false; // steps the model's matrices alone (Muon refuses 1-D params, as torch's does)
 };
 
 std::vector<CountConfig> torch_optim_configs();
@@ -23,6 +24,9 @@ std::vector<CountConfig> own_optimizer_configs();
 // Steps with reductions, which plan into several kernels: LAMB, LARS, and optimizers with fused grad-norm clipping
 // (Inductor's counts for torch's optimizers with clip_grad_norm_ were measured, tools/inductor_clip_counts.py).
 std::vector<CountConfig> reducing_configs();
+
+// Steps that multiply matrices (Muon): kernels and library calls.
+std::vector<CountConfig> matrix_configs();
 
 // Inductor's kernels per step for a configuration on the CPU (reference: inductor-kernel-counts.md; clipped steps
 // and Adafactor: measured with tools/inductor_clip_counts.py), or nothing where torch has no such step (optjit's own

@@ -107,6 +107,15 @@ std::vector<CountConfig> own_optimizer_configs() {
           {"lion", {{"betas", {0.95, 0.98}}}}};
 }
 
+std::vector<CountConfig> matrix_configs() {
+  CountConfig muon{"muon", {}};
+  muon.matrices_only = true;
+  std::vector<CountConfig> configs{muon};
+  for (const KeywordOptions& o : std::vector<KeywordOptions>{{{"nesterov", {0}}}, {{"ns_steps", {1}}}})
+    configs.push_back({"muon", o, 0, true});
+  return configs;
+}
+
 std::vector<CountConfig> reducing_configs() {
   const double inf = std::numeric_limits<double>::infinity();
   return {{"lamb", {}},
@@ -148,6 +157,8 @@ InductorMissing inductor_missing(const CountConfig& c) {
     return {"- (no one graph)",
             "single-tensor Adafactor does not compile as one graph: torch.compile breaks it at step_t.item(), and "
             "with capture_scalar_outputs=True Inductor fails (GuardOnDataDependentSymNode in lerp's decomposition)"};
+  if (c.optimizer == "muon") // torch.optim.Muon is in torch 2.15
+    return {"- (not measured)", "not measured"};
   if (!counted_torch_optimizers().count(c.optimizer))
     return {"- (not in torch)", "not in torch.optim"};
   return {"- (not measured)", "not measured"};
@@ -194,26 +205,30 @@ std::optional<int> inductor_cpu_kernels(const CountConfig& c, bool foreach) {
 int run_counts(bool json_output) {
   nlohmann::json rows = nlohmann::json::array();
   if (!json_output)
-    std::printf("kernels per step on two Linear(10, 10) (params 10x10, 10, 10x10, 10), f32, cpu\n\n%-8s %-50s "
-                "%-8s %8s %17s\n",
-                "optimizer", "config", "foreach", "optjit", "inductor (cpu)");
+    std::printf("kernels per step on two Linear(10, 10) (params 10x10, 10, 10x10, 10; Muon the two 10x10), f32, "
+                "cpu; matrix products (library calls) apart\n\n%-8s %-50s %-8s %8s %9s %17s\n",
+                "optimizer", "config", "foreach", "optjit", "products", "inductor (cpu)");
   std::vector<CountConfig> configs = torch_optim_configs();
   for (const CountConfig& c : own_optimizer_configs())
     configs.push_back(c);
   for (const CountConfig& c : reducing_configs())
+    configs.push_back(c);
+  for (const CountConfig& c : matrix_configs())
     configs.push_back(c);
   for (const std::string& name : user_optimizers()) // registered by the program or a plugin: their defaults
     configs.push_back({name, {}});
   for (const CountConfig& c : configs) {
     for (bool foreach : {false, true}) {
       std::vector<Tensor> params = random_params(two_linear_shapes(), Dtype::f32, 0);
+      if (c.matrices_only)
+        std::erase_if(params, [](const Tensor& p) { return p.dim() != 2; });
       KeywordOptions options = c.options;
       options["foreach"] = {foreach ? 1.0 : 0.0};
       auto opt = make_optimizer(c.optimizer, {ParamGroupSpec{params, {}}}, options);
       if (c.clip_norm_type != 0)
         opt->set_grad_clipping(Optimizer::GradClipping{1.0, c.clip_norm_type, false});
       CompiledStep step = compile(*opt);
-      const int kernels = step.kernel_count();
+      const int kernels = step.kernel_count(), products = step.library_call_count();
       const std::optional<int> inductor_count = inductor_cpu_kernels(c, foreach);
       const nlohmann::json inductor = inductor_count ? nlohmann::json(*inductor_count) : nlohmann::json();
       std::string config = config_name(c.options);
@@ -223,13 +238,14 @@ int run_counts(bool json_output) {
                       {"config", config},
                       {"foreach", foreach},
                       {"kernels", kernels},
+                      {"library_calls", products},
                       {"inductor_kernels", inductor}});
       const InductorMissing missing = inductor_missing(c);
       if (!inductor_count)
         rows.back()["inductor_missing"] = missing.reason;
       if (!json_output)
-        std::printf("%-9s %-50s %-8s %8d %17s\n", c.optimizer.c_str(), config.c_str(), foreach ? "true" : "false",
-                    kernels, inductor_count ? inductor.dump().c_str() : missing.label);
+        std::printf("%-9s %-50s %-8s %8d %9d %17s\n", c.optimizer.c_str(), config.c_str(), foreach ? "true" : "false",
+                    kernels, products, inductor_count ? inductor.dump().c_str() : missing.label);
     }
   }
   if (json_output)

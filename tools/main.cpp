@@ -66,8 +66,16 @@ int main(int argc, char** argv) {
   replay_cmd->add_option("--device", replay_device, "cpu or cuda[:N] (cuda: compiled mode)")->capture_default_str();
 
   optjit::BenchOptions bench;
-  auto* bench_cmd = app.add_subcommand("bench", "compiled Adam vs a memory-traffic probe, compile and dispatch time");
+  auto* bench_cmd = app.add_subcommand(
+      "bench", "compiled steps vs a memory-traffic probe (Muon: vs its products alone), compile and dispatch time");
   bench_cmd->add_flag("--json", bench.json, "print a JSON array");
+  bench_cmd
+      ->add_option("--only", bench.only, "a section: pointwise (every pointwise optimizer, compile, dispatch), muon")
+      ->check(CLI::IsMember({"all", "pointwise", "muon"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--muon-layers", bench.muon_layers, "Muon's rows: the matrices of this many d=768 layers")
+      ->check(CLI::Range(1, 96))
+      ->capture_default_str();
   std::string bench_device = "cpu";
   bench_cmd->add_option("--device", bench_device, "cpu or cuda[:N]")->capture_default_str();
 

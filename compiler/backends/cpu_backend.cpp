@@ -41,7 +41,10 @@ public:
       : KernelSequence(std::move(kernels)), shape_(shape), products_(std::move(scratch)) {}
 
   void bind(const ListArguments& given) override {
-    const ListArguments& args = products_.bind(given, kernels_.front().plan); // with the scratch buffers, if any
+    std::vector<const KernelPlan*> plans;
+    for (const BoundCpuKernel& k : kernels_)
+      plans.push_back(&k.plan);
+    const ListArguments& args = products_.bind(given, std::move(plans)); // with the scratch buffers, if any
     const std::size_t n_carry = kernels_.front().plan.carries.size();
     n_tensors_ = static_cast<std::size_t>(args.n_tensors());
     carry_.assign(std::max<std::size_t>(1, n_carry * n_tensors_), 0);
@@ -88,7 +91,7 @@ private:
   void launch_kernel(const BoundCpuKernel& k) {
     launch_cpu_kernel(k.code->tensor_phase, k.code->element_phase, k.code->finish_phase, k.binding.args(),
                       k.binding.tensor_grain(), k.binding.item_grain());
-    products_.run(k.plan.calls_after);
+    products_.run(static_cast<std::size_t>(&k - kernels_.data()));
   }
   void read_columns(const KernelPlan& plan, const std::vector<std::size_t>& columns,
                     std::vector<ListPartials>& into) const {

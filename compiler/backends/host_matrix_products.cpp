@@ -1,18 +1,18 @@
 #include "compiler/backends/host_matrix_products.h"
 #include "runtime/error.h"
-#include "runtime/gemm.h"
 
 #include <algorithm>
 #include <cstddef>
 
 namespace optjit {
 
-const ListArguments& HostMatrixProducts::bind(const ListArguments& args, const KernelPlan& plan) {
+const ListArguments& HostMatrixProducts::bind(const ListArguments& args, std::vector<const KernelPlan*> plans) {
   if (scratch_.empty())
     return args;
+  plans_ = std::move(plans);
   bound_ = args;
   std::string param_slot;
-  for (const Slot& s : plan.graph.slots)
+  for (const Slot& s : plans_.front()->graph.slots)
     if (param_slot.empty() && s.kind == SlotKind::Tensor && s.role != SlotRole::Scratch)
       param_slot = s.name;
   std::vector<Shape> shapes = args.shapes;
@@ -34,27 +34,52 @@ const ListArguments& HostMatrixProducts::bind(const ListArguments& args, const K
     else
       batches_.push_back({t});
   }
+  // One block of memory per storage and batch; each buffer of the storage views it.
+  std::map<int, std::vector<Tensor>> storage_blocks;
   blocks_.clear();
   for (const ScratchBuffer& s : scratch_) {
     const auto [rows, cols] = matrix_dims(s.shape);
-    std::vector<Tensor> tensors(shapes.size()), blocks;
-    for (const std::vector<std::size_t>& batch : batches_) {
+    std::vector<Tensor>& blocks = storage_blocks[s.storage];
+    std::vector<Tensor> tensors(shapes.size());
+    for (std::size_t k = 0; k < batches_.size(); ++k) {
+      const std::vector<std::size_t>& batch = batches_[k];
       const Shape& shape = shapes[batch[0]];
       const auto size = [&](char dim) { return dim == 'm' ? shape[0] : shape[1]; };
       const int64_t r = size(rows), c = size(cols);
-      Tensor block = Tensor::empty({static_cast<int64_t>(batch.size()), r, c}, s.dtype);
+      if (blocks.size() == k)
+        blocks.push_back(Tensor::empty({static_cast<int64_t>(batch.size()), r, c}, s.dtype));
+      const Tensor& block = blocks[k];
       for (std::size_t i = 0; i < batch.size(); ++i) // each entry's matrix, a view of the block
         tensors[batch[i]] =
             Tensor::from_blob(static_cast<std::byte*>(block.data()) +
                                   static_cast<int64_t>(i) * r * c * static_cast<int64_t>(dtype_size(s.dtype)),
                               {r, c}, s.dtype);
-      blocks.push_back(std::move(block));
     }
-    blocks_[s.name] = std::move(blocks);
+    blocks_[s.name] = blocks;
     bound_.slot_names.push_back(s.name);
     bound_.slot_tensors.push_back(std::move(tensors));
   }
+  hyper_ = args.hyper;
+  prepare();
   return bound_;
+}
+
+void HostMatrixProducts::set_hyper(const std::vector<double>& values_by_group) {
+  if (scratch_.empty() || values_by_group == hyper_)
+    return;
+  hyper_ = values_by_group;
+  if (coefficients() != coefficients_) // a learning rate moves every step; the products' coefficients seldom
+    prepare();
+}
+
+std::vector<double> HostMatrixProducts::coefficients() const {
+  std::vector<double> values;
+  for (const KernelPlan* plan : plans_)
+    for (const LibraryCall& call : plan->calls_after)
+      for (const std::vector<std::size_t>& batch : batches_)
+        for (const LibraryCall::Scalar* s : {&call.beta, &call.alpha})
+          values.push_back(scalar(*s, batch[0]));
+  return values;
 }
 
 double HostMatrixProducts::scalar(const LibraryCall::Scalar& s, std::size_t entry) const {
@@ -65,19 +90,38 @@ double HostMatrixProducts::scalar(const LibraryCall::Scalar& s, std::size_t entr
                 static_cast<std::size_t>(bound_.hyper_index(s.hyper))];
 }
 
-void HostMatrixProducts::run(const std::vector<LibraryCall>& calls) const {
-  for (const LibraryCall& call : calls) {
-    const MatrixProductForm form = matrix_product_form(Node{call.op, Level::Element, Dtype::f32, {}, 0, call.form});
+// Each call's product per batch, with this step's beta and alpha (the batch's param group's): the library's kernel
+// for it is chosen and compiled once per shape and coefficients (prepared_gemm), here rather than in a step.
+void HostMatrixProducts::prepare() {
+  coefficients_ = coefficients();
+  prepared_.assign(plans_.size(), {});
+  for (std::size_t p = 0; p < plans_.size(); ++p)
+    for (const LibraryCall& call : plans_[p]->calls_after) {
+      const MatrixProductForm form = matrix_product_form(Node{call.op, Level::Element, Dtype::f32, {}, 0, call.form});
+      const std::vector<Tensor>&a = blocks_.at(call.a), &b = blocks_.at(call.b);
+      std::vector<const Gemm*>& per_batch = prepared_[p].emplace_back();
+      for (std::size_t k = 0; k < batches_.size(); ++k) {
+        GemmShape shape = gemm_shape(form, a[k].shape(), b[k].shape()); // blocks of [count, rows, cols]
+        const std::size_t entry = batches_[k][0];
+        if (call.op == Op::addmm)
+          shape.beta = scalar(call.beta, entry);
+        shape.alpha = scalar(call.alpha, entry);
+        per_batch.push_back(&prepared_gemm(shape));
+      }
+    }
+}
+
+void HostMatrixProducts::run(std::size_t kernel) const {
+  if (scratch_.empty())
+    return;
+  const std::vector<LibraryCall>& calls = plans_[kernel]->calls_after;
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    const LibraryCall& call = calls[c];
     const std::vector<Tensor>&result = blocks_.at(call.result), &a = blocks_.at(call.a), &b = blocks_.at(call.b);
     for (std::size_t k = 0; k < batches_.size(); ++k) {
-      GemmShape shape = gemm_shape(form, a[k].shape(), b[k].shape()); // blocks of [count, rows, cols]
-      const std::size_t entry = batches_[k][0];                       // the batch's param group: its beta and alpha
-      if (call.op == Op::addmm) { // torch's addmm: the input copied into the result, then the sum post-op
+      if (call.op == Op::addmm) // torch's addmm: the input copied into the result, then the sum post-op
         result[k].copy_from(blocks_.at(call.input)[k]);
-        shape.beta = scalar(call.beta, entry);
-      }
-      shape.alpha = scalar(call.alpha, entry);
-      prepared_gemm(shape).run(a[k].data(), b[k].data(), result[k].data());
+      prepared_[kernel][c][k]->run(a[k].data(), b[k].data(), result[k].data());
     }
   }
 }

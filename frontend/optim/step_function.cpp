@@ -132,6 +132,7 @@ void StepFunction::set_hyper(const std::string& name, double value) {
 }
 
 int StepFunction::kernel_count() { return live().step->kernel_count(); }
+int StepFunction::library_call_count() { return live().step->library_call_count(); }
 
 std::string StepFunction::dump(Stage stage, int gpu_sm) { return live().step->dump(stage, gpu_sm); }
 

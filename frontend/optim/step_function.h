@@ -56,6 +56,7 @@ public:
   // error.
   void set_hyper(const std::string& name, double value);
   int kernel_count();
+  int library_call_count(); // matrix products per step in the matrix library (CompiledStep's)
   std::string dump(Stage stage, int gpu_sm = 0);
   const StepMetrics& metrics() const;
 

@@ -146,13 +146,21 @@ class CompiledStep:
         with self._exclusive():
             return self._compiled(self._optimizer()).kernel_count()
 
+    @property
+    def library_call_count(self):
+        """Matrix products one step runs in the matrix library between its kernels (Muon's iterations)."""
+        with self._exclusive():
+            return self._compiled(self._optimizer()).library_call_count()
+
     def metrics(self):
-        """What compiling and stepping did: compiles, recompiles (and why), rebinds, kernels, times."""
+        """What compiling and stepping did: compiles, recompiles (and why), rebinds, kernels and library calls (matrix
+        products) per step, times."""
         with self._exclusive():
             opt = self._optimizer()
             cxx = self._compiled(opt)
             metrics = cxx.metrics()
             kernels = cxx.kernel_count()
+            library_calls = cxx.library_call_count()
         for old in self._retired:
             counts = ("steps", "skipped_steps", "compiles", "recompiles", "rebinds", "kernels_generated", "cache_hits")
             for key in counts:
@@ -163,6 +171,7 @@ class CompiledStep:
             "recompile_reasons"
         ]
         metrics["kernels"] = kernels
+        metrics["library_calls"] = library_calls  # matrix products per step in the matrix library (Muon's)
         return metrics
 
     def dump(self, stage="fused", gpu_sm=0):

@@ -442,6 +442,11 @@ class StepFunction:
         """Kernels the last call's step launches."""
         return None if self._cxx is None else self._cxx.kernel_count()
 
+    @property
+    def library_call_count(self):
+        """Matrix products the last call's step runs in the matrix library between its kernels."""
+        return None if self._cxx is None else self._cxx.library_call_count()
+
     def dump(self, stage="fused"):
         """The last call's step at one stage: "traced", "optimized", "fused", "llvm" or "ptx"."""
         if self._cxx is None:

@@ -1,6 +1,7 @@
 """python -m optjit.bench: optjit.compile(opt) against torch's own ways to run the same step, on the same torch
-tensors: foreach=True, fused=True and torch.compile(opt.step). Per-step time (median of batches), the cold compile
-time of each compiled mode (its first call), and the ratio to torch's fused step. A benchmark, never a test.
+tensors: its default step (eager), foreach=True, fused=True and torch.compile(opt.step). Per-step time (median of
+batches), the cold compile time of each compiled mode (its first call), and the ratio to torch's fused step (or to its
+default step where it has no fused one). A benchmark, never a test.
 
     python -m optjit.bench                              # Adam and SGD on 1x50M, 1000x10k, 10000x100 and a model
     python -m optjit.bench --shapes 1000x10k --modes optjit,fused --new-grads
@@ -8,6 +9,7 @@ time of each compiled mode (its first call), and the ratio to torch's fused step
     python -m optjit.bench --optimizers adam --shapes 1000x10k --modes optjit,fused --max-grad-norm 1.0
     python -m optjit.bench --optimizers adam --shapes 1000x10k --modes optjit,fused --grad-scaler
     python -m optjit.bench --device cuda --optimizers adafactor --shapes model --modes optjit --profile
+    python -m optjit.bench --optimizers muon --shapes transformer12 --modes optjit,eager,torch.compile
 
 --new-grads gives every param a new grad tensor before each step (zero_grad(set_to_none=True), torch's default), so
 the time includes optjit's rebinding; the grads are made outside the timed region. --grad-scaler runs every step as
@@ -17,6 +19,7 @@ step is patched with fuse_inf_check=True (the check in its own first pass), "opt
 
 import argparse
 import gc
+import inspect
 import json
 import statistics
 import time
@@ -32,7 +35,9 @@ OPTIMIZERS = {
     "sgd": (torch.optim.SGD, dict(lr=1e-3, momentum=0.9)),
     "adafactor": (torch.optim.Adafactor, dict(lr=1e-2)),  # rows and columns: several kernels per step
 }
-MODES = ("optjit", "optjit-unfused", "foreach", "fused", "torch.compile")
+if hasattr(torch.optim, "Muon"):  # torch >= 2.9: matrix products between the kernels, 2-D params only
+    OPTIMIZERS["muon"] = (torch.optim.Muon, dict(lr=0.02))
+MODES = ("optjit", "optjit-unfused", "eager", "foreach", "fused", "torch.compile")
 
 
 def model_shapes():
@@ -41,6 +46,12 @@ def model_shapes():
     with torch.device("meta"):
         encoder = torch.nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
     return [tuple(p.shape) for p in encoder.parameters()]
+
+
+def transformer_matrices(layers=12, d=768):
+    """The matrices of a GPT-2-small-sized Transformer (Muon's params): per layer the attention's in- and
+    out-projections and the MLP's two, 85M elements over 12 layers."""
+    return [shape for _ in range(layers) for shape in ((3 * d, d), (d, d), (4 * d, d), (d, 4 * d))]
 
 
 def make_params(shapes, device, seed=0):
@@ -111,11 +122,11 @@ def measure(mode, cls, options, shapes, args):
     kwargs = dict(options)
     if mode in ("foreach", "fused"):
         kwargs[mode] = True
-    elif mode == "torch.compile":
+    elif mode == "torch.compile" and "foreach" in inspect.signature(cls).parameters:
         kwargs["foreach"] = True  # what torch.compile traces best
     try:
         opt = cls(params, **kwargs)
-    except RuntimeError as error:  # e.g. no fused kernel for this device
+    except (RuntimeError, TypeError) as error:  # no fused kernel for this device; no such option (Muon)
         return {"step_ms": None, "refused": str(error).splitlines()[0]}
     step = make_step(mode, opt, params, args)
     timer = Timer(args.device)
@@ -145,6 +156,7 @@ def measure(mode, cls, options, shapes, args):
         print_profile(mode, step, new_grads, timer, args)
     if mode.startswith("optjit"):  # the first call also makes torch's state tensors and binds them; the compiler alone
         result["compile_ms"] = step.metrics()["compile_ms"]
+        result["library_calls"] = step.metrics()["library_calls"]
     del opt, step, params, grads
     gc.collect()
     if args.device.startswith("cuda"):
@@ -171,7 +183,9 @@ def print_profile(mode, step, new_grads, timer, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m optjit.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--optimizers", default="adam,sgd", help=f"comma-separated: {', '.join(OPTIMIZERS)}")
-    parser.add_argument("--shapes", default="1x50M,1000x10k,10000x100,model", help=f"{', '.join(SHAPES)}, model")
+    parser.add_argument(
+        "--shapes", default="1x50M,1000x10k,10000x100,model", help=f"{', '.join(SHAPES)}, model, transformer12"
+    )
     parser.add_argument(
         "--modes", default="optjit,foreach,fused,torch.compile", help=f"comma-separated: {', '.join(MODES)}"
     )
@@ -213,11 +227,13 @@ def main(argv=None):
         for shape_name in args.shapes.split(","):
             if shape_name == "model":
                 shapes = model_shapes()
+            elif shape_name == "transformer12":
+                shapes = transformer_matrices()
             elif shape_name in SHAPES:
                 count, numel = SHAPES[shape_name]
                 shapes = [(numel,)] * count
             else:
-                parser.error(f"unknown shape set {shape_name!r}: expected {', '.join(SHAPES)}, model")
+                parser.error(f"unknown shape set {shape_name!r}: expected {', '.join(SHAPES)}, model, transformer12")
             row = {"optimizer": name, "shapes": shape_name, "tensors": len(shapes)}
             for mode in modes:
                 if mode == "torch.compile" and len(shapes) > args.compile_max_tensors:
@@ -233,8 +249,10 @@ def main(argv=None):
 
 def print_row(row, modes, header):
     fused = row.get("fused", {}).get("step_ms")
+    eager = row.get("eager", {}).get("step_ms")
     if header:
         cells = [f"{m} ms/step" for m in modes] + (["optjit / fused"] if "optjit" in modes and "fused" in modes else [])
+        cells += ["optjit / eager"] if "optjit" in modes and "eager" in modes else []
         cells += ["optjit compile ms", "optjit first call ms"] if "optjit" in modes else []
         cells += ["torch.compile first call ms"] if "torch.compile" in modes else []
         print("| optimizer | shapes | " + " | ".join(cells) + " |")
@@ -245,6 +263,8 @@ def print_row(row, modes, header):
         cells.append(f"{step_ms:.3f}" if step_ms is not None else f"refused ({row[mode]['refused']})")
     if "optjit" in modes and "fused" in modes:
         cells.append(f"{row['optjit']['step_ms'] / fused:.2f}" if fused else "-")
+    if "optjit" in modes and "eager" in modes:
+        cells.append(f"{row['optjit']['step_ms'] / eager:.2f}" if eager else "-")
     if "optjit" in modes:
         cells += [f"{row['optjit']['compile_ms']:.1f}", f"{row['optjit']['first_call_ms']:.0f}"]
     if "torch.compile" in modes:

@@ -52,6 +52,7 @@ NB_MODULE(_optjit, m) {
       .def("step", &TorchStep::step, nb::arg("grad_scale").none(), nb::arg("found_inf").none(),
            nb::arg("check_in_step"), nb::arg("state"), nb::arg("param_groups"), nb::arg("none_values").none())
       .def("kernel_count", &TorchStep::kernel_count)
+      .def("library_call_count", &TorchStep::library_call_count)
       .def("metrics", &TorchStep::metrics)
       .def("dump", &TorchStep::dump, nb::arg("stage"), nb::arg("gpu_sm") = 0)
       .def_prop_ro("param_count", &TorchStep::param_count);
@@ -64,6 +65,7 @@ NB_MODULE(_optjit, m) {
       .def("__call__", &TorchStepFunction::call, nb::arg("hypers"))
       .def("set_grads", &TorchStepFunction::set_grads, nb::arg("grads"))
       .def("kernel_count", &TorchStepFunction::kernel_count)
+      .def("library_call_count", &TorchStepFunction::library_call_count)
       .def("dump", &TorchStepFunction::dump, nb::arg("stage"), nb::arg("gpu_sm") = 0)
       .def("compiles", &TorchStepFunction::compiles);
 }

@@ -432,6 +432,7 @@ bool TorchStep::update() {
 }
 
 int TorchStep::kernel_count() { return step_->kernel_count(); }
+int TorchStep::library_call_count() { return step_->library_call_count(); }
 
 nb::dict TorchStep::metrics() const {
   const StepMetrics& m = step_->metrics();

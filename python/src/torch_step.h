@@ -91,6 +91,7 @@ public:
                   nb::list param_groups, nb::object none_values);
 
   int kernel_count();
+  int library_call_count();
   nb::dict metrics() const;
   std::string dump(const std::string& stage, int gpu_sm);
   int64_t param_count() const { return static_cast<int64_t>(params_.size()); }

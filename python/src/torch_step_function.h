@@ -32,6 +32,7 @@ public:
   // point at them, which the step checks and repoints to without compiling again.
   void set_grads(nb::list grads);
   int kernel_count() { return step_->kernel_count(); }
+  int library_call_count() { return step_->library_call_count(); }
   std::string dump(const std::string& stage, int gpu_sm) { return step_->dump(parse_stage(stage), gpu_sm); }
   int64_t compiles() const { return step_->metrics().compiles; }
 

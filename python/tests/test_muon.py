@@ -71,6 +71,8 @@ def test_muon_matches_torch(options):
     for p, q in zip(reference, ours):
         torch.testing.assert_close(q, p, rtol=0, atol=_bf16_bound(options["lr"]) * 5)
     assert step.metrics()["compiles"] == 1
+    # Two buckets (tall matrices apart), each with three products per iteration in the matrix library.
+    assert step.metrics()["library_calls"] == step.library_call_count == 2 * 3 * options.get("ns_steps", 5)
 
 
 def test_muon_groups_and_a_changing_lr_compile_once():

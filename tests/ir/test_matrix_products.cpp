@@ -16,21 +16,26 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 
 using namespace optjit;
 using namespace optjit::test;
 
 namespace {
 
-// x <- addmm(x, mm(x, x^T), x, beta, alpha) over one f32 tensor slot: Muon's iteration on a wide matrix.
-Graph iteration_graph(const std::string& form_dtype = "bf16") {
+// x <- addmm(x, mm(x, x^T), x, beta, alpha) over one f32 tensor slot, `iterations` times: Muon's iteration on a wide
+// matrix.
+Graph iteration_graph(const std::string& form_dtype = "bf16", int iterations = 1) {
   GraphBuilder b("iteration", Dtype::f32);
   b.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32});
-  const ValueId x = b.tensor("x");
-  const ValueId gram = b.add(Node{Op::mm, Level::Element, Dtype::f32, {x, x}, 0, "nt " + form_dtype});
-  const ValueId next = b.add(Node{
-      Op::addmm, Level::Element, Dtype::f32, {x, gram, x, b.hyper("beta"), b.hyper("alpha")}, 0, "nn " + form_dtype});
-  b.store("x", next);
+  ValueId x = b.tensor("x");
+  for (int i = 0; i < iterations; ++i) {
+    const ValueId gram = b.add(Node{Op::mm, Level::Element, Dtype::f32, {x, x}, 0, "nt " + form_dtype});
+    x = b.add(Node{
+        Op::addmm, Level::Element, Dtype::f32, {x, gram, x, b.hyper("beta"), b.hyper("alpha")}, 0, "nn " + form_dtype});
+  }
+  b.store("x", x);
   return b.finish();
 }
 
@@ -156,6 +161,41 @@ TEST_CASE("matrix products: the planner runs them in the library between the ker
   CHECK(stores_operand);
 }
 
+TEST_CASE("matrix products: scratch buffers whose lives do not overlap share storage, never a call's operand") {
+  const PipelineResult result = run_pipeline(iteration_graph("bf16", 5));
+  REQUIRE(result.scratch.size() == 11); // the operand, and each iteration's two products
+  std::map<std::string, const ScratchBuffer*> buffer;
+  std::set<int> storages;
+  for (const ScratchBuffer& s : result.scratch) {
+    buffer[s.name] = &s;
+    storages.insert(s.storage);
+  }
+  // Two iterates of x (m x n) and one Gram matrix (m x m) live at once: three storages for eleven buffers.
+  CHECK(storages.size() == 3);
+  for (const KernelPlan& k : result.kernels) {
+    std::set<int> used;
+    std::size_t declared = 0;
+    for (const Slot& slot : k.graph.slots)
+      if (slot.role == SlotRole::Scratch) {
+        used.insert(buffer.at(slot.name)->storage);
+        ++declared;
+      }
+    CHECK(used.size() == declared); // a kernel never stores one buffer over another it loads
+    for (const LibraryCall& call : k.calls_after) {
+      const int result_storage = buffer.at(call.result)->storage;
+      CHECK(result_storage != buffer.at(call.a)->storage);
+      CHECK(result_storage != buffer.at(call.b)->storage);
+      if (!call.input.empty())
+        CHECK(result_storage != buffer.at(call.input)->storage);
+    }
+  }
+  for (const ScratchBuffer& s : result.scratch)
+    for (const ScratchBuffer& t : result.scratch)
+      if (s.storage == t.storage)
+        CHECK((s.dtype == t.dtype && s.shape == t.shape));
+  CHECK(print_fused(result).find("scratch \"product %") != std::string::npos);
+}
+
 TEST_CASE("matrix products: a compiled plan of kernels and library calls computes what the interpreter does") {
   for (const std::string dtype : {"f32", "bf16"}) {
     const int64_t m = 6, n = 10;
@@ -163,12 +203,12 @@ TEST_CASE("matrix products: a compiled plan of kernels and library calls compute
     for (int64_t i = 0; i < m * n; ++i)
       values.push_back(std::cos(0.37 * static_cast<double>(i)));
     const Tensor interpreted = Tensor::from_values({m, n}, values, Dtype::f32), compiled = interpreted.clone();
-    const Graph g = iteration_graph(dtype);
-    interpret(g, arguments_for(interpreted, 0.5, -1.25));
+    const Graph g = iteration_graph(dtype, 3); // buffers that share storage hand each iterate on
+    interpret(g, arguments_for(interpreted, 1.0, -0.01));
     bool hit = false;
     const Target cpu = Target::for_device(Device::cpu(), Execution::Compiled);
     std::unique_ptr<Executable> code = cpu_backend().load(run_pipeline(g), cpu, CompileOptions{}, hit);
-    const ListArguments args = arguments_for(compiled, 0.5, -1.25);
+    const ListArguments args = arguments_for(compiled, 1.0, -0.01);
     code->bind(args);
     code->set_hyper(args.hyper);
     code->launch();
