@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace optjit {
 
@@ -102,6 +103,7 @@ constexpr int kStepBits = 7;
 Structure Muon::structure(const ParamGroup& group) const {
   Structure s;
   s.set("nesterov", group.get("nesterov") != 0);
+  s.set("f32_iterations", group.get("f32_iterations") != 0);
   const auto steps = static_cast<int64_t>(std::clamp(group.get("ns_steps"), 0.0, 127.0));
   for (int bit = 0; bit < kStepBits; ++bit)
     s.set("ns_steps_bit" + std::to_string(bit), ((steps >> bit) & 1) != 0);
@@ -126,20 +128,26 @@ void Muon::trace(Tracer& t, const Structure& s) const {
   Sym momentum = t.hyper("momentum");
   Sym buffer = foreach_lerp(buffers, grads, 1.0 - momentum);
   Sym x = s["nesterov"] ? foreach_lerp(grads, buffer, momentum) : buffer;
-  // grad.to(bf16).div_(norm().clamp(min=eps)): bf16 values, a bf16 norm and eps, each quotient rounded
-  x = round_bf16(x);
-  Sym norm = t.rounded(Dtype::bf16, sqrt(sum(x * x)));
-  x = round_bf16(x / maximum(norm, t.rounded(Dtype::bf16, t.hyper("eps"))));
+  // grad.to(bf16).div_(norm().clamp(min=eps)): bf16 values, a bf16 norm and eps, each quotient rounded; with
+  // f32_iterations the same in f32 (the products' operands are f32).
+  const Dtype ns = s["f32_iterations"] ? Dtype::f32 : Dtype::bf16;
+  if (ns == Dtype::bf16) {
+    x = round_bf16(x);
+    Sym norm = t.rounded(Dtype::bf16, sqrt(sum(x * x)));
+    x = round_bf16(x / maximum(norm, t.rounded(Dtype::bf16, t.hyper("eps"))));
+  } else {
+    x = x / maximum(sqrt(sum(x * x)), t.hyper("eps"));
+  }
   int64_t steps = 0;
   for (int bit = 0; bit < kStepBits; ++bit)
     steps |= static_cast<int64_t>(s["ns_steps_bit" + std::to_string(bit)]) << bit;
   const bool tall = s["tall"];
   Sym ns_a = t.hyper("ns_a"), ns_b = t.hyper("ns_b"), ns_c = t.hyper("ns_c"), one = t.constant(1.0);
   for (int64_t step = 0; step < steps; ++step) {
-    Sym gram = mm(x, x, tall, !tall, Dtype::bf16);
-    Sym polynomial = addmm(gram, gram, gram, ns_b, ns_c, false, false, Dtype::bf16);
-    x = tall ? addmm(x, x, polynomial, ns_a, one, false, true, Dtype::bf16)
-             : addmm(x, polynomial, x, ns_a, one, false, false, Dtype::bf16);
+    Sym gram = mm(x, x, tall, !tall, ns);
+    Sym polynomial = addmm(gram, gram, gram, ns_b, ns_c, false, false, ns);
+    x = tall ? addmm(x, x, polynomial, ns_a, one, false, true, ns)
+             : addmm(x, polynomial, x, ns_a, one, false, false, ns);
   }
   // The adjusted learning rate (torch's _adjust_lr, per matrix) and the decoupled weight decay.
   Sym lr = t.hyper("lr"), rows = t.size(-2), cols = t.size(-1), adjust = t.hyper("adjust_lr_fn");
@@ -153,8 +161,47 @@ void Muon::trace(Tracer& t, const Structure& s) const {
   t.store("momentum_buffer", buffer);
 }
 
+namespace {
+
+// Newton-Schulz on X (rows x cols, row-major, in E: bfloat16 as torch's, or float for f32_iterations), in place. X is
+// rows x cols; torch's iterations run on X^T when it is tall, which are the same products transposed: A = X^T X, and
+// X = a X + X B^T. Each is torch's addmm, in the library: the addend copied in, then C = beta C + alpha A B in f32,
+// rounded once to E.
+template <class E>
+void newton_schulz(std::vector<E>& x, int64_t rows, int64_t cols, const ParamGroup& group, Dtype dtype) {
+  const bool tall = rows > cols;
+  const int64_t k = std::min(rows, cols); // the Gram matrix's side
+  const double ns_a = group.get("ns_a"), ns_b = group.get("ns_b"), ns_c = group.get("ns_c");
+  const Gemm& gram = prepared_gemm({.m = k,
+                                    .n = k,
+                                    .k = tall ? rows : cols,
+                                    .transpose_a = tall,
+                                    .transpose_b = !tall,
+                                    .operands = dtype,
+                                    .result = dtype});
+  const Gemm& polynomial =
+      prepared_gemm({.m = k, .n = k, .k = k, .operands = dtype, .result = dtype, .alpha = ns_c, .beta = ns_b});
+  const Gemm& apply = prepared_gemm(
+      {.m = rows, .n = cols, .k = k, .transpose_b = tall, .operands = dtype, .result = dtype, .beta = ns_a});
+  std::vector<E> gram_matrix(static_cast<std::size_t>(k * k)), update(gram_matrix.size()), next(x.size());
+  for (int64_t step = 0; step < static_cast<int64_t>(group.get("ns_steps")); ++step) {
+    gram.run(x.data(), x.data(), gram_matrix.data());
+    update = gram_matrix; // torch.addmm(A, A, A, beta=b, alpha=c)
+    polynomial.run(gram_matrix.data(), gram_matrix.data(), update.data());
+    next = x; // torch.addmm(X, B, X, beta=a)
+    if (tall)
+      apply.run(x.data(), update.data(), next.data());
+    else
+      apply.run(update.data(), x.data(), next.data());
+    std::swap(x, next);
+  }
+}
+
+} // namespace
+
 // torch's _single_tensor_muon for one param, in T (f32 or f64): the momentum and the final update in T, the
-// Newton-Schulz iterations in bf16 with f32 products from the library, each rounded to bf16 as torch's are.
+// Newton-Schulz iterations in bf16 with f32 products from the library, each rounded to bf16 as torch's are (in f32
+// throughout with f32_iterations).
 void Muon::forloop_step(const ParamGroup& group, const Tensor& param_in, const Tensor& grad_in,
                         ParamState& state) const {
   // Matrices are read row-major: a param in another layout steps on contiguous copies.
@@ -163,65 +210,43 @@ void Muon::forloop_step(const ParamGroup& group, const Tensor& param_in, const T
   const Tensor buf_in = find_state(state, "momentum_buffer");
   const Tensor buf = buf_in.is_contiguous() ? buf_in : buf_in.clone();
   const int64_t rows = param.shape()[0], cols = param.shape()[1], count = param.numel();
-  const bool tall = rows > cols;
-  const int64_t k = std::min(rows, cols); // the Gram matrix's side
   const double momentum = group.get("momentum");
   const bool nesterov = group.get("nesterov") != 0;
   visit_compute_dtype(param.dtype(), [&]<class T>() {
     T* p = param.data_as<T>();
     const T* g = grad.data_as<T>();
     T* b = buf.data_as<T>();
-    std::vector<bfloat16> x(static_cast<std::size_t>(count));
-    double sum_of_squares = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      b[i] = torch_lerp(b[i], g[i], static_cast<T>(1.0 - momentum));
-      x[i] = bfloat16(nesterov ? torch_lerp(g[i], b[i], static_cast<T>(momentum)) : b[i]);
-      const double v = static_cast<float>(x[i]);
-      sum_of_squares += v * v;
-    }
-    // ortho_grad.div_(ortho_grad.norm().clamp(min=eps)): a bf16 norm, clamped in bf16, each quotient rounded.
-    const float norm = static_cast<float>(bfloat16(static_cast<float>(std::sqrt(sum_of_squares))));
-    const float divisor = std::max(norm, static_cast<float>(bfloat16(static_cast<float>(group.get("eps")))));
-    for (bfloat16& v : x)
-      v = bfloat16(static_cast<float>(v) / divisor);
-    // X is rows x cols; torch's iterations run on X^T when it is tall, which are the same products transposed:
-    // A = X^T X, and X = a X + X B^T. Each is torch's addmm, in the library: the addend copied in, then
-    // C = beta C + alpha A B in f32, rounded once to bf16.
-    const double ns_a = group.get("ns_a"), ns_b = group.get("ns_b"), ns_c = group.get("ns_c");
-    const Gemm& gram = prepared_gemm({.m = k,
-                                      .n = k,
-                                      .k = tall ? rows : cols,
-                                      .transpose_a = tall,
-                                      .transpose_b = !tall,
-                                      .operands = Dtype::bf16,
-                                      .result = Dtype::bf16});
-    const Gemm& polynomial = prepared_gemm(
-        {.m = k, .n = k, .k = k, .operands = Dtype::bf16, .result = Dtype::bf16, .alpha = ns_c, .beta = ns_b});
-    const Gemm& apply = prepared_gemm({.m = rows,
-                                       .n = cols,
-                                       .k = k,
-                                       .transpose_b = tall,
-                                       .operands = Dtype::bf16,
-                                       .result = Dtype::bf16,
-                                       .beta = ns_a});
-    std::vector<bfloat16> gram_matrix(static_cast<std::size_t>(k * k)), update(gram_matrix.size()), next(x.size());
-    for (int64_t step = 0; step < static_cast<int64_t>(group.get("ns_steps")); ++step) {
-      gram.run(x.data(), x.data(), gram_matrix.data());
-      update = gram_matrix; // torch.addmm(A, A, A, beta=b, alpha=c)
-      polynomial.run(gram_matrix.data(), gram_matrix.data(), update.data());
-      next = x; // torch.addmm(X, B, X, beta=a)
-      if (tall)
-        apply.run(x.data(), update.data(), next.data());
-      else
-        apply.run(update.data(), x.data(), next.data());
-      std::swap(x, next);
-    }
+    // The momentum, then the update X normalized and orthogonalized in E (the type of `element`), made T.
+    const auto orthogonalized = [&](auto element) {
+      using E = decltype(element);
+      const Dtype dtype = std::is_same_v<E, float> ? Dtype::f32 : Dtype::bf16;
+      std::vector<E> x(static_cast<std::size_t>(count));
+      double sum_of_squares = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        b[i] = torch_lerp(b[i], g[i], static_cast<T>(1.0 - momentum));
+        x[i] = E(nesterov ? torch_lerp(g[i], b[i], static_cast<T>(momentum)) : b[i]);
+        const double v = static_cast<float>(x[i]);
+        sum_of_squares += v * v;
+      }
+      // ortho_grad.div_(ortho_grad.norm().clamp(min=eps)): a norm and eps in E (bf16: rounded), each quotient
+      // rounded.
+      const float norm = static_cast<float>(E(static_cast<float>(std::sqrt(sum_of_squares))));
+      const float divisor = std::max(norm, static_cast<float>(E(static_cast<float>(group.get("eps")))));
+      for (E& v : x)
+        v = E(static_cast<float>(v) / divisor);
+      newton_schulz(x, rows, cols, group, dtype);
+      std::vector<T> update(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i)
+        update[i] = static_cast<T>(static_cast<float>(x[i]));
+      return update;
+    };
+    const std::vector<T> x = group.get("f32_iterations") != 0 ? orthogonalized(float{}) : orthogonalized(bfloat16{});
     // param.mul_(1 - lr * weight_decay); param.add_(update, alpha=-adjusted_lr), each a Python double made T.
     const double lr = group.get("lr");
     const T decay = static_cast<T>(1.0 - lr * group.get("weight_decay"));
     const T step_size = static_cast<T>(-adjusted_lr(lr, group.get("adjust_lr_fn"), rows, cols));
     for (int64_t i = 0; i < count; ++i)
-      p[i] = std::fma(step_size, static_cast<T>(static_cast<float>(x[static_cast<std::size_t>(i)])), p[i] * decay);
+      p[i] = std::fma(step_size, x[static_cast<std::size_t>(i)], p[i] * decay);
   });
   if (!contiguous) {
     param_in.copy_from(param);

@@ -43,6 +43,8 @@ _NAMING_KEYS = {"param_names"}
 _SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
 # optjit's own group options, which torch's groups carry and its step ignores.
 _OPTJIT_OPTIONS = {"master_weights", "stochastic_rounding"}
+# ... and those of one class: Muon's f32_iterations (its normalization and Newton-Schulz iterations in f32).
+_OPTJIT_CLASS_OPTIONS = {"Muon": {"f32_iterations"}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,7 +53,8 @@ def options_of(cls):
     of a group (a name, timm's lr_scale, SWALR's swa_lr, the keys LR schedulers add) is the user's: torch's step
     ignores it, and so does optjit."""
     keys = set(inspect.signature(cls.__init__).parameters) - {"self", "params"}
-    return frozenset((keys | _OPTJIT_OPTIONS) - _IMPLEMENTATION_KEYS - _SCHEDULER_KEYS - _NAMING_KEYS)
+    keys |= _OPTJIT_OPTIONS | _OPTJIT_CLASS_OPTIONS.get(cls.__name__, set())
+    return frozenset(keys - _IMPLEMENTATION_KEYS - _SCHEDULER_KEYS - _NAMING_KEYS)
 
 
 # What torch's step runs of the optimizer's own methods: a subclass that overrides one changes the step (state made

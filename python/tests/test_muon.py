@@ -126,3 +126,44 @@ def test_muon_errors_are_torchs_with_nothing_changed():
         step()
     assert torch.equal(params[0], before)
     assert not opt.state[params[0]]
+
+
+def _f32_muon_step(p, g, lr, momentum=0.95, weight_decay=0.1, coefficients=(3.4445, -4.7750, 2.0315), steps=5):
+    """torch's Muon step from a zero momentum buffer, with the normalization and iterations in f64 (torch's
+    algorithm without its bf16 roundings): what f32 iterations approach within f32 rounding."""
+    buf = torch.zeros_like(g).lerp_(g, 1 - momentum)
+    u = g.lerp(buf, momentum).double()
+    x = u / u.norm().clamp(min=1e-7)
+    tall = x.size(0) > x.size(1)
+    x = x.T if tall else x
+    a, b, c = coefficients
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    x = x.T if tall else x
+    adjusted = lr * max(1, p.size(0) / p.size(1)) ** 0.5
+    return (p.double() * (1 - lr * weight_decay) - adjusted * x).float()
+
+
+def test_muon_f32_iterations_group_option():
+    params = _params(3)
+    grads = [torch.randn(s, generator=torch.Generator().manual_seed(i), dtype=torch.float32) for i, s in enumerate(SHAPES)]
+    exact = [_f32_muon_step(p.detach(), g, 0.02) for p, g in zip(params, grads)]
+    bf16 = torch.optim.Muon([p.detach().clone().requires_grad_() for p in params], lr=0.02)
+    for q, g in zip(bf16.param_groups[0]["params"], grads):
+        q.grad = g.clone()
+    bf16.step()
+    opt = torch.optim.Muon(params, lr=0.02)
+    opt.param_groups[0]["f32_iterations"] = True  # optjit's own group option; torch's step would ignore it
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    step = optjit.compile(opt)
+    step()
+    for p, q, e in zip(params, bf16.param_groups[0]["params"], exact):
+        update = 0.02 * 4  # the largest adjusted lr times an update element near 1
+        assert (p.detach() - e).abs().max() < 1e-5 * update  # f32 rounding of the update
+        assert (q.detach() - e).abs().max() > 1e-4 * update  # torch's bf16 iterations: bf16 rounding
+    assert step.metrics()["compiles"] == 1
+    opt.param_groups[0]["f32_iterations"] = False  # bf16 again: another program
+    step()
+    assert step.metrics()["compiles"] == 2

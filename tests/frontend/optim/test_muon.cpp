@@ -8,7 +8,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <utility>
 
 using namespace optjit;
 using namespace optjit::test;
@@ -182,5 +185,107 @@ TEST_CASE("muon: params of one shape and group run as one batched product, as ea
   for (std::size_t i = 0; i < looped.size(); ++i) {
     INFO("param " << i);
     CHECK(scaled_error(batched[i], looped[i], 1e-6, 1e-7) <= 1);
+  }
+}
+
+namespace {
+
+Tensor random_matrix(int64_t rows, int64_t cols) {
+  std::mt19937 generator(static_cast<unsigned>(rows * 1000 + cols));
+  std::normal_distribution<double> normal;
+  std::vector<double> values;
+  for (int64_t i = 0; i < rows * cols; ++i)
+    values.push_back(normal(generator));
+  return Tensor::from_values({rows, cols}, values, Dtype::f32);
+}
+
+// One Muon step from a zero momentum with momentum 0 and no weight decay, in doubles: p - lr sqrt(max(1, r/c)) X,
+// X the Newton-Schulz iterations of g / |g| (on g^T for a tall g), torch's algorithm without its roundings.
+std::vector<double> exact_step(const std::vector<double>& p, const std::vector<double>& g, int64_t rows, int64_t cols,
+                               double lr) {
+  const bool tall = rows > cols;
+  const int64_t r = tall ? cols : rows, c = tall ? rows : cols; // X is r x c, wide
+  std::vector<double> x(static_cast<std::size_t>(r * c));
+  double norm = 0;
+  for (double v : g)
+    norm += v * v;
+  norm = std::sqrt(norm);
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      x[static_cast<std::size_t>(i * c + j)] =
+          g[static_cast<std::size_t>(tall ? j * cols + i : i * cols + j)] / std::max(norm, 1e-7);
+  const auto at = [](std::vector<double>& m, int64_t n, int64_t i, int64_t j) -> double& {
+    return m[static_cast<std::size_t>(i * n + j)];
+  };
+  for (int step = 0; step < 5; ++step) {
+    std::vector<double> a(static_cast<std::size_t>(r * r), 0.0), b(a.size(), 0.0), next(x.size(), 0.0);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < r; ++j)
+        for (int64_t k = 0; k < c; ++k)
+          at(a, r, i, j) += at(x, c, i, k) * at(x, c, j, k);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < r; ++j) {
+        double aa = 0;
+        for (int64_t k = 0; k < r; ++k)
+          aa += at(a, r, i, k) * at(a, r, k, j);
+        at(b, r, i, j) = -4.7750 * at(a, r, i, j) + 2.0315 * aa;
+      }
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) {
+        double bx = 0;
+        for (int64_t k = 0; k < r; ++k)
+          bx += at(b, r, i, k) * at(x, c, k, j);
+        at(next, c, i, j) = 3.4445 * at(x, c, i, j) + bx;
+      }
+    x = next;
+  }
+  const double step_size = lr * std::sqrt(std::max(1.0, static_cast<double>(rows) / static_cast<double>(cols)));
+  std::vector<double> out = p;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      out[static_cast<std::size_t>(i * cols + j)] -=
+          step_size * x[static_cast<std::size_t>(tall ? j * c + i : i * c + j)];
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("muon: f32_iterations orthogonalizes in f32 (forloop, eager, compiled), bf16 iterations only to bf16") {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{6, 9}, {12, 5}}) {
+    INFO(rows << "x" << cols);
+    // A full-rank grad (matrix()'s are rank 2): Newton-Schulz acts on every singular value.
+    const Tensor p0 = matrix(rows, cols, 1), g = random_matrix(rows, cols);
+    const std::vector<double> exact = exact_step(p0.to_vector(), g.to_vector(), rows, cols, 0.1);
+    // How far a step lands from the exact one, in units of the update's size (lr 0.1 times elements near 1).
+    const auto error = [&](const Tensor& p) {
+      double worst = 0;
+      const std::vector<double> v = p.to_vector();
+      for (std::size_t i = 0; i < v.size(); ++i)
+        worst = std::max(worst, std::abs(v[i] - exact[i]) / 0.1);
+      return worst;
+    };
+    const KeywordOptions options = {{"lr", {0.1}}, {"momentum", {0}}, {"nesterov", {0}}, {"weight_decay", {0}}};
+    std::vector<double> errors;
+    for (const bool f32 : {true, false})
+      for (const int mode : {0, 1, 2}) { // forloop, eager, compiled
+        Tensor p = p0.clone();
+        p.set_grad(g.clone());
+        KeywordOptions o = options;
+        o["f32_iterations"] = {f32 ? 1.0 : 0.0};
+        o["foreach"] = {mode == 1 ? 1.0 : 0.0};
+        auto opt = make_optimizer("Muon", {ParamGroupSpec{{p}, {}}}, o);
+        if (mode == 2) {
+          CompiledStep step = compile(*opt);
+          step();
+        } else {
+          opt->step();
+        }
+        errors.push_back(error(p));
+      }
+    for (int mode = 0; mode < 3; ++mode) {
+      INFO("mode " << mode);
+      CHECK(errors[static_cast<std::size_t>(mode)] < 1e-5);     // f32: a few f32 ulps of the update
+      CHECK(errors[static_cast<std::size_t>(mode) + 3] > 1e-4); // bf16: bf16's rounding, 2^-8 of the update
+    }
   }
 }
