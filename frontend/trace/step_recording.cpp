@@ -1,7 +1,9 @@
 #include "frontend/trace/step_recording.h"
 
 #include "ir/printer.h"
+
 #include "runtime/error.h"
+#include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +22,7 @@ enum class StepRecording::Code : uint8_t {
   add, sub, mul, div, maximum, minimum, pow, lt, gt, eq,               // binary
   neg, sqrt, abs, sign, exp, log,                                      // unary
   add_scaled, lerp, addcmul, addcdiv, select,                          // torch's foreach forms
+  round_bf16, widen, transpose, mm, addmm,                             // dtypes and matrix products
   sum, max, row_sum, col_sum, list_sum, list_max, store, store_scalar, // reductions and effects
 };
 // clang-format on
@@ -35,6 +38,7 @@ constexpr const char* kCodeNames[] = {
     "add", "sub", "mul", "div", "maximum", "minimum", "pow", "lt", "gt", "eq",
     "neg", "sqrt", "abs", "sign", "exp", "log",
     "add_scaled", "lerp", "addcmul", "addcdiv", "select",
+    "round_bf16", "widen", "transpose", "mm", "addmm",
     "sum", "max", "row_sum", "col_sum", "list_sum", "list_max", "store", "store_scalar"};
 // clang-format on
 static_assert(std::size(kCodeNames) == static_cast<std::size_t>(Code::store_scalar) + 1);
@@ -142,6 +146,26 @@ bool per_tensor(Code code) {
   }
 }
 
+bool is_comparison(const std::string& name) {
+  return name == "lt" || name == "gt" || name == "le" || name == "ge" || name == "eq" || name == "ne";
+}
+
+// "(m, n)": a matrix shape as messages name it.
+std::string shape_text(MatrixShape shape) {
+  const auto [rows, cols] = matrix_dims(shape);
+  return std::string{'(', rows, ',', ' ', cols, ')'};
+}
+
+MatrixShape shape_of(std::pair<char, char> dims) {
+  return dims == std::pair{'m', 'n'}   ? MatrixShape::MN
+         : dims == std::pair{'m', 'm'} ? MatrixShape::MM
+         : dims == std::pair{'n', 'n'} ? MatrixShape::NN
+                                       : MatrixShape::NM;
+}
+
+// Codes that take element values of any shape: the products, and a transpose (of a product's operand).
+bool takes_any_shape(Code code) { return code == Code::mm || code == Code::addmm || code == Code::transpose; }
+
 void check_order(double order, const std::string& what) {
   if (order != 2.0 && order != std::numeric_limits<double>::infinity())
     throw Error(what + " of order " + format_number(order) + ": optjit records the 2-norm and the inf-norm");
@@ -203,8 +227,22 @@ const StepRecording::Instruction& StepRecording::at(Value value) const {
 Value StepRecording::emit(Code code, std::vector<Value> inputs, std::string name, double number,
                           std::optional<Holds> holds) {
   std::vector<Holds> kinds; // each input's, which also checks it was recorded here (the replay reads its value)
-  for (Value v : inputs)
-    kinds.push_back(at(v).holds);
+  bool weak = code == Code::hyper || code == Code::constant || code == Code::extent;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const Instruction& input = at(inputs[k]);
+    kinds.push_back(input.holds);
+    weak = (k == 0 || weak) && input.weak;
+    const bool product_operand = (code == Code::mm && k < 2) || (code == Code::addmm && (k == 1 || k == 2));
+    if (input.code == Code::transpose && !product_operand)
+      throw Error("a transposed element (x.T, x.mT) is used by torch." + std::string(code_name(code)) +
+                  ": optjit reads transposes as operands of matrix products (torch.mm, @, torch.addmm) only");
+    if (input.holds == Holds::Element && input.shape != MatrixShape::MN && !takes_any_shape(code))
+      throw Error("torch." + std::string(code_name(code)) + " on a matrix product's value of shape " +
+                  shape_text(input.shape) +
+                  " for an (m, n) param: optjit computes pointwise ops, reductions and "
+                  "stores on values of the param's shape; combine products with torch.addmm(input, a, b, beta=, "
+                  "alpha=), or multiply them back to (m, n)");
+  }
   check_open();
   const bool effect = code == Code::store || code == Code::store_scalar;
   // A number by its bits, so -0.0 is not 0.0; every NaN is one (its sign and payload say nothing torch keeps).
@@ -223,6 +261,7 @@ Value StepRecording::emit(Code code, std::vector<Value> inputs, std::string name
       holds = broadcast(kinds);
   }
   program_.push_back(Instruction{code, std::move(inputs), std::move(name), number, *holds});
+  program_.back().weak = weak;
   const auto value = static_cast<Value>(program_.size() - 1);
   if (!effect)
     interned_.emplace(std::move(key), value);
@@ -238,6 +277,16 @@ Value StepRecording::hyper(const std::string& name) { return emit(Code::hyper, {
 Value StepRecording::constant(double value) { return emit(Code::constant, {}, "", value); }
 
 Value StepRecording::op(const std::string& name, const std::vector<Value>& operands) {
+  const Value result = lowered(name, operands);
+  if (is_comparison(name)) // a bool tensor
+    return result;
+  std::vector<Value> typed = operands;
+  if (name == "where" && !typed.empty()) // the condition is a bool tensor: the branches decide the dtype
+    typed.erase(typed.begin());
+  return in_torch_dtype(result, typed);
+}
+
+Value StepRecording::lowered(const std::string& name, const std::vector<Value>& operands) {
   const auto operand = [&](std::size_t k) {
     if (k >= operands.size())
       throw Error("torch." + name + " takes " + std::to_string(k + 1) + " operands, recorded with " +
@@ -286,7 +335,7 @@ Value StepRecording::pow_number(Value base, double exponent) {
   if (exponent == -2)
     return op("reciprocal", {op("square", {base})});
   const Value e = constant(exponent);
-  return emit(Code::pow, {base, e});
+  return in_torch_dtype(emit(Code::pow, {base, e}), {base});
 }
 
 Value StepRecording::clamp(Value x, std::optional<Value> min, std::optional<Value> max) {
@@ -297,11 +346,21 @@ Value StepRecording::clamp(Value x, std::optional<Value> min, std::optional<Valu
     value = emit(Code::maximum, {value, *min});
   if (max)
     value = emit(Code::minimum, {value, *max});
-  return value;
+  std::vector<Value> operands = {x};
+  for (const std::optional<Value>& bound : {min, max})
+    if (bound)
+      operands.push_back(*bound);
+  return in_torch_dtype(value, operands);
 }
 
 Value StepRecording::reduce(Value x, const std::string& name, std::optional<double> order, std::optional<int> dim,
                             const std::string& dim_text, bool keepdim) {
+  // torch's reductions of a bf16 tensor accumulate in f32 and give bf16.
+  return in_torch_dtype(reduced(x, name, order, dim, dim_text, keepdim), {x});
+}
+
+Value StepRecording::reduced(Value x, const std::string& name, std::optional<double> order, std::optional<int> dim,
+                             const std::string& dim_text, bool keepdim) {
   if (order)
     check_order(*order, name);
   if (!dim_text.empty())
@@ -399,12 +458,126 @@ Value StepRecording::size(Value x, std::optional<int> dim, const std::string& di
   return collapsed ? one : emit(Code::extent, {}, *dim == -1 ? "n" : "m");
 }
 
-Value StepRecording::outer(std::optional<Value> a, std::optional<Value> b) {
-  if (!a || !b || at(*a).holds != Holds::Rows || at(*b).holds != Holds::Cols)
-    throw Error("the operator @ on elements: optjit records only a column of rows times a row of columns ([..., m, 1] "
-                "@ [..., 1, n], an outer product); other products are outside its step-function vocabulary");
-  return emit(Code::mul, {*a, *b});
+Value StepRecording::in_torch_dtype(Value result, const std::vector<Value>& operands) {
+  // torch's promotion among bf16 and the list's dtype: dimensioned tensors decide; without them 0-d tensors do;
+  // Python numbers never do.
+  bool dimensioned = false, bf16 = true, any_tensor = false;
+  for (Value v : operands)
+    dimensioned = dimensioned || at(v).holds != Holds::Tensor;
+  for (Value v : operands) {
+    const Instruction& i = at(v);
+    if (i.weak || (dimensioned && i.holds == Holds::Tensor))
+      continue;
+    any_tensor = true;
+    bf16 = bf16 && i.bf16;
+  }
+  if (!any_tensor || !bf16 || at(result).bf16)
+    return result;
+  const Value rounded = emit(Code::round_bf16, {result});
+  program_[static_cast<std::size_t>(rounded)].bf16 = true;
+  return rounded;
 }
+
+std::pair<Value, bool> StepRecording::product_operand(Value x, const char* what) const {
+  const Instruction& i = at(x);
+  if (i.holds != Holds::Element)
+    throw Error(std::string("a matrix product's ") + what + " holds one value per " + holds_text(i.holds) +
+                ": optjit multiplies element values (the param's matrices, and products of them)");
+  if (i.code == Code::transpose)
+    return {i.inputs[0], true};
+  return {x, false};
+}
+
+StepRecording::Product StepRecording::product(Value a, Value b) const {
+  const auto [left, transpose_a] = product_operand(a, "first operand");
+  const auto [right, transpose_b] = product_operand(b, "second operand");
+  if (at(left).bf16 != at(right).bf16)
+    throw Error("torch.mm of a bf16 value and one in the list's dtype: torch multiplies matrices of one dtype "
+                "(expected both operands to have the same dtype); round both with .bfloat16(), or neither");
+  auto rows = matrix_dims(at(left).shape), cols = matrix_dims(at(right).shape);
+  if (transpose_a)
+    std::swap(rows.first, rows.second);
+  if (transpose_b)
+    std::swap(cols.first, cols.second);
+  if (rows.second != cols.first)
+    throw Error(fmt::format("torch.mm of a ({0}, {1}) by a ({2}, {3}) matrix, for every (m, n) param: the inner sizes "
+                            "{1} and {2} differ unless the param is square (optjit records one step for every shape; "
+                            "transpose an operand, x.T)",
+                            rows.first, rows.second, cols.first, cols.second));
+  const bool bf16 = at(left).bf16;
+  return {left, right, matrix_product_name({transpose_a, transpose_b, bf16 ? Dtype::bf16 : Dtype::f32}),
+          shape_of({rows.first, cols.second}), bf16};
+}
+
+Value StepRecording::matmul(std::optional<Value> a, std::optional<Value> b) {
+  if (a && b && at(*a).holds == Holds::Rows && at(*b).holds == Holds::Cols) // Adafactor's outer product
+    return emit(Code::mul, {*a, *b});
+  if (!a || !b || at(*a).holds != Holds::Element || at(*b).holds != Holds::Element)
+    throw Error("the operator @ on elements: optjit records the product of two element values (a param's "
+                "matrices, x @ x.T) and a column of rows times a row of columns ([..., m, 1] @ [..., 1, n], an outer "
+                "product); other products are outside its step-function vocabulary");
+  const Product p = product(*a, *b);
+  const Value result = emit(Code::mm, {p.a, p.b}, p.form, 0, Holds::Element);
+  program_[static_cast<std::size_t>(result)].shape = p.shape;
+  program_[static_cast<std::size_t>(result)].bf16 = p.bf16;
+  return result;
+}
+
+Value StepRecording::addmm(Value input, Value a, Value b, Value beta, Value alpha) {
+  for (Value v : {a, b})
+    if (at(v).holds != Holds::Element)
+      throw Error("torch.addmm multiplies element values (a param's matrices, and products of them), not values of "
+                  "one per " +
+                  std::string(holds_text(at(v).holds)));
+  const Product p = product(a, b);
+  const Instruction& in = at(input);
+  if (in.holds != Holds::Element || in.code == Code::transpose || in.shape != p.shape)
+    throw Error("torch.addmm adds " +
+                (in.holds != Holds::Element   ? std::string("a value of one per ") + holds_text(in.holds)
+                 : in.code == Code::transpose ? std::string("a transposed element")
+                                              : "a matrix of shape " + shape_text(in.shape)) +
+                " to a product of shape " + shape_text(p.shape) +
+                ": optjit adds a matrix of the product's own shape (torch would broadcast it)");
+  if (in.bf16 != p.bf16)
+    throw Error("torch.addmm of a bf16 product and an input in the list's dtype, or the other way round: torch adds "
+                "matrices of the product's dtype; round both with .bfloat16(), or neither");
+  for (Value scale : {beta, alpha})
+    if (at(scale).holds != Holds::Tensor)
+      throw Error("torch.addmm's beta and alpha are numbers, hyperparameters or per-tensor scalars, not tensors' "
+                  "elements");
+  const Value result = emit(Code::addmm, {input, p.a, p.b, beta, alpha}, p.form, 0, Holds::Element);
+  program_[static_cast<std::size_t>(result)].shape = p.shape;
+  program_[static_cast<std::size_t>(result)].bf16 = p.bf16;
+  return result;
+}
+
+Value StepRecording::transpose(Value x) {
+  const Instruction& i = at(x);
+  if (i.holds != Holds::Element)
+    throw Error(std::string("x.T of a value of one per ") + holds_text(i.holds) +
+                ": optjit transposes element values, as operands of matrix products");
+  if (i.code == Code::transpose) // (x.T).T
+    return i.inputs[0];
+  const auto [rows, cols] = matrix_dims(i.shape);
+  const MatrixShape shape = shape_of({cols, rows});
+  const bool bf16 = i.bf16;
+  const Value transposed = emit(Code::transpose, {x}, "", 0, Holds::Element);
+  program_[static_cast<std::size_t>(transposed)].shape = shape;
+  program_[static_cast<std::size_t>(transposed)].bf16 = bf16;
+  return transposed;
+}
+
+Value StepRecording::to_bf16(Value x) {
+  if (at(x).bf16)
+    return x;
+  const Value rounded = emit(Code::round_bf16, {x});
+  program_[static_cast<std::size_t>(rounded)].bf16 = true;
+  return rounded;
+}
+
+Value StepRecording::to_list_dtype(Value x) { return at(x).bf16 ? emit(Code::widen, {x}) : x; }
+
+bool StepRecording::is_bf16(Value value) const { return at(value).bf16; }
 
 Value StepRecording::written(Value value, Value like, Holds shape) {
   const Holds kind = at(value).holds;
@@ -513,6 +686,15 @@ void StepRecording::replay(Tracer& t) const {
     case Code::addcmul: values.push_back(foreach_addcmul(in(0), in(1), in(2), in(3))); break;
     case Code::addcdiv: values.push_back(foreach_addcdiv(in(0), in(1), in(2), in(3))); break;
     case Code::select: values.push_back(where(in(0), in(1), in(2))); break;
+    case Code::round_bf16: values.push_back(round_bf16(in(0))); break;
+    case Code::widen: case Code::transpose: values.push_back(in(0)); break; // read by what uses them
+    case Code::mm: case Code::addmm: {
+      const MatrixProductForm form = matrix_product_form(Node{Op::mm, Level::Element, Dtype::f32, {}, 0, i.name});
+      values.push_back(i.code == Code::mm
+          ? mm(in(0), in(1), form.transpose_a, form.transpose_b, form.dtype)
+          : optjit::addmm(in(0), in(1), in(2), in(3), in(4), form.transpose_a, form.transpose_b, form.dtype));
+      break;
+    }
     case Code::sum: values.push_back(sum(in(0))); break;
     case Code::max: values.push_back(max_of(in(0))); break;
     case Code::row_sum: values.push_back(row_sum(in(0))); break;

@@ -8,6 +8,13 @@
 // time (a loop over zip(params, grads)) records each op once for every entry. Each value holds, per tensor of shape
 // [..., m, n], one number per element, row ([..., m, 1]), column ([..., 1, n]), matrix ([..., 1, 1]) or tensor (a 0-d
 // tensor or a Python number); ops broadcast them as torch broadcasts those shapes.
+//
+// Matrix products (torch.mm, @, torch.addmm, on 2-D params) give element values of another shape: (m, m), (n, n) or
+// (n, m) for an (m, n) param (ir/ir.h's MatrixShape). Those feed products only (pointwise ops, reductions and stores
+// take the param's shape), and a transpose (x.T, x.mT) is a product's operand read transposed. A value rounded to bf16
+// (x.bfloat16()) computes as torch's bf16 tensors do: an op whose tensor operands are all bf16 rounds its result to
+// bf16 (Python numbers and 0-d tensors do not promote it), and a product of bf16 operands runs in bf16, as torch's
+// bf16 mm does; x.float() is the value in its list's dtype again.
 #pragma once
 
 #include "frontend/trace/foreach.h"
@@ -76,9 +83,18 @@ public:
   // x.size(dim) for dim -1 or -2, or x.numel() with no dim: a number per tensor. `dim_text`: the dim as the caller
   // wrote it, for messages (empty: `dim`).
   Value size(Value x, std::optional<int> dim, const std::string& dim_text = "");
-  // a @ b: the outer product of a column of rows and a row of columns, [..., m, 1] @ [..., 1, n], Adafactor's; an
-  // operand that is not an element value is absent.
-  Value outer(std::optional<Value> a, std::optional<Value> b);
+  // a @ b (torch.matmul, torch.mm): the outer product of a column of rows and a row of columns, [..., m, 1] @ [...,
+  // 1, n], Adafactor's; or the matrix product of two element values whose inner sizes are the same for every (m, n)
+  // param (x @ x.T), of one dtype. An operand that is not a list value is absent.
+  Value matmul(std::optional<Value> a, std::optional<Value> b);
+  // torch.addmm(input, a, b, beta=beta, alpha=alpha): beta input + alpha (a @ b), input of the product's shape.
+  Value addmm(Value input, Value a, Value b, Value beta, Value alpha);
+  // x.T / x.mT of an element value: an operand of products, read transposed.
+  Value transpose(Value x);
+  // x.bfloat16(): x rounded to bf16, and the ops on it in bf16; x.float(): x in its list's dtype again.
+  Value to_bf16(Value x);
+  Value to_list_dtype(Value x);
+  bool is_bf16(Value value) const;
 
   // `value` written in place into a tensor holding `shape` whose value is `like`: a narrower value (zero_(), a row's
   // value copied into a matrix) takes the tensor's shape (a select whose branches are both the value), so that what
@@ -111,10 +127,28 @@ private:
     std::string name;
     double number = 0;
     Holds holds = Holds::Tensor;
+    MatrixShape shape = MatrixShape::MN; // an element value's, as a matrix of the param's (m, n)
+    bool bf16 = false;                   // torch's tensor would be bf16 (ops on it round their results)
+    bool weak = false;                   // a Python number in torch's run (hyperparameters, constants, sizes)
   };
 
   Value emit(Code code, std::vector<Value> inputs, std::string name = "", double number = 0,
              std::optional<Holds> holds = std::nullopt);
+  // `result` of torch's op on `operands`, rounded to bf16 when torch's would compute it in bf16.
+  Value in_torch_dtype(Value result, const std::vector<Value>& operands);
+  // A product's operand: its value, and whether it is read transposed (x.T). Refuses what a product cannot take.
+  std::pair<Value, bool> product_operand(Value x, const char* what) const;
+  // a @ b: the values it reads, its form (ir/ir.h: "nt bf16"), shape and dtype. Refuses operands that do not fit.
+  struct Product {
+    Value a, b;
+    std::string form;
+    MatrixShape shape;
+    bool bf16;
+  };
+  Product product(Value a, Value b) const;
+  Value lowered(const std::string& name, const std::vector<Value>& operands); // op() before torch's dtype
+  Value reduced(Value x, const std::string& name, std::optional<double> order, std::optional<int> dim,
+                const std::string& dim_text, bool keepdim); // reduce() before torch's dtype
   Value axis_reduction(Value x, const std::string& name, std::optional<double> order, int dim,
                        const std::string& dim_text, bool keepdim);
   const Instruction& at(Value value) const;

@@ -116,7 +116,7 @@ TEST_CASE("step recording: what values hold per tensor, and the values a tensor 
   const int row_mean = r.reduce(g, "mean", std::nullopt, -1, "-1", true);
   CHECK(r.holds(row_mean) == Holds::Rows);
   CHECK(r.holds(r.reduce(row_mean, "sum", std::nullopt, -2, "-2", true)) == Holds::Matrix);
-  CHECK(r.holds(r.outer(row_state, col_state)) == Holds::Element);
+  CHECK(r.holds(r.matmul(row_state, col_state)) == Holds::Element);
   CHECK(r.holds(r.op("add", {row_state, col_state})) == Holds::Element); // broadcast as torch's shapes do
   CHECK(r.holds(r.reduce(g, "max", std::nullopt, std::nullopt, "", false)) == Holds::Tensor);
   CHECK(r.written(row_mean, row_state, Holds::Rows) == row_mean);
@@ -125,8 +125,9 @@ TEST_CASE("step recording: what values hold per tensor, and the values a tensor 
   check_error([&] { r.written(g, row_state, Holds::Rows); },
               "a step function writes a value of one per element into a tensor of one per row: its shape does not "
               "fit, as torch's in-place ops refuse");
-  check_error_contains([&] { r.outer(col_state, row_state); }, "the operator @ on elements: optjit records only");
-  check_error_contains([&] { r.outer(std::nullopt, col_state); }, "the operator @ on elements");
+  check_error_contains([&] { r.matmul(col_state, row_state); },
+                       "the operator @ on elements: optjit records the product of two element values");
+  check_error_contains([&] { r.matmul(std::nullopt, col_state); }, "the operator @ on elements");
   check_error_contains([&] { r.reduce(row_state, "sum", std::nullopt, std::nullopt, "", false); },
                        "sum over a whole tensor of one value per row");
   check_error_contains([&] { r.reduce(g, "sum", std::nullopt, 0, "(0, 1)", true); }, "sum along dim=(0, 1)");
@@ -166,4 +167,97 @@ TEST_CASE("step recording: a value kept from a closed recording is refused namin
                        "step function second uses a value recorded by an earlier call of step function first");
   second.close();
   check_error_contains([&] { first.check_open(); }, "step function first uses a value recorded by an earlier call");
+}
+
+namespace {
+
+// torch.optim.Muon's single-tensor step as a step function over wide matrices records it: the iterations on
+// x.bfloat16() with torch.mm, .T and torch.addmm, each op in torch's dtype (lerp, norm, clamp, div: bf16 rounds).
+StepRecording muon_recording(int steps) {
+  StepRecording r("muon", 2, 2);
+  r.open();
+  const int params = r.list("param", Holds::Element), grads = r.list("grad", Holds::Element);
+  const int buffers = r.list("momentum_buffer", Holds::Element);
+  const int lr = r.hyper("lr"), momentum = r.hyper("momentum"), one = r.constant(1.0);
+  const int buffer = r.op("lerp", {buffers, grads, r.op("sub", {one, momentum})});
+  r.store("momentum_buffer", buffer);
+  int x = r.to_bf16(r.op("lerp", {grads, buffer, momentum}));
+  CHECK(r.is_bf16(x));
+  const int norm = r.reduce(x, "linalg_vector_norm", 2.0, std::nullopt, "", false);
+  CHECK(r.is_bf16(norm)); // a bf16 tensor's norm is a bf16 0-d tensor
+  x = r.op("div", {x, r.clamp(norm, r.hyper("eps"), std::nullopt)});
+  for (int step = 0; step < steps; ++step) {
+    const int gram = r.matmul(x, r.transpose(x));
+    const int polynomial = r.addmm(gram, gram, gram, r.hyper("ns_b"), r.hyper("ns_c"));
+    x = r.addmm(x, polynomial, x, r.hyper("ns_a"), one);
+  }
+  const int decayed = r.op("mul", {params, r.op("sub", {one, r.op("mul", {lr, r.hyper("weight_decay")})})});
+  const int ratio = r.op("div", {r.size(params, -2), r.size(params, -1)});
+  const int adjusted = r.op("mul", {lr, r.pow_number(r.clamp(ratio, one, std::nullopt), 0.5)});
+  const int update = r.op("sub_scaled", {decayed, x, adjusted});
+  CHECK_FALSE(r.is_bf16(update)); // the param's dtype: a bf16 update added to an f32 tensor
+  r.store("param", update);
+  r.close();
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("step recording: Muon written with torch.mm, .T, addmm and .bfloat16() is the built-in Muon's plan") {
+  const StepRecording recording = muon_recording(5);
+  const std::vector<Shape> shapes = {{4, 9}, {6, 6}};
+  std::vector<Tensor> recorded = random_params(shapes, Dtype::f32, 5), builtin = copy_params(recorded);
+  std::vector<Tensor> buffers;
+  for (const Shape& s : shapes)
+    buffers.push_back(Tensor::full(s, 0.0, Dtype::f32));
+  StepFunction replayed = compile_step("muon", [&](Tracer& t) { recording.replay(t); },
+                                       {.params = recorded,
+                                        .state = {{"momentum_buffer", buffers}},
+                                        .hypers = {{"lr", 0.02},
+                                                   {"momentum", 0.95},
+                                                   {"weight_decay", 0.1},
+                                                   {"eps", 1e-7},
+                                                   {"ns_a", 3.4445},
+                                                   {"ns_b", -4.7750},
+                                                   {"ns_c", 2.0315}}});
+  auto muon = make_optimizer("Muon", {ParamGroupSpec{builtin, {}}}, {{"lr", {0.02}}});
+  for (int step = 0; step < 3; ++step) {
+    randomize_grads(recorded, 20 + static_cast<uint64_t>(step));
+    for (std::size_t k = 0; k < builtin.size(); ++k)
+      builtin[k].set_grad(recorded[k].grad().clone());
+    replayed();
+    muon->step(); // its forloop step: torch's algorithm with the same products
+  }
+  for (std::size_t k = 0; k < shapes.size(); ++k) {
+    INFO("param " << k);
+    CHECK(test::scaled_error(recorded[k], builtin[k], 1e-6, 1e-7) <= 1);
+    CHECK(buffers[k].to_vector() ==
+          find_state(muon->visible_state(builtin[k]), "momentum_buffer").to_vector()); // exact, as torch's
+  }
+  CHECK(replayed.kernel_count() == 3); // the norm, the momentum and operand, the update
+  CHECK(replayed.library_call_count() == 15);
+}
+
+TEST_CASE("step recording: products, transposes and bf16 values that do not fit are refused as torch would") {
+  StepRecording r("products", 1, 2);
+  r.open();
+  const int g = r.list("grad", Holds::Element), rows = r.list("row_state", Holds::Rows), lr = r.hyper("lr");
+  const int x = r.to_bf16(g);
+  CHECK(r.to_bf16(x) == x);
+  CHECK(r.is_bf16(r.op("mul", {x, lr})));       // a Python number does not promote
+  CHECK_FALSE(r.is_bf16(r.op("add", {x, g})));  // an f32 tensor does
+  CHECK_FALSE(r.is_bf16(r.op("gt", {x, lr})));  // a comparison is a bool tensor
+  CHECK_FALSE(r.is_bf16(r.to_list_dtype(x)));   // x.float()
+  CHECK(r.transpose(r.transpose(x)) == x);      // (x.T).T
+  const int gram = r.matmul(x, r.transpose(x)); // (m, m)
+  check_error_contains([&] { r.op("add", {gram, gram}); }, "torch.add on a matrix product's value of shape (m, m)");
+  check_error_contains([&] { r.matmul(x, x); }, "the inner sizes n and m differ unless the param is square");
+  check_error_contains([&] { r.matmul(x, r.transpose(g)); }, "expected both operands to have the same dtype");
+  check_error_contains([&] { r.op("mul", {r.transpose(x), lr}); }, "a transposed element (x.T, x.mT) is used by");
+  check_error_contains([&] { r.addmm(x, x, r.transpose(x), lr, lr); },
+                       "torch.addmm adds a matrix of shape (m, n) to a product of shape (m, m)");
+  check_error_contains([&] { r.addmm(gram, gram, gram, g, lr); }, "beta and alpha are numbers");
+  check_error_contains([&] { r.matmul(rows, x); }, "the operator @ on elements");
+  check_error_contains([&] { r.store("grad", gram); }, "of shape (m, m)");
+  check_error_contains([&] { r.transpose(rows); }, "x.T of a value of one per row");
 }
