@@ -516,6 +516,9 @@ Value StepRecording::matmul(std::optional<Value> a, std::optional<Value> b) {
     throw Error("the operator @ on elements: optjit records the product of two element values (a param's "
                 "matrices, x @ x.T) and a column of rows times a row of columns ([..., m, 1] @ [..., 1, n], an outer "
                 "product); other products are outside its step-function vocabulary");
+  if (min_rank_ != 2)
+    throw Error("the operator @ on elements of a list with a param of rank " + std::to_string(min_rank_) +
+                ": optjit multiplies the matrices of 2-D params (torch.mm)");
   const Product p = product(*a, *b);
   const Value result = emit(Code::mm, {p.a, p.b}, p.form, 0, Holds::Element);
   program_[static_cast<std::size_t>(result)].shape = p.shape;
@@ -529,6 +532,9 @@ Value StepRecording::addmm(Value input, Value a, Value b, Value beta, Value alph
       throw Error("torch.addmm multiplies element values (a param's matrices, and products of them), not values of "
                   "one per " +
                   std::string(holds_text(at(v).holds)));
+  if (min_rank_ != 2)
+    throw Error("torch.addmm on elements of a list with a param of rank " + std::to_string(min_rank_) +
+                ": optjit multiplies the matrices of 2-D params");
   const Product p = product(a, b);
   const Instruction& in = at(input);
   if (in.holds != Holds::Element || in.code == Code::transpose || in.shape != p.shape)
@@ -580,6 +586,8 @@ Value StepRecording::to_list_dtype(Value x) { return at(x).bf16 ? emit(Code::wid
 bool StepRecording::is_bf16(Value value) const { return at(value).bf16; }
 
 Value StepRecording::written(Value value, Value like, Holds shape) {
+  if (at(like).bf16 && !at(value).bf16) // an in-place op on a bf16 tensor keeps it bf16
+    value = to_bf16(value);
   const Holds kind = at(value).holds;
   if (!fits(shape, kind))
     throw Error(std::string("a step function writes a value of one per ") + holds_text(kind) +

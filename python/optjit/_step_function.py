@@ -45,6 +45,10 @@ two kernels: the norms, then the update.
         coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
         torch._foreach_add_(params, torch._foreach_mul(grads, coef), alpha=-lr)
 
+Matrix products of 2-D elements record as torch writes them (x @ x.T, torch.mm, torch.addmm, x.bfloat16() for
+torch's bf16 arithmetic) and run in the matrix library between the kernels: torch.optim.Muon's step written so is
+the built-in Muon's plan (docs/python.md).
+
 Over FSDP2's DTensors each process steps its local shards, and a norm, sum or max is the whole tensor's: each
 process's partials are all-reduced over the mesh when the kernel computing them has ended, as torch reduces the
 Partial DTensors of an eager run. A size (numel(), size(), a mean) or rows and columns state spans the shards too and

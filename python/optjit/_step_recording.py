@@ -26,6 +26,8 @@ takes the path of what it sees.
 import functools
 import operator
 
+import torch
+
 from ._optjit import Error, Holds
 
 
@@ -195,11 +197,13 @@ class _Elementwise(_Recorded):
             return None
         if name in _REDUCTIONS:
             return lambda *args, **kwargs: _scalar_op(name, (self, *args), kwargs)
-        if isinstance(self, _SymTensor) and name in ("size", "numel", "shape", "matmul"):
+        if name in _DTYPE_METHODS:
+            return functools.partial(_DTYPE_METHODS[name], self)
+        if isinstance(self, _SymTensor) and name in _MATRIX_METHODS:
+            return functools.partial(_MATRIX_METHODS[name], self)
+        if isinstance(self, _SymTensor) and name in ("size", "numel", "shape"):
             if name == "shape":
                 return _SymShape(self)
-            if name == "matmul":
-                return lambda other: _matmul(self, other)
             if name == "size":  # size() is the shape, size(dim) one size
                 return lambda dim=None: _SymShape(self) if dim is None else _size(self.program, self, dim)
             return lambda: _size(self.program, self, None)
@@ -291,6 +295,14 @@ class _SymTensor(_Elementwise):
 
     def __matmul__(self, other):
         return _matmul(self, other)
+
+    @property
+    def T(self):
+        """The transpose of a 2-D element: an operand of matrix products (torch.mm, @, torch.addmm), read
+        transposed."""
+        return _transpose(self)
+
+    mT = T
 
 
 
@@ -419,11 +431,61 @@ def _size(p, x, dim):
 
 
 def _matmul(a, b):
-    """a @ b: the one product of rows and columns torch's matmul makes elementwise, [..., m, 1] @ [..., 1, n], the
-    outer product Adafactor takes of its row and column state."""
+    """a @ b, torch.mm, torch.matmul: the matrix product of two elements of a 2-D param's entry (x @ x.T), run in the
+    matrix library, or the outer product [..., m, 1] @ [..., 1, n] Adafactor takes of its row and column state."""
     program = next(x.program for x in (a, b) if isinstance(x, _Recorded))
-    vid = program.outer(*(x.id if isinstance(x, _SymTensor) else None for x in (a, b)))
+    vid = program.matmul(*(x.id if isinstance(x, _SymTensor) else None for x in (a, b)))
     return _value(program, vid, [a, b])
+
+
+def _addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """torch.addmm(input, mat1, mat2, beta=, alpha=): beta input + alpha (mat1 @ mat2), one library call."""
+    if not all(isinstance(x, _SymTensor) for x in (input, mat1, mat2)):
+        raise Error("torch.addmm: optjit records it on elements of the step function's lists (and products of them)")
+    program = input.program
+    scales = [_element_id(program, v, f"addmm {k}") for k, v in (("beta", beta), ("alpha", alpha))]
+    vid = program.addmm(input.id, mat1.id, mat2.id, *scales)
+    return _value(program, vid, [input, mat1, mat2, *(v for v in (beta, alpha) if isinstance(v, _Recorded))])
+
+
+def _transpose(x, *dims):
+    """x.T, x.mT, x.t(), x.transpose(-2, -1) of an element: a matrix product's operand, read transposed."""
+    if dims and set(dims) not in ({-2, -1}, {0, 1}):
+        raise Error(f"x.transpose{tuple(dims)!r}: optjit records the transpose of a matrix's two dimensions only")
+    return _SymTensor(x.program, x.program.transpose(x.id), x.entry)
+
+
+def _to_dtype(x, dtype=None, *args, **kwargs):
+    """x.to(torch.bfloat16) and x.to(torch.float32): x rounded to bf16 (ops on it then compute as torch's bf16
+    tensors do), or x in its list's dtype again (exactly torch's for lists of f32 tensors)."""
+    dtype = kwargs.pop("dtype", dtype)
+    kwargs.pop("copy", None)  # a recorded value is a value: a copy is the same
+    kwargs.pop("non_blocking", None)
+    if args or kwargs or dtype not in (torch.bfloat16, torch.float32):
+        raise Error(
+            f"x.to({dtype!r}{', ...' if args or kwargs else ''}): optjit records x.to(torch.bfloat16) and "
+            "x.to(torch.float32) (x.bfloat16(), x.float()) on list elements"
+        )
+    program = x.program
+    vid = program.to_bf16(x.id) if dtype == torch.bfloat16 else program.to_list_dtype(x.id)
+    if isinstance(x, _SymTensor):
+        return _SymTensor(program, vid, x.entry)
+    return _SymScalar(program, vid, x.entry, tensor=True)
+
+
+# Tensor methods of matrices (2-D elements) and dtypes.
+_MATRIX_METHODS = {
+    "matmul": _matmul,
+    "mm": _matmul,
+    "addmm": _addmm,
+    "t": _transpose,
+    "transpose": _transpose,
+}
+_DTYPE_METHODS = {
+    "to": _to_dtype,
+    "bfloat16": lambda x: _to_dtype(x, torch.bfloat16),
+    "float": lambda x: _to_dtype(x, torch.float32),
+}
 
 
 class _SymShape:
@@ -819,8 +881,10 @@ def _dispatch(func, args, kwargs):
     if name == "foreach_map":  # torch._higher_order_ops.foreach_map(op, *lists): op on each entry's elements
         subgraph, *operands = args
         return subgraph(*operands, **kwargs)
-    if name == "matmul" and len(args) == 2:
+    if name in ("matmul", "mm") and len(args) == 2:
         return _matmul(*args)
+    if name == "addmm":
+        return _addmm(*args, **kwargs)
     if name in ("max", "min") and len(args) == 2 and isinstance(args[1], (_SymTensor, _SymScalar)) and not kwargs:
         return _element_op("maximum" if name == "max" else "minimum", args, {})  # torch.max(a, b): elementwise
     symbolic = [a for a in args if isinstance(a, (_SymTensor, _SymScalar, _SymStack))]

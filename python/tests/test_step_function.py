@@ -344,7 +344,7 @@ def test_clamp_bounds_take_torchs_keywords_and_odd_dims_and_products_are_errors_
 
     refused(huge_dim, r"sum along dim=1099511627776: optjit records the sum, mean and 2-norm along dim -1 or -2")
     refused(huge_size, r"size\(-1099511627776\): optjit records size\(-1\), size\(-2\) and numel\(\)")
-    refused(stack_product, "the operator @ on elements: optjit records only a column of rows times a row of columns")
+    refused(stack_product, "the operator @ on elements: optjit records the product of two element values")
 
 
 @optjit.step_function
@@ -428,7 +428,7 @@ def test_what_a_step_function_cannot_record_is_an_error_naming_it():
         (first_only, {}, "records whole lists, and this one has 1 of the 2 tensors"),
         (by_flag, {"maximize": 1}, "branches on a value computed from the hyperparameter maximize"),
         (by_method, {}, r"\.erfinv_ of an element of a tensor list is outside"),
-        (by_operator, {}, r"the operator @ on elements: optjit records only a column of rows times a row of columns"),
+        (by_operator, {}, r"the operator @ on elements of a list with a param of rank 1: optjit multiplies the matrices"),
         (by_shape, {}, r"\.dim of an element of a tensor list is outside"),
         (by_position, {}, "updates part of list 'param'"),
         (writes_nothing, {}, "changes none of its lists"),

@@ -260,4 +260,8 @@ TEST_CASE("step recording: products, transposes and bf16 values that do not fit 
   check_error_contains([&] { r.matmul(rows, x); }, "the operator @ on elements");
   check_error_contains([&] { r.store("grad", gram); }, "of shape (m, m)");
   check_error_contains([&] { r.transpose(rows); }, "x.T of a value of one per row");
+  StepRecording vectors("vectors", 1, 1); // lists with a 1-D param
+  vectors.open();
+  const int v = vectors.list("grad", Holds::Element);
+  check_error_contains([&] { vectors.matmul(v, v); }, "a list with a param of rank 1: optjit multiplies the matrices");
 }
