@@ -95,6 +95,10 @@ void check_shardable(const std::string& name, const Graph& graph) {
       refuse("a tensor's size (numel, size(-1), size(-2))");
     else if (op_has_trait(op, kAxis))
       refuse(fmt::format("{} (a sum along rows or columns)", op_name(op)));
+    else if (op_has_trait(op, kMatrix))
+      refuse(fmt::format("a matrix product ({}: it multiplies whole matrices; torch.optim.Muon over shards gathers "
+                         "each matrix to one process)",
+                         op_name(op)));
 }
 
 // Compiles every kernel of the buckets' pipelines (update, then grad pass, bucket by bucket) into the kernel cache,

@@ -17,7 +17,7 @@ from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimize
 
 from . import _torch_optim
 from ._optjit import CudaStreams, Error, TorchStep
-from ._shards import _check_sharded_reductions, _grad_norm_reducer, _inf_check_reducer, _local
+from ._shards import _check_sharded_reductions, _grad_norm_reducer, _inf_check_reducer, _local, _sharded
 
 _STAGES = ("traced", "optimized", "fused", "llvm", "ptx")
 
@@ -55,6 +55,7 @@ class CompiledStep:
         self._norm_params = []  # the params with grads in the last step
         self._cxx = None
         self._groups_seen = None
+        self._sharded_muon = None  # Muon over FSDP2's shards: gathered, orthogonalized and scattered (ShardedMuon)
         _live_steps.add(self)
 
     def _release(self):
@@ -144,12 +145,16 @@ class CompiledStep:
     def kernel_count(self):
         """Kernels one step launches with the grads present now."""
         with self._exclusive():
+            if self._muon_over_shards(self._optimizer()) is not None:
+                return self._sharded_muon.metrics()["kernels"]
             return self._compiled(self._optimizer()).kernel_count()
 
     @property
     def library_call_count(self):
         """Matrix products one step runs in the matrix library between its kernels (Muon's iterations)."""
         with self._exclusive():
+            if self._muon_over_shards(self._optimizer()) is not None:
+                return self._sharded_muon.metrics()["library_calls"]
             return self._compiled(self._optimizer()).library_call_count()
 
     def metrics(self):
@@ -157,6 +162,8 @@ class CompiledStep:
         products) per step, times."""
         with self._exclusive():
             opt = self._optimizer()
+            if self._muon_over_shards(opt) is not None:
+                return self._sharded_muon.metrics()
             cxx = self._compiled(opt)
             metrics = cxx.metrics()
             kernels = cxx.kernel_count()
@@ -193,6 +200,18 @@ class CompiledStep:
     def _update(self, opt, grad_scale, found_inf, check_in_step):
         _torch_optim.check_group_flags(opt)
         _torch_optim.check_step_options(self._cls, opt)
+        sharded_muon = self._muon_over_shards(opt)
+        if sharded_muon is not None:
+            if grad_scale is not None or found_inf is not None or check_in_step or self._clipping[0] is not None:
+                raise Error(
+                    "torch.optim.Muon over DTensor shards with gradient scaling or fused clipping: optjit steps it in "
+                    "three parts around its collectives, without a grad pass; unscale and clip before the step "
+                    "(GradScaler.unscale_, clip_grad_norm_)"
+                )
+            sharded_muon.step(opt)
+            self._norm_params = [p for group in opt.param_groups for p in group["params"] if p.grad is not None]
+            _increment_versions(self._norm_params)
+            return
         # The C++ step checks, as it steps, that the groups still hold the params it was built over: a param replaced
         # in a group's list (False) builds it again, and the step runs on the new one.
         cxx = self._compiled(opt, check_binding=False)
@@ -211,6 +230,17 @@ class CompiledStep:
         # backward through a graph that saved the param before it (GAN-style loops would otherwise get wrong grads).
         _increment_versions(self._norm_params)
         _remember_master_versions(opt, self._lock)
+
+    def _muon_over_shards(self, opt):
+        """The ShardedMuon stepping torch.optim.Muon over FSDP2's shards, made on the first such step; None for any
+        other step."""
+        if self._cls.__name__ != "Muon":
+            return None
+        if self._sharded_muon is None and _sharded([p for group in opt.param_groups for p in group["params"]]):
+            from ._sharded_muon import ShardedMuon  # it steps through step functions, which import this module
+
+            self._sharded_muon = ShardedMuon(opt)
+        return self._sharded_muon
 
     def _run(self, opt, cxx, grad_scale, found_inf, check_in_step):
         """One step of `cxx`: (False, []) when the groups no longer hold its params (nothing changed), else ((whether

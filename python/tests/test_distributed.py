@@ -9,6 +9,8 @@
   loads), which continues the plain run's trajectory.
 - A step function's norms over FSDP2 shards: each process's partials are all-reduced over the mesh between kernels.
 - DDP: plain tensors whose grads are all-reduced in backward; the compiled step needs nothing special.
+- torch.optim.Muon over FSDP2's shards (split along rows, then along columns): each matrix gathered to its owner,
+  orthogonalized whole, scattered back, in two all_to_alls per step; equal to Muon on the unsharded model.
 
 Each scenario is one torch.multiprocessing.spawn, so that torch is imported twice per scenario, not per case."""
 
@@ -49,10 +51,10 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 
 
-def _fsdp_model(mesh, shard_placement_fn=None):
+def _fsdp_model(mesh, shard_placement_fn=None, make=None):
     from torch.distributed.fsdp import fully_shard
 
-    model = _model()
+    model = (make or _model)()
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh, shard_placement_fn=shard_placement_fn)
@@ -347,6 +349,70 @@ def _fsdp_fused_inf_check(rank, mesh):
     _assert_same_run(model, opt, reference, opt_ref, f"rank {rank}, FSDP2 AdamW with the fused inf check")
 
 
+def _muon_model():
+    """Matrices only (Muon's params): tall 16x8, wide 5x16 (uneven row shards), square 5x5, and 1x5 (rank 1's row
+    shard empty)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 16, bias=False),
+        torch.nn.Tanh(),
+        torch.nn.Linear(16, 5, bias=False),
+        torch.nn.Linear(5, 5, bias=False),
+        torch.nn.Linear(5, 1, bias=False),
+    )
+
+
+def _even_columns(param):
+    """FSDP2's shard_placement_fn: matrices whose columns split evenly along them (Shard(1)), the others along rows
+    (FSDP2 refuses uneven column shards)."""
+    from torch.distributed.tensor import Shard
+
+    return Shard(1) if param.shape[1] % WORLD == 0 else Shard(0)
+
+
+def _fsdp_muon(rank, mesh):
+    """torch.optim.Muon over FSDP2's shards (rows, then columns where they split evenly) against Muon on the unsharded model, from the same
+    grads: the momentum equal, the params within bf16 rounding of the update, two all_to_alls per step."""
+    from torch.distributed.tensor import distribute_tensor
+
+    exchanges = []
+    all_to_all = dist.all_to_all_single
+
+    def counted(*args, **kwargs):
+        exchanges.append(1)
+        return all_to_all(*args, **kwargs)
+
+    dist.all_to_all_single = counted
+    try:
+        for placement_fn in (None, _even_columns):
+            for options in (dict(lr=0.02), dict(lr=0.01, nesterov=False, adjust_lr_fn="match_rms_adamw")):
+                reference = _muon_model()
+                opt_ref = torch.optim.Muon(reference.parameters(), **options)
+                model = _fsdp_model(mesh, placement_fn, make=_muon_model)
+                opt = torch.optim.Muon(model.parameters(), **options)
+                compiled = optjit.patch(opt)
+                exchanges.clear()
+                for t in range(4):
+                    for i, (p, q) in enumerate(zip(model.parameters(), reference.parameters())):
+                        q.grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(10 * t + i))
+                        p.grad = distribute_tensor(q.grad.clone(), mesh, p.placements)
+                    opt_ref.step()
+                    opt.step()
+                    what = f"rank {rank}, Muon {options} over {'columns' if placement_fn else 'rows'}, step {t}"
+                    for i, (p, q) in enumerate(zip(model.parameters(), reference.parameters())):
+                        buffer = opt.state[p]["momentum_buffer"]
+                        assert torch.equal(buffer.full_tensor(), opt_ref.state[q]["momentum_buffer"]), f"{what}: {i}"
+                        torch.testing.assert_close(
+                            p.detach().full_tensor(), q.detach(), rtol=0, atol=2**-5 * options["lr"] * 4 * (t + 1),
+                            msg=lambda m: f"{what}: param {i}: {m}",
+                        )  # fmt: skip
+                assert len(exchanges) == 2 * 4, exchanges  # one to gather, one to scatter, per step
+                metrics = compiled.metrics()
+                assert metrics["steps"] == 4 and metrics["library_calls"] > 0, metrics
+    finally:
+        dist.all_to_all_single = all_to_all
+
+
 SCENARIOS = {
     "fsdp_every_optimizer": _fsdp_every_optimizer,
     "fsdp_checkpoint": _fsdp_checkpoint_resumes,
@@ -354,6 +420,7 @@ SCENARIOS = {
     "fsdp_step_functions": _fsdp_step_functions,
     "fsdp_fused_inf_check": _fsdp_fused_inf_check,
     "ddp": _ddp,
+    "fsdp_muon": _fsdp_muon,
 }
 
 

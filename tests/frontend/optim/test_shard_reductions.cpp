@@ -212,7 +212,8 @@ TEST_CASE("shard reductions: an optimizer with a grad norm reducer of its own is
   CHECK(params[0].to_vector() == before);
 }
 
-TEST_CASE("shard reductions: sizes, rows and columns span the shards and are refused, and no reduction calls nothing") {
+TEST_CASE(
+    "shard reductions: sizes, rows, columns and products span the shards and are refused, no reduction calls nothing") {
   std::vector<Tensor> params = random_params({{6, 4}}, Dtype::f32, 5);
   const std::vector<double> before = params[0].to_vector();
   for (Tensor& p : params)
@@ -234,6 +235,14 @@ TEST_CASE("shard reductions: sizes, rows and columns span the shards and are ref
       "row_means", [](Tracer& t) { t.store("rows", row_mean(t.tensors("grad"))); },
       {.params = params, .rows = {{"rows", rows}}}, over_shards);
   check_error_contains([&] { row_means(); }, "but 'rows', a rows state, spans the shards too");
+  StepFunction gram = compile_step(
+      "gram",
+      [](Tracer& t) {
+        t.store("param", mm(mm(t.tensors("grad"), t.tensors("grad"), false, true, Dtype::f32), t.tensors("param"),
+                            false, false, Dtype::f32));
+      },
+      {.params = params}, over_shards);
+  check_error_contains([&] { gram(); }, "but a matrix product (mm: it multiplies whole matrices");
   StepFunction plain = compile_step(
       "plain_sgd", [](Tracer& t) { t.store("param", t.tensors("param") - t.tensors("grad") * t.hyper("lr")); },
       {.params = params, .hypers = {{"lr", 0.1}}}, over_shards);
