@@ -105,7 +105,12 @@ class ShardedMuon:
         self._apply = step_function(_decayed_update, name="muon_update")
         self._orthogonalizers = {}  # (ns_steps, tall, f32) -> step function
         self._ratios = {}  # (param, adjust_lr_fn) -> its 0-d ratio tensor
+        # The tensors the parts hand each other, kept from step to step: a step function's state lists are bound
+        # once (new tensors every step would build it again).
+        self._buffers = {}
         self.steps = 0
+        self.compiles = 0  # steps in which a part compiled (the first, and those after a change of structure)
+        self._reasons = []
 
     def step(self, opt):
         """One step of every param with a grad: torch's state made as torch makes it, then the three parts."""
@@ -120,12 +125,13 @@ class ShardedMuon:
                 entries.append((group, p, _local(p.grad), _local(state["momentum_buffer"])))
         if not entries:
             return
+        compiled_before = self._parts_compiled()
         if len({g.dtype for _, _, g, _ in entries}) > 1:
             raise Error(
                 "torch.optim.Muon over DTensor shards of several dtypes: optjit gathers every matrix's update in one "
                 "collective, of one dtype; give the params one dtype"
             )
-        updates = [torch.empty_like(g) for _, _, g, _ in entries]
+        updates = [self._buffer(("update", id(p)), g.shape, g) for _, p, g, _ in entries]
         for group, members in self._by_group(entries):
             members = [k for k in members if entries[k][2].numel() > 0]  # a process's shard may be empty
             if members:
@@ -135,7 +141,7 @@ class ShardedMuon:
                     momentum=group["momentum"], nesterov=bool(group["nesterov"])
                 )  # fmt: skip
         owned = self._gather(entries, updates)  # {entry: the whole matrix's update}
-        orthogonalized = {k: torch.empty_like(u) for k, u in owned.items()}
+        orthogonalized = {k: self._buffer(("orthogonalized", id(entries[k][1])), u.shape, u) for k, u in owned.items()}
         for group, members in self._by_group(entries):
             mine = [k for k in members if k in owned]
             for tall in (False, True):
@@ -162,6 +168,26 @@ class ShardedMuon:
                 [local_updates[k] for k in members], ratios, lr=lr, weight_decay=group["weight_decay"]
             )  # fmt: skip
         self.steps += 1
+        if self._parts_compiled() != compiled_before:
+            self.compiles += 1
+            if self.compiles > 1:
+                self._reasons.append(
+                    "a part of the step compiled again: its structure changed (ns_steps, nesterov, f32_iterations, "
+                    "tall or wide matrices owned, new params or shapes)"
+                )
+
+    def _parts(self):
+        return [self._momentum, self._apply, *self._orthogonalizers.values()]
+
+    def _parts_compiled(self):
+        return sum(f.metrics()["compiles"] for f in self._parts())
+
+    def _buffer(self, key, shape, like):
+        """The kept tensor `key` of `shape` and `like`'s dtype and device, made again only when those change."""
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.shape != shape or buffer.dtype != like.dtype or buffer.device != like.device:
+            buffer = self._buffers[key] = like.new_empty(shape)
+        return buffer
 
     @staticmethod
     def _by_group(entries):
@@ -201,7 +227,8 @@ class ShardedMuon:
         owned = {}
         for i, k in enumerate(mine):
             dim, shapes = self._chunks(entries[k][1])
-            owned[k] = torch.cat([received[r][i].view(shapes[r]) for r in range(self._world)], dim=dim)
+            owned[k] = self._buffer(("whole", id(entries[k][1])), entries[k][1].shape, updates[0])
+            torch.cat([received[r][i].view(shapes[r]) for r in range(self._world)], dim=dim, out=owned[k])
         return owned
 
     def _scatter(self, entries, orthogonalized):
@@ -221,7 +248,8 @@ class ShardedMuon:
         taken = [0] * self._world
         for k in range(len(entries)):
             r = self._owner(k)
-            local[k] = received[r][taken[r]].view(local_shapes[k])
+            local[k] = self._buffer(("local", id(entries[k][1])), local_shapes[k], entries[k][2])
+            local[k].copy_(received[r][taken[r]].view(local_shapes[k]))
             taken[r] += 1
         return local
 
@@ -244,20 +272,21 @@ class ShardedMuon:
         return pieces
 
     def metrics(self):
-        """The three parts' compiles and compile times, as CompiledStep.metrics() names them."""
-        functions = [self._momentum, self._apply, *self._orthogonalizers.values()]
+        """CompiledStep.metrics() of the step: compiles counts the steps in which a part compiled (so the first step,
+        then a change of structure such as ns_steps, never a new lr), kernels and library calls the parts' last."""
+        functions = self._parts()
         counts = [f.metrics() for f in functions]
         return {
             "steps": self.steps,
             "skipped_steps": 0,
-            "compiles": sum(m["compiles"] for m in counts),
-            "recompiles": 0,
+            "compiles": self.compiles,
+            "recompiles": max(0, self.compiles - 1),
             "rebinds": 0,
             "kernels_generated": 0,
             "cache_hits": sum(m["cache_hits"] for m in counts),
             "compile_ms": sum(m["compile_ms"] for m in counts),
             "dispatch_ms": 0.0,
-            "recompile_reasons": [],
+            "recompile_reasons": list(self._reasons),
             "kernels": sum(f.kernel_count or 0 for f in functions),
             "library_calls": sum(f.library_call_count or 0 for f in functions),
         }
