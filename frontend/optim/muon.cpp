@@ -94,6 +94,10 @@ void Muon::check_grad(int64_t flat) const {
     throw Error("Muon does not support complex parameters");
   if (p.dim() != 2)
     throw Error("Param gradient must be a 2D matrix");
+  const double adjust = param_groups()[static_cast<std::size_t>(group_of_flat(flat))].get("adjust_lr_fn");
+  if (p.shape()[1] == 0 && adjust != static_cast<double>(MuonAdjustLr::match_rms_adamw))
+    throw Error("Muon: a param of shape " + shape_to_string(p.shape()) +
+                " has no columns: torch's adjust_lr_fn divides its rows by its columns (float division by zero)");
   Optimizer::check_grad(flat);
 }
 

@@ -309,6 +309,14 @@ def check_step_options(cls, opt):
                 raise torch_error(ValueError, "Coefficients must be a tuple of exactly 3 values")
             if group["ns_steps"] >= 100:
                 raise torch_error(ValueError, "Number of steps must be less than 100 for computational efficiency")
+            if group.get("adjust_lr_fn") in (None, "original", "spectral_unclamped"):
+                for p in group["params"]:
+                    if p.grad is not None and p.dim() == 2 and p.shape[1] == 0:
+                        raise torch_error(
+                            ZeroDivisionError,
+                            f"param group {g} has a param of shape {list(p.shape)}: torch's adjust_lr_fn "
+                            f"{group.get('adjust_lr_fn')!r} divides its rows by its columns (float division by zero)",
+                        )
         for key, element, bad in _ZERO_DIVISORS.get(cls, ()):
             value = group[key][element]
             if not isinstance(value, torch.Tensor) and value == bad:

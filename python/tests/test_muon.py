@@ -126,6 +126,18 @@ def test_muon_errors_are_torchs_with_nothing_changed():
         step()
     assert torch.equal(params[0], before)
     assert not opt.state[params[0]]
+    # A matrix without columns: torch's adjust_lr_fn divides by them (after stepping the params before it); here
+    # before anything changes. match_rms_adamw divides by nothing, and steps it (an empty update).
+    opt.param_groups[0]["ns_coefficients"] = (3.4445, -4.7750, 2.0315)
+    empty = torch.nn.Parameter(torch.zeros(3, 0))
+    empty.grad = torch.zeros(3, 0)
+    opt.add_param_group({"params": [empty]})
+    with pytest.raises(ZeroDivisionError, match="divides its rows by its columns"):
+        step()
+    assert torch.equal(params[0], before)
+    opt.param_groups[1]["adjust_lr_fn"] = "match_rms_adamw"
+    step()
+    assert not torch.equal(params[0], before)
 
 
 def _f32_muon_step(p, g, lr, momentum=0.95, weight_decay=0.1, coefficients=(3.4445, -4.7750, 2.0315), steps=5):

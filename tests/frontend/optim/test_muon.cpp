@@ -62,6 +62,13 @@ TEST_CASE("muon: ns_steps of 100 or more, and a param made 1-D after constructio
   flat.set_grad(Tensor::zeros({6}, Dtype::f32));
   check_error([&] { opt->step(); }, "Param gradient must be a 2D matrix");
   CHECK(p.to_vector() == before);
+  // A matrix without columns: torch's adjust_lr_fn divides its rows by them.
+  flat.set_grad(Tensor());
+  Tensor empty = Tensor::zeros({3, 0}, Dtype::f32);
+  opt->add_param_group(ParamGroupSpec{{empty}, {{"ns_steps", 5}}});
+  empty.set_grad(Tensor::zeros({3, 0}, Dtype::f32));
+  check_error_contains([&] { opt->step(); }, "has no columns: torch's adjust_lr_fn divides its rows by its columns");
+  CHECK(p.to_vector() == before);
 }
 
 TEST_CASE("muon: a bad grad or a non-finite hyperparameter is refused before any update") {
