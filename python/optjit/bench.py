@@ -126,7 +126,7 @@ def measure(mode, cls, options, shapes, args):
         kwargs["foreach"] = True  # what torch.compile traces best
     try:
         opt = cls(params, **kwargs)
-    except (RuntimeError, TypeError) as error:  # no fused kernel for this device; no such option (Muon)
+    except (RuntimeError, TypeError, ValueError) as error:  # no fused kernel here; no such option; Muon's 1-D params
         return {"step_ms": None, "refused": str(error).splitlines()[0]}
     step = make_step(mode, opt, params, args)
     timer = Timer(args.device)
