@@ -413,6 +413,35 @@ def _fsdp_muon(rank, mesh):
                 assert metrics["steps"] == 4 and metrics["compiles"] == 1 and metrics["library_calls"] > 0, metrics
     finally:
         dist.all_to_all_single = all_to_all
+    _fsdp_muon_resumes(mesh)
+
+
+def _fsdp_muon_resumes(mesh):
+    """Sharded Muon's state dict (torch's DTensor momentum buffers) loaded into a new optimizer continues the run:
+    6 steps equal 3 steps, a state_dict()/load_state_dict() into a fresh model and optimizer, then 3 more. (DCP's
+    set_optimizer_state_dict steps torch's own Muon to make state, which fails under FSDP2 in torch 2.15.)"""
+    from torch.distributed.tensor import distribute_tensor
+
+    def run(model, opt, steps):
+        step = optjit.compile(opt)
+        for t in steps:
+            for i, p in enumerate(model.parameters()):
+                grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(10 * t + i))
+                p.grad = distribute_tensor(grad, mesh, p.placements)
+            step()
+
+    whole = _fsdp_model(mesh, make=_muon_model)
+    run(whole, torch.optim.Muon(whole.parameters(), lr=0.02), range(6))
+    first = _fsdp_model(mesh, make=_muon_model)
+    opt = torch.optim.Muon(first.parameters(), lr=0.02)
+    run(first, opt, range(3))
+    resumed = _fsdp_model(mesh, make=_muon_model)
+    resumed.load_state_dict(first.state_dict())
+    opt_resumed = torch.optim.Muon(resumed.parameters(), lr=0.02)
+    opt_resumed.load_state_dict(opt.state_dict())
+    run(resumed, opt_resumed, range(3, 6))
+    for i, (p, q) in enumerate(zip(whole.parameters(), resumed.parameters())):
+        assert torch.equal(p.detach().to_local(), q.detach().to_local()), f"param {i} after resuming"
 
 
 SCENARIOS = {
