@@ -144,18 +144,21 @@ class CompiledStep:
     @property
     def kernel_count(self):
         """Kernels one step launches with the grads present now."""
-        with self._exclusive():
-            if self._muon_over_shards(self._optimizer()) is not None:
-                return self._sharded_muon.metrics()["kernels"]
-            return self._compiled(self._optimizer()).kernel_count()
+        return self._per_step_count("kernels")
 
     @property
     def library_call_count(self):
         """Matrix products one step runs in the matrix library between its kernels (Muon's iterations)."""
+        return self._per_step_count("library_calls")
+
+    def _per_step_count(self, key):
+        """metrics()[key] of one step ("kernels" or "library_calls"), without the rest of metrics()."""
         with self._exclusive():
-            if self._muon_over_shards(self._optimizer()) is not None:
-                return self._sharded_muon.metrics()["library_calls"]
-            return self._compiled(self._optimizer()).library_call_count()
+            opt = self._optimizer()
+            if self._muon_over_shards(opt) is not None:
+                return self._sharded_muon.metrics()[key]
+            cxx = self._compiled(opt)
+            return cxx.kernel_count() if key == "kernels" else cxx.library_call_count()
 
     def metrics(self):
         """What compiling and stepping did: compiles, recompiles (and why), rebinds, kernels and library calls (matrix

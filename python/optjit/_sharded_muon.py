@@ -18,11 +18,11 @@ import math
 
 import torch
 import torch.distributed as dist
+from torch.optim._muon import _adjust_lr  # torch >= 2.9, as Muon itself
 
 from ._optjit import Error
 from ._shards import _local, _sharded
 from ._step_function import step_function
-from ._torch_optim import _ADJUST_LR_FN
 
 
 def _momentum_update(params, grads, bufs, updates, *, momentum, nesterov):
@@ -58,18 +58,6 @@ def _orthogonalizer(ns_steps, tall, f32):
             out.copy_(x)
 
     return step_function(orthogonalize, name=f"muon_orthogonalize_{'tall' if tall else 'wide'}")
-
-
-def _adjust_ratio(adjust_lr_fn, rows, cols):
-    """torch's _adjust_lr(lr, adjust_lr_fn, shape) / lr for a whole rows x cols matrix."""
-    code = _ADJUST_LR_FN.get(adjust_lr_fn or "original")
-    if code is None:
-        raise Error(f"Adjust learning rate function {adjust_lr_fn} is not supported")
-    if code == 0.0:
-        return math.sqrt(max(1, rows / cols))
-    if code == 1.0:
-        return 0.2 * math.sqrt(max(rows, cols))
-    return math.sqrt(rows / cols)
 
 
 def _chunk_sizes(size, world):
@@ -199,8 +187,9 @@ class ShardedMuon:
     def _ratio(self, param, adjust_lr_fn):
         key = (id(param), adjust_lr_fn)
         if key not in self._ratios:
-            rows, cols = param.shape  # the whole matrix's
-            self._ratios[key] = torch.tensor(_adjust_ratio(adjust_lr_fn, rows, cols), dtype=_local(param).dtype)
+            # torch's own adjustment of a unit lr, for the whole matrix's shape (it is linear in lr)
+            ratio = _adjust_lr(1.0, adjust_lr_fn, param.shape)
+            self._ratios[key] = torch.tensor(ratio, dtype=_local(param).dtype)
         return self._ratios[key]
 
     def _owner(self, k):
