@@ -33,6 +33,10 @@ struct GemmShape {
   std::string to_string() const; // "bf16 [4] 768x768 = 768x3072 @ (3072x768)^T -> bf16"
 };
 
+// Throws optjit::Error naming the shape and the rule it breaks: a negative size, an operand dtype other than bf16 or
+// f32, a bf16 result of f32 operands. Every library's product checks it first.
+void check_gemm_shape(const GemmShape& shape);
+
 class Gemm {
 public:
   // Prepares the product on the CPU. Throws optjit::Error naming the shape and the rule when it breaks one (a

@@ -360,6 +360,16 @@ void copy_to_device_async(int device, DevicePtr dst, const void* src, std::size_
   check(t, t.cuMemcpyHtoDAsync_v2(dst, src, bytes, static_cast<CUstream>(stream)), "cuMemcpyHtoDAsync_v2");
 }
 
+void copy_on_device_async(int device, DevicePtr dst, DevicePtr src, std::size_t bytes, Stream stream) {
+  const DriverTable& t = on(device);
+  check(t, t.cuMemcpyDtoDAsync_v2(dst, src, bytes, static_cast<CUstream>(stream)), "cuMemcpyDtoDAsync_v2");
+}
+
+void memset_zero_async(int device, DevicePtr dst, std::size_t bytes, Stream stream) {
+  const DriverTable& t = on(device);
+  check(t, t.cuMemsetD8Async(dst, 0, bytes, static_cast<CUstream>(stream)), "cuMemsetD8Async");
+}
+
 void memset_zero(int device, DevicePtr dst, std::size_t bytes) {
   const DriverTable& t = on(device);
   auto s = static_cast<CUstream>(stream(device));

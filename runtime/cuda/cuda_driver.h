@@ -77,6 +77,9 @@ void copy_to_device(int device, DevicePtr dst, const void* src, std::size_t byte
 void copy_to_host(int device, void* dst, DevicePtr src, std::size_t bytes);
 void copy_on_device(int device, DevicePtr dst, DevicePtr src, std::size_t bytes);
 void copy_to_device_async(int device, DevicePtr dst, const void* src, std::size_t bytes, Stream stream);
+// Queued on `stream`, they return at once.
+void copy_on_device_async(int device, DevicePtr dst, DevicePtr src, std::size_t bytes, Stream stream);
+void memset_zero_async(int device, DevicePtr dst, std::size_t bytes, Stream stream);
 void memset_zero(int device, DevicePtr dst, std::size_t bytes);
 // Page-locked host memory (async copies from it need no staging).
 void* host_alloc_pinned(int device, std::size_t bytes);
