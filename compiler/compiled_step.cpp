@@ -125,9 +125,6 @@ struct CompiledStep::Impl {
     if (!unchanged_since_last_step(slot_epoch)) {
       read_facts();
       Program& checked = program_for_facts();
-      for (const BucketProgram& bp : checked.buckets)
-        if (!bp.refused.empty())
-          throw Error(bp.refused);
       check_arguments(source, checked, staging, changes);
       if (changes.rebind_reason)
         bind(source, checked, staging, changes.rebind_reason, metrics);

@@ -152,11 +152,6 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
     bp.pipeline = run_pipeline(std::move(graph));
     if (options.shard_reducer)
       check_shardable(source.name(), bp.pipeline.traced);
-    if (has_matrix_products(bp.pipeline.optimized) && bp.target.execution == Execution::Compiled &&
-        bp.target.device.kind == DeviceKind::cuda)
-      bp.refused = fmt::format("{}: the step multiplies matrices (mm, addmm), which a compiled step runs in the CPU's "
-                               "matrix library only: cuBLAS is not wired to the GPU backend yet",
-                               source.name());
     if (bp.pipeline.traced.stores.empty())
       throw Error(fmt::format("{}: the step stores nothing, so there is nothing to run (a step writes its params "
                               "or its state)",
@@ -182,8 +177,6 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
     return all;
   };
   for (BucketProgram& bp : program->buckets) {
-    if (!bp.refused.empty())
-      continue;          // no code: its traced and optimized graphs are still there to dump
     bool unused = false; // prepare_kernels said which kernels the cache held before this compile
     bp.code = backend_for(bp.target).load(bp.pipeline, bp.target, options, unused);
     if (bp.bucket.host_scalar_entries != 0)

@@ -30,9 +30,6 @@ struct BucketProgram {
   // The bucket's grad pass (compiler/grad_pass.h: clipping's norm, the inf check), run before the update.
   std::optional<PipelineResult> grad_pass_pipeline;
   std::unique_ptr<Executable> grad_pass_code;
-  // Why the bucket has no code (its graph multiplies matrices, which compiled steps cannot run yet): a step of the
-  // program throws it before anything changes. Empty: it has code.
-  std::string refused;
 };
 
 // The bucket's members whose grads are present now: the list its kernel walks this step.

@@ -16,6 +16,13 @@ if [ ! -x "$unpacked/bin/optjit" ]; then
 fi
 export LD_LIBRARY_PATH="$unpacked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
+# cuBLAS for the C++ checks' matrix products: torch's wheel brings one (the Python package finds it loaded by torch).
+if [ -z "${OPTJIT_CUBLAS_LIBRARY:-}" ]; then
+  cublas="$(python3 -c 'import glob, nvidia.cublas as c; print(sorted(glob.glob(list(c.__path__)[0] + "/lib/libcublas.so.*"))[0])' 2>/dev/null)"
+  if [ -n "$cublas" ]; then
+    export OPTJIT_CUBLAS_LIBRARY="$cublas" LD_LIBRARY_PATH="$(dirname "$cublas"):$LD_LIBRARY_PATH"
+  fi
+fi
 
 checks=("$@")
 [ ${#checks[@]} -eq 0 ] && checks=(info cpp python bench replay pybench)
@@ -47,11 +54,13 @@ for check in "${checks[@]}"; do
       --durations=8 python/tests/test_cuda.py ;;
   bench)
     run_check bench 90 env OPTJIT_TORCH_BENCH="$root/tools/bench_torch.py" "$unpacked/bin/optjit" bench --device cuda ;;
-  pybench) # the package against torch's foreach and fused steps, with a new grad per param before each step, and Adafactor
-    run_check pybench 120 env PYTHONPATH="$unpacked/python" bash -c 'python3 -m optjit.bench --device cuda \
+  pybench) # the package against torch's foreach and fused steps, with a new grad per param before each step, Adafactor,
+    # and Muon (kernels and cuBLAS products) against torch's own Muon on the matrices of a 12-layer Transformer
+    run_check pybench 180 env PYTHONPATH="$unpacked/python" bash -c 'python3 -m optjit.bench --device cuda \
       --optimizers adam --modes optjit,foreach,fused && python3 -m optjit.bench --device cuda --optimizers adam \
       --shapes 10000x100 --modes optjit,fused --new-grads && python3 -m optjit.bench --device cuda \
-      --optimizers adafactor --shapes 1000x10k,model --modes optjit,foreach' ;;
+      --optimizers adafactor --shapes 1000x10k,model --modes optjit,foreach && python3 -m optjit.bench \
+      --device cuda --optimizers muon --shapes transformer12 --modes optjit,eager' ;;
   *) echo "unknown check $check"; exit 2 ;;
   esac
 done

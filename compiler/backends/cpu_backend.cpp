@@ -2,8 +2,8 @@
 // kernel cache, bound in host memory (compiler/binding.h) and launched over the thread pool.
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
-#include "compiler/backends/host_matrix_products.h"
 #include "compiler/backends/kernel_sequence.h"
+#include "compiler/backends/matrix_products.h"
 #include "compiler/binding.h"
 #include "compiler/kernel_cache.h"
 #include "runtime/error.h"
@@ -38,7 +38,7 @@ struct BoundCpuKernel {
 class CpuExecutable final : public KernelSequence<CpuExecutable, BoundCpuKernel> {
 public:
   CpuExecutable(std::vector<BoundCpuKernel> kernels, LaunchShape shape, std::vector<ScratchBuffer> scratch)
-      : KernelSequence(std::move(kernels)), shape_(shape), products_(std::move(scratch)) {}
+      : KernelSequence(std::move(kernels)), shape_(shape), products_(std::move(scratch), host_matrix_library()) {}
 
   void bind(const ListArguments& given) override {
     std::vector<const KernelPlan*> plans;
@@ -111,7 +111,7 @@ private:
 
   std::size_t n_tensors_ = 0;
   LaunchShape shape_;
-  HostMatrixProducts products_;
+  MatrixProducts products_;
   std::vector<uint64_t> carry_;
   std::vector<std::vector<double>> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)
   std::vector<double*> axis_pointers_;

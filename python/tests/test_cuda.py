@@ -207,3 +207,58 @@ def test_cuda_tensor_lr_on_the_device_follows_a_scheduler():
     assert_same_state(opt, ours, ref, theirs, torch.float32)
     assert step.metrics()["compiles"] == 1
 
+
+
+MUON_SHAPES = [(48, 20), (20, 48), (48, 20), (32, 32), (1, 40), (768, 3072)]
+
+
+def _cuda_muon_grads(params, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(p.shape, generator=generator).cuda() for p in params]
+
+
+@gpu
+@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon needs torch >= 2.9")
+def test_cuda_muon_products_in_cublas_match_torch():
+    """torch.optim.Muon on CUDA matrices: optjit's kernels and its products in cuBLAS, on a side stream, against
+    torch's own Muon on the GPU (its bf16 products in the same library, summed in its own order). The momentum is
+    pointwise (both contract into fused multiply-adds on the GPU: within an f32 ulp); the params within the spread
+    of bf16 Newton-Schulz."""
+    ours = _cuda_params(seed=3, shapes=MUON_SHAPES)
+    theirs = clone_params(ours)
+    lr = 0.02
+    opt, ref = torch.optim.Muon(ours, lr=lr, weight_decay=0.1), torch.optim.Muon(theirs, lr=lr, weight_decay=0.1)
+    step = optjit.compile(opt)
+    stream = torch.cuda.Stream()
+    for s in range(4):
+        for a, b, g in zip(ours, theirs, _cuda_muon_grads(ours, s)):
+            a.grad, b.grad = g.clone(), g.clone()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            step()
+        torch.cuda.current_stream().wait_stream(stream)
+        ref.step()
+    torch.cuda.synchronize()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(opt.state[a]["momentum_buffer"], ref.state[b]["momentum_buffer"], rtol=1e-6, atol=1e-7)
+        # a few bf16 ulps of an update of at most ~2 lr, over 4 steps
+        torch.testing.assert_close(a, b, rtol=0, atol=4 * 2**-5 * lr * 2 * 4)
+    assert step.metrics()["compiles"] == 1
+    assert step.metrics()["library_calls"] == step.library_call_count > 0
+
+
+@gpu
+@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon needs torch >= 2.9")
+def test_cuda_muon_f32_iterations_match_newton_schulz_in_f64():
+    from test_muon import _f32_muon_step
+
+    params = _cuda_params(seed=4, shapes=MUON_SHAPES)
+    grads = _cuda_muon_grads(params, 9)
+    exact = [_f32_muon_step(p.detach().cpu(), g.cpu(), 0.02) for p, g in zip(params, grads)]
+    opt = torch.optim.Muon([{"params": params, "f32_iterations": True}], lr=0.02, weight_decay=0.1)
+    for p, g in zip(params, grads):
+        p.grad = g
+    optjit.compile(opt)()
+    for p, e in zip(params, exact):
+        update = 0.02 * 4  # the largest adjusted lr times an update element near 1
+        assert (p.detach().cpu() - e).abs().max() < 1e-5 * update  # f32 rounding of the update

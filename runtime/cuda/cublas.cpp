@@ -130,7 +130,15 @@ const BlasLibrary& BlasLibrary::process() {
   static std::string failure;
   std::call_once(once, [] {
     const char* configured = std::getenv("OPTJIT_CUBLAS_LIBRARY");
-    std::vector<std::string> names = {"libcublas.so.13", "libcublas.so.12"};
+    // One the process has loaded already (torch's) comes first: a second cuBLAS would cost memory and start-up.
+    std::vector<std::string> names, not_loaded;
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12"}) {
+      void* loaded = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+      (loaded ? names : not_loaded).push_back(name);
+      if (loaded)
+        dlclose(loaded);
+    }
+    names.insert(names.end(), not_loaded.begin(), not_loaded.end());
     if (configured && *configured)
       names = {configured};
     for (const std::string& name : names) {

@@ -24,9 +24,9 @@ public:
   BlasLibrary(const BlasLibrary&) = delete;
   BlasLibrary& operator=(const BlasLibrary&) = delete;
 
-  // The process's: OPTJIT_CUBLAS_LIBRARY, else the first of libcublas.so.13 and libcublas.so.12 that loads. torch's
-  // CUDA wheels bring one, and once torch has loaded it the name finds it. A failed load is remembered and every
-  // later use throws the same error.
+  // The process's: OPTJIT_CUBLAS_LIBRARY, else libcublas.so.13 or libcublas.so.12: one the process has loaded
+  // already (torch's CUDA wheels bring one, and torch loads it) first, else the first that loads. A failed load is
+  // remembered and every later use throws the same error.
   static const BlasLibrary& process();
   const std::string& path() const { return path_; }
   const BlasFunctions& functions() const { return *functions_; }

@@ -81,9 +81,12 @@ void copy_grads(const std::vector<Tensor>& from, const std::vector<Tensor>& to) 
   }
 }
 
-// `steps` steps of `name` compiled on cuda:0 against the CPU forloop, with a None grad at step 2.
-void check_gpu_against_forloop(const std::string& name, const KeywordOptions& options, Dtype dtype,
-                               const std::vector<Shape>& shapes, int steps, double clip_norm_type = 0) {
+// `steps` steps of `name` compiled on cuda:0 against the CPU forloop, with a None grad at step 2. `products_atol`:
+// how far apart products that round differently may leave the params (two libraries' bf16 products sum in
+// different orders). Returns the compiled step's library calls per step.
+int check_gpu_against_forloop(const std::string& name, const KeywordOptions& options, Dtype dtype,
+                              const std::vector<Shape>& shapes, int steps, double clip_norm_type = 0,
+                              double products_atol = 0) {
   std::vector<Tensor> ref = random_params(shapes, dtype, 5);
   std::vector<Tensor> gpu = on_device(ref, Device::cuda(0));
   auto forloop = make_single_group(name, ref, options, false);
@@ -106,10 +109,11 @@ void check_gpu_against_forloop(const std::string& name, const KeywordOptions& op
   // that land near a rounding boundary may then round to neighbours: the golden low-precision bound (4 and 2 ulp).
   const double eps = dtype == Dtype::bf16 ? 0x1p-7 : 0x1p-10;
   const double rtol = dtype == Dtype::f32 ? 1e-5 : dtype == Dtype::f64 ? 1e-12 : 4 * eps;
-  const double atol = dtype == Dtype::f32 ? 1e-6 : dtype == Dtype::f64 ? 1e-14 : 2 * eps;
+  const double atol = std::max(products_atol, dtype == Dtype::f32 ? 1e-6 : dtype == Dtype::f64 ? 1e-14 : 2 * eps);
   check_same_trajectory(gpu, *compiled_opt, ref, *forloop, rtol, atol, "cuda compiled vs cpu forloop");
   CHECK(compiled.metrics().compiles == 1);
   CHECK(compiled.metrics().recompiles == 0);
+  return compiled.library_call_count();
 }
 
 } // namespace
@@ -155,6 +159,11 @@ TEST_CASE("cuda ptx: every optimizer configuration assembles with ptxas for sm_8
   for (Dtype dtype : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16})
     for (const CountConfig& c : configs) {
       auto opt = make_single_group(c.optimizer, random_params({{8}, {3}}, dtype, 1), c.options, true);
+      check_assembles(*opt, c.optimizer + " " + config_name(c.options) + " " + std::string(dtype_name(dtype)));
+    }
+  for (Dtype dtype : {Dtype::f32, Dtype::bf16}) // Muon's kernels: its scratch matrices, between library calls
+    for (const CountConfig& c : matrix_configs()) {
+      auto opt = make_single_group(c.optimizer, random_params({{8, 6}, {3, 5}}, dtype, 1), c.options, true);
       check_assembles(*opt, c.optimizer + " " + config_name(c.options) + " " + std::string(dtype_name(dtype)));
     }
   for (const auto& [name, options] :
@@ -372,6 +381,30 @@ TEST_CASE("cuda: every optimizer configuration compiled on the GPU matches the C
       INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
       // Sizes that leave vector remainders, a tensor of several work items and an empty one.
       check_gpu_against_forloop(c.optimizer, c.options, dtype, {{33, 7}, {5}, {70001}, {0}, {4, 4}}, 6);
+    }
+}
+
+TEST_CASE("cuda: Muon's kernels and its products in cuBLAS on the GPU match the CPU forloop") {
+  if (skip_without_gpu())
+    return;
+  // Tall, wide and square matrices, two of one shape (one batched product), a single row.
+  const std::vector<Shape> shapes = {{24, 40}, {40, 24}, {24, 40}, {16, 16}, {1, 30}, {96, 320}};
+  for (Dtype dtype : {Dtype::f32, Dtype::bf16})
+    for (double f32_iterations : {0.0, 1.0}) {
+      INFO(dtype_name(dtype) << (f32_iterations != 0 ? " f32 iterations" : " bf16 iterations"));
+      const KeywordOptions options = {{"lr", {0.02}}, {"weight_decay", {0.1}}, {"f32_iterations", {f32_iterations}}};
+      // bf16 iterations: cuBLAS and oneDNN sum each product in their own order, and a bf16 rounding that flips
+      // moves the update by up to ~2% (the spread of bf16 Newton-Schulz, test_muon.cpp); f32 iterations agree to
+      // f32 accumulation.
+      const double products_atol = f32_iterations != 0 ? 1e-6 : 4 * 0.03 * 0.02 * 2;
+      const int calls = check_gpu_against_forloop("muon", options, dtype, shapes, 4, 0, products_atol);
+      // The same library calls as the CPU's compiled step makes (one batched product per shape and call).
+      const std::vector<Tensor> cpu_params = random_params(shapes, dtype, 5);
+      randomize_grads(cpu_params, 1);
+      auto on_cpu = make_single_group("muon", cpu_params, options, true);
+      CompiledStep cpu = compile(*on_cpu);
+      CHECK(calls == cpu.library_call_count());
+      CHECK(calls > 0);
     }
 }
 

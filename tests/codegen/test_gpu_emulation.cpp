@@ -6,6 +6,7 @@
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
 #include "compiler/backends/cuda/gpu_table.h"
+#include "compiler/backends/matrix_products.h"
 #include "compiler/pipeline.h"
 #include "helpers.h"
 #include "ir/parser.h"
@@ -21,16 +22,24 @@ namespace {
 // array per axis sum, the list reductions combined over the list between kernels. `axis_item_elements` >= 0
 // replaces the GPU's cut of kernels over rows and columns (1: items of kMinAxisItemRows rows). Returns the column
 // scratch the kernels used (doubles): > 0 when a matrix was cut into pieces.
-int64_t run_emulated(const PipelineResult& pipeline, const ListArguments& args, unsigned threads,
+int64_t run_emulated(const PipelineResult& pipeline, const ListArguments& given, unsigned threads,
                      EmulatedSchedule schedule = EmulatedSchedule::Concurrent, int64_t axis_item_elements = -1) {
   int64_t col_scratch_used = 0;
+  // Matrix products (Muon's) run between the kernels in the CPU's library, on scratch buffers in host memory, as
+  // the GPU backend runs them in cuBLAS between its launches.
+  MatrixProducts products(pipeline.scratch, host_matrix_library());
+  std::vector<const KernelPlan*> plans;
+  for (const KernelPlan& plan : pipeline.kernels)
+    plans.push_back(&plan);
+  const ListArguments& args = products.bind(given, plans);
   const std::size_t n = static_cast<std::size_t>(args.n_tensors());
   const KernelPlan& first = pipeline.kernels.front();
   const std::size_t n_carry = first.carries.size();
   std::vector<double> carry(std::max<std::size_t>(1, n * n_carry));
   std::vector<std::vector<double>> axis(n_carry);
   std::vector<double*> axis_table(std::max<std::size_t>(1, n_carry), nullptr);
-  for (const KernelPlan& plan : pipeline.kernels) {
+  for (std::size_t k = 0; k < pipeline.kernels.size(); ++k) {
+    const KernelPlan& plan = pipeline.kernels[k];
     const std::shared_ptr<EmulatedGpuKernel> kernel = compile_gpu_kernel_for_host(plan);
     Binding host;
     LaunchShape shape = gpu_launch_shape(plan);
@@ -53,6 +62,7 @@ int64_t run_emulated(const PipelineResult& pipeline, const ListArguments& args, 
                             reinterpret_cast<uint64_t>(axis_table.data()),
                             col_scratch.empty() ? 0 : reinterpret_cast<uint64_t>(col_scratch.data())),
                    schedule);
+    products.run(k);
     std::vector<ListPartials> pending;
     const std::vector<std::size_t> columns = list_carry_columns(plan);
     for (std::size_t c : columns) {
@@ -155,6 +165,21 @@ TEST_CASE("gpu emulation: every optimizer configuration's GPU kernels step as it
       ++checked;
     }
   CHECK(checked >= 100);
+}
+
+TEST_CASE("gpu emulation: Muon's GPU kernels, between the library's products, step as its CPU kernels") {
+  // Tall, wide and square matrices, two of one shape (one batched product), a single row; every option set.
+  const std::vector<Shape> shapes = {{24, 40}, {40, 24}, {24, 40}, {16, 16}, {1, 30}};
+  std::vector<CountConfig> configs = matrix_configs();
+  configs.push_back({"muon", {{"f32_iterations", {1}}, {"weight_decay", {0.1}}}, 0, true});
+  int checked = 0;
+  for (Dtype dtype : {Dtype::f32, Dtype::bf16})
+    for (const CountConfig& c : configs) {
+      INFO(c.optimizer << " " << config_name(c.options) << " " << dtype_name(dtype));
+      check_emulated_against_cpu(c, dtype, 64, 3, shapes);
+      ++checked;
+    }
+  CHECK(checked >= 8);
 }
 
 TEST_CASE("gpu emulation: reductions (LAMB's and LARS's norms) and f64, f16, blocks of 32 and 512 threads") {

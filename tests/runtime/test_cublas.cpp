@@ -89,7 +89,7 @@ TEST_CASE("cublas: batches of strided matrices, one-wide shapes, and addmm's alp
                 run_on_fake_cublas);
 }
 
-TEST_CASE("cublas: a product is queued on the caller's stream; an empty sum scales C by beta; no rows is nothing") {
+TEST_CASE("cublas: a product is queued on the caller's stream, an empty sum scales C by beta, no rows is nothing") {
   const cuda::BlasHandle handle(0, fake_library());
   CHECK(fake_function<int()>("fake_cublas_handles")() >= 1);
   const int before = fake_function<int()>("fake_cublas_products")();

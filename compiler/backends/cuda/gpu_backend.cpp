@@ -1,10 +1,12 @@
 // The GPU backend: kernel plans lowered to PTX for the target's sm (codegen/cuda/nvptx.cpp), loaded on the target's
 // device through the kernel cache, bound in device memory (compiler/backends/cuda/gpu_binding.h) and launched on the
-// device's stream, optionally as a captured CUDA graph.
+// device's stream, optionally as a captured CUDA graph. A plan's matrix products run in cuBLAS on the same stream
+// after the kernel they follow (compiler/backends/matrix_products.h), on scratch buffers in device memory.
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
 #include "compiler/backends/cuda/gpu_binding.h"
 #include "compiler/backends/kernel_sequence.h"
+#include "compiler/backends/matrix_products.h"
 #include "compiler/kernel_cache.h"
 #include "runtime/cuda/gpu_module.h"
 #include "runtime/error.h"
@@ -30,10 +32,15 @@ struct BoundGpuKernel {
 // The plan's kernels, launched in order on the device's stream; they share one device carry buffer.
 class GpuExecutable final : public KernelSequence<GpuExecutable, BoundGpuKernel> {
 public:
-  GpuExecutable(std::vector<BoundGpuKernel> kernels, int device, bool cuda_graphs)
-      : KernelSequence(std::move(kernels)), device_(device), cuda_graphs_(cuda_graphs) {}
+  GpuExecutable(std::vector<BoundGpuKernel> kernels, int device, bool cuda_graphs, std::vector<ScratchBuffer> scratch)
+      : KernelSequence(std::move(kernels)), device_(device), cuda_graphs_(cuda_graphs),
+        products_(std::move(scratch), cuda_matrix_library(device)) {}
 
-  void bind(const ListArguments& args) override {
+  void bind(const ListArguments& given) override {
+    std::vector<const KernelPlan*> plans;
+    for (const BoundGpuKernel& k : kernels_)
+      plans.push_back(&k.plan);
+    const ListArguments& args = products_.bind(given, std::move(plans)); // with the scratch buffers, if any
     const std::size_t carry_bytes =
         std::max<std::size_t>(8, kernels_.front().plan.carries.size() * static_cast<std::size_t>(args.n_tensors()) * 8);
     if (carry_.bytes() < carry_bytes)
@@ -67,6 +74,7 @@ public:
   void set_hyper(const std::vector<double>& values_by_group) override {
     for (BoundGpuKernel& k : kernels_)
       k.binding.set_hyper(values_by_group);
+    products_.set_hyper(values_by_group);
   }
   // A synchronous copy to the host, which waits for the launches before it (the launch stream is ordered with the
   // legacy default stream): the one host wait of a clipping step on the GPU.
@@ -90,7 +98,11 @@ public:
 private:
   friend KernelSequence;
   // KernelSequence's: launch a kernel, and move the carry columns of list reductions out and back in.
-  void launch_kernel(BoundGpuKernel& k) { k.binding.launch(*k.module, cuda_graphs_); }
+  // Then the products that follow it, queued behind it on the same stream.
+  void launch_kernel(BoundGpuKernel& k) {
+    k.binding.launch(*k.module, cuda_graphs_);
+    products_.run(static_cast<std::size_t>(&k - kernels_.data()));
+  }
   // The carry buffer comes back with a synchronous copy, which waits for the kernel: a host wait per kernel that
   // ends with list reductions, as clipping's norm.
   void read_columns(const KernelPlan& plan, const std::vector<std::size_t>& columns, std::vector<ListPartials>& into) {
@@ -117,6 +129,7 @@ private:
 
   int device_;
   bool cuda_graphs_;
+  MatrixProducts products_;
   DeviceBuffer carry_;
   DeviceBuffer axis_table_;        // u64 per carry: the address of its axis array, 0 for a per-tensor carry
   std::vector<DeviceBuffer> axis_; // per carry: an axis sum's array (empty for a per-tensor carry)
@@ -152,7 +165,8 @@ public:
       cache_hit = cache_hit && hit;
       kernels.push_back({plan, std::move(module), {}});
     }
-    return std::make_unique<GpuExecutable>(std::move(kernels), target.device.index, options.cuda_graphs);
+    return std::make_unique<GpuExecutable>(std::move(kernels), target.device.index, options.cuda_graphs,
+                                           pipeline.scratch);
   }
 
   bool prepare(const KernelPlan& plan, const Target& target) const override {

@@ -1,12 +1,13 @@
-#include "compiler/backends/host_matrix_products.h"
+#include "compiler/backends/matrix_products.h"
 #include "runtime/error.h"
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 namespace optjit {
 
-const ListArguments& HostMatrixProducts::bind(const ListArguments& args, std::vector<const KernelPlan*> plans) {
+const ListArguments& MatrixProducts::bind(const ListArguments& args, std::vector<const KernelPlan*> plans) {
   if (scratch_.empty())
     return args;
   plans_ = std::move(plans);
@@ -47,13 +48,13 @@ const ListArguments& HostMatrixProducts::bind(const ListArguments& args, std::ve
       const auto size = [&](char dim) { return dim == 'm' ? shape[0] : shape[1]; };
       const int64_t r = size(rows), c = size(cols);
       if (blocks.size() == k)
-        blocks.push_back(Tensor::empty({static_cast<int64_t>(batch.size()), r, c}, s.dtype));
+        blocks.push_back(Tensor::empty({static_cast<int64_t>(batch.size()), r, c}, s.dtype, library_->device()));
       const Tensor& block = blocks[k];
       for (std::size_t i = 0; i < batch.size(); ++i) // each entry's matrix, a view of the block
         tensors[batch[i]] =
             Tensor::from_blob(static_cast<std::byte*>(block.data()) +
                                   static_cast<int64_t>(i) * r * c * static_cast<int64_t>(dtype_size(s.dtype)),
-                              {r, c}, s.dtype);
+                              {r, c}, s.dtype, {}, library_->device());
     }
     blocks_[s.name] = blocks;
     bound_.slot_names.push_back(s.name);
@@ -64,7 +65,7 @@ const ListArguments& HostMatrixProducts::bind(const ListArguments& args, std::ve
   return bound_;
 }
 
-void HostMatrixProducts::set_hyper(const std::vector<double>& values_by_group) {
+void MatrixProducts::set_hyper(const std::vector<double>& values_by_group) {
   if (scratch_.empty() || values_by_group == hyper_)
     return;
   hyper_ = values_by_group;
@@ -72,7 +73,7 @@ void HostMatrixProducts::set_hyper(const std::vector<double>& values_by_group) {
     prepare();
 }
 
-std::vector<double> HostMatrixProducts::coefficients() const {
+std::vector<double> MatrixProducts::coefficients() const {
   std::vector<double> values;
   for (const KernelPlan* plan : plans_)
     for (const LibraryCall& call : plan->calls_after)
@@ -82,7 +83,7 @@ std::vector<double> HostMatrixProducts::coefficients() const {
   return values;
 }
 
-double HostMatrixProducts::scalar(const LibraryCall::Scalar& s, std::size_t entry) const {
+double MatrixProducts::scalar(const LibraryCall::Scalar& s, std::size_t entry) const {
   if (s.hyper.empty())
     return s.value;
   const std::size_t per_group = bound_.hyper_names.size();
@@ -92,26 +93,26 @@ double HostMatrixProducts::scalar(const LibraryCall::Scalar& s, std::size_t entr
 
 // Each call's product per batch, with this step's beta and alpha (the batch's param group's): the library's kernel
 // for it is chosen and compiled once per shape and coefficients (prepared_gemm), here rather than in a step.
-void HostMatrixProducts::prepare() {
+void MatrixProducts::prepare() {
   coefficients_ = coefficients();
   prepared_.assign(plans_.size(), {});
   for (std::size_t p = 0; p < plans_.size(); ++p)
     for (const LibraryCall& call : plans_[p]->calls_after) {
       const MatrixProductForm form = matrix_product_form(Node{call.op, Level::Element, Dtype::f32, {}, 0, call.form});
       const std::vector<Tensor>&a = blocks_.at(call.a), &b = blocks_.at(call.b);
-      std::vector<const Gemm*>& per_batch = prepared_[p].emplace_back();
+      std::vector<MatrixLibrary::Product>& per_batch = prepared_[p].emplace_back();
       for (std::size_t k = 0; k < batches_.size(); ++k) {
         GemmShape shape = gemm_shape(form, a[k].shape(), b[k].shape()); // blocks of [count, rows, cols]
         const std::size_t entry = batches_[k][0];
         if (call.op == Op::addmm)
           shape.beta = scalar(call.beta, entry);
         shape.alpha = scalar(call.alpha, entry);
-        per_batch.push_back(&prepared_gemm(shape));
+        per_batch.push_back(library_->prepare(shape));
       }
     }
 }
 
-void HostMatrixProducts::run(std::size_t kernel) const {
+void MatrixProducts::run(std::size_t kernel) const {
   if (scratch_.empty())
     return;
   const std::vector<LibraryCall>& calls = plans_[kernel]->calls_after;
@@ -119,11 +120,27 @@ void HostMatrixProducts::run(std::size_t kernel) const {
     const LibraryCall& call = calls[c];
     const std::vector<Tensor>&result = blocks_.at(call.result), &a = blocks_.at(call.a), &b = blocks_.at(call.b);
     for (std::size_t k = 0; k < batches_.size(); ++k) {
-      if (call.op == Op::addmm) // torch's addmm: the input copied into the result, then the sum post-op
-        result[k].copy_from(blocks_.at(call.input)[k]);
-      prepared_[kernel][c][k]->run(a[k].data(), b[k].data(), result[k].data());
+      if (call.op == Op::addmm) // torch's addmm: the input copied into the result, then C = beta C + alpha A B
+        library_->copy(result[k].data(), blocks_.at(call.input)[k].data(), result[k].nbytes());
+      prepared_[kernel][c][k](a[k].data(), b[k].data(), result[k].data());
     }
   }
 }
+
+namespace {
+
+class HostMatrixLibrary final : public MatrixLibrary {
+public:
+  Device device() const override { return Device::cpu(); }
+  Product prepare(const GemmShape& shape) override {
+    const Gemm* gemm = &prepared_gemm(shape); // the process's, kept for its life
+    return [gemm](const void* a, const void* b, void* c) { gemm->run(a, b, c); };
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+};
+
+} // namespace
+
+std::unique_ptr<MatrixLibrary> host_matrix_library() { return std::make_unique<HostMatrixLibrary>(); }
 
 } // namespace optjit
