@@ -1,0 +1,207 @@
+#include "runtime/block_quantization.h"
+#include "runtime/error.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <vector>
+
+namespace optjit {
+namespace {
+
+// torch.linspace(start, end, steps) in f32 as torch's CPU kernel computes it: the step in f32, the first half of
+// the points counted up from start, the second half down from end, each in one fused multiply-add (its vectorized
+// kernel's; a separate multiply and add differ in the last bit of 12 of the 65 points of the 8-bit map's last decade).
+std::vector<float> linspace_f32(float start, float end, int64_t steps) {
+  std::vector<float> points(static_cast<std::size_t>(steps));
+  const float step = (end - start) / static_cast<float>(steps - 1);
+  const int64_t halfway = steps / 2;
+  for (int64_t i = 0; i < steps; ++i)
+    points[static_cast<std::size_t>(i)] = i < halfway ? std::fma(step, static_cast<float>(i), start)
+                                                      : std::fma(-step, static_cast<float>(steps - i - 1), end);
+  return points;
+}
+
+// torchao's create_dynamic_map(signed, max_exponent_bits, total_bits) (after bitsandbytes'): for each decade
+// 10^-(max_exponent_bits-1+i)... up to 1, the means of a linspace(0.1, 1) of ever more points, scaled by the
+// decade (in f32, as torch multiplies an f32 tensor by a Python number), and their negations when signed; then 0 and
+// 1, sorted.
+std::vector<float> dynamic_map(bool is_signed, int max_exponent_bits, int total_bits) {
+  std::vector<float> data;
+  const int non_sign_bits = total_bits - 1;
+  for (int i = 0; i < max_exponent_bits; ++i) {
+    const int64_t fraction_items = (int64_t{1} << (i + non_sign_bits - max_exponent_bits + (is_signed ? 0 : 1))) + 1;
+    const std::vector<float> boundaries = linspace_f32(0.1f, 1.0f, fraction_items);
+    const float decade = static_cast<float>(std::pow(10.0, -(max_exponent_bits - 1) + i));
+    for (std::size_t k = 0; k + 1 < boundaries.size(); ++k) {
+      const float mean = (boundaries[k] + boundaries[k + 1]) / 2.0f;
+      data.push_back(decade * mean);
+      if (is_signed)
+        data.push_back(-(decade * mean));
+    }
+  }
+  data.push_back(0.0f);
+  data.push_back(1.0f);
+  OPTJIT_ASSERT(data.size() == std::size_t{1} << total_bits, "a dynamic map of the wrong size");
+  std::sort(data.begin(), data.end());
+  return data;
+}
+
+std::vector<float> unsigned_4bit_map() { // torch.linspace(0, 1, 17)[1:]: sixteenths, exact
+  std::vector<float> points = linspace_f32(0.0f, 1.0f, 17);
+  return {points.begin() + 1, points.end()};
+}
+
+// torchao's quantize_{8,4}bit_with_qmap: a branchless binary search for the last entry <= x, then one up when x is
+// at least half way to the next entry (in f32: x - down >= (up - down) * 0.5).
+uint8_t nearest_code(float x, std::span<const float> map) {
+  const int top = static_cast<int>(map.size()) - 1;
+  int code = 0;
+  for (int half = static_cast<int>(map.size()) / 2; half >= 1; half /= 2)
+    if (x >= map[static_cast<std::size_t>(code + half)])
+      code += half;
+  const int up = std::min(code + 1, top);
+  const float down_value = map[static_cast<std::size_t>(code)], up_value = map[static_cast<std::size_t>(up)];
+  return static_cast<uint8_t>(x - down_value >= (up_value - down_value) * 0.5f ? up : code);
+}
+
+void check_sizes(BlockFormat format, int64_t numel, int64_t block) {
+  if (block <= 0)
+    throw Error(fmt::format("a block size of {} for {} state: blocks hold at least one value", block,
+                            block_format_name(format)));
+  if (numel % block != 0)
+    throw Error(fmt::format("{} values in blocks of {} ({} state): the count must be a multiple of the block size",
+                            numel, block, block_format_name(format)));
+  if (block_format_bits(format) == 4 && block % 2 != 0)
+    throw Error(fmt::format("a block size of {} for 4-bit state: two codes share a byte, so blocks are even", block));
+}
+
+} // namespace
+
+std::string block_format_name(BlockFormat format) {
+  switch (format) {
+  case BlockFormat::Signed8:
+    return "signed8";
+  case BlockFormat::Unsigned8:
+    return "unsigned8";
+  case BlockFormat::Signed4:
+    return "signed4";
+  case BlockFormat::Unsigned4:
+    return "unsigned4";
+  case BlockFormat::Fp8:
+    return "fp8";
+  }
+  return "?";
+}
+
+int block_format_bits(BlockFormat format) {
+  return format == BlockFormat::Signed4 || format == BlockFormat::Unsigned4 ? 4 : 8;
+}
+
+int64_t default_block_size(BlockFormat format) { return block_format_bits(format) == 4 ? 128 : 256; }
+
+int64_t code_bytes(BlockFormat format, int64_t numel) { return block_format_bits(format) == 4 ? numel / 2 : numel; }
+
+std::span<const float> quantization_map(BlockFormat format) {
+  static const std::vector<float> signed8 = dynamic_map(true, 7, 8), unsigned8 = dynamic_map(false, 7, 8),
+                                  signed4 = dynamic_map(true, 3, 4), unsigned4 = unsigned_4bit_map();
+  switch (format) {
+  case BlockFormat::Signed8:
+    return signed8;
+  case BlockFormat::Unsigned8:
+    return unsigned8;
+  case BlockFormat::Signed4:
+    return signed4;
+  case BlockFormat::Unsigned4:
+    return unsigned4;
+  case BlockFormat::Fp8:
+    return {};
+  }
+  return {};
+}
+
+// e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinity, 0x7f and 0xff are NaN; subnormals step 2^-9.
+float from_e4m3fn(uint8_t code) {
+  const uint8_t magnitude = code & 0x7f;
+  const float sign = (code & 0x80) != 0 ? -1.0f : 1.0f;
+  if (magnitude == 0x7f)
+    return std::numeric_limits<float>::quiet_NaN();
+  const int exponent = magnitude >> 3, mantissa = magnitude & 7;
+  const float value = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
+                                    : std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+  return sign * value;
+}
+
+uint8_t to_e4m3fn(float value) {
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  const float magnitude = std::fabs(value);
+  if (std::isnan(value) || magnitude > 464.0f) // past the tie between 448 and the NaN pattern's 480
+    return sign | 0x7f;
+  // The codes 0..126 are ordered as their values: the last whose value is <= magnitude, then the nearer of it and
+  // the next, ties to the even code (an even mantissa).
+  int low = 0, high = 126;
+  while (low < high) {
+    const int mid = (low + high + 1) / 2;
+    if (from_e4m3fn(static_cast<uint8_t>(mid)) <= magnitude)
+      low = mid;
+    else
+      high = mid - 1;
+  }
+  if (low < 126) {
+    const float below = from_e4m3fn(static_cast<uint8_t>(low)), above = from_e4m3fn(static_cast<uint8_t>(low + 1));
+    const float to_below = magnitude - below, to_above = above - magnitude;
+    if (to_above < to_below || (to_above == to_below && (low & 1) != 0))
+      ++low;
+  }
+  return sign | static_cast<uint8_t>(low);
+}
+
+void quantize_blocks(BlockFormat format, std::span<const float> values, int64_t block, uint8_t* codes, float* scales) {
+  const auto numel = static_cast<int64_t>(values.size());
+  check_sizes(format, numel, block);
+  const std::span<const float> map = quantization_map(format);
+  for (int64_t b = 0; b < numel / block; ++b) {
+    const float* x = values.data() + b * block;
+    float absmax = 0;
+    for (int64_t i = 0; i < block; ++i)
+      absmax = std::isnan(x[i]) || std::isnan(absmax) ? std::numeric_limits<float>::quiet_NaN()
+                                                      : std::max(absmax, std::fabs(x[i]));
+    const float floored = std::isnan(absmax) ? absmax : std::max(absmax, 1e-12f); // clip(1e-12)
+    const float scale = format == BlockFormat::Fp8 ? floored / 448.0f : floored;
+    scales[b] = scale;
+    for (int64_t i = 0; i < block; ++i) {
+      const float scaled = x[i] / scale;
+      const int64_t at = b * block + i;
+      if (format == BlockFormat::Fp8) {
+        codes[at] = to_e4m3fn(scaled);
+      } else if (block_format_bits(format) == 8) {
+        codes[at] = nearest_code(scaled, map);
+      } else if (at % 2 == 0) {
+        codes[at / 2] = static_cast<uint8_t>(nearest_code(scaled, map) << 4);
+      } else {
+        codes[at / 2] |= nearest_code(scaled, map);
+      }
+    }
+  }
+}
+
+void dequantize_blocks(BlockFormat format, const uint8_t* codes, const float* scales, int64_t numel, int64_t block,
+                       float* values) {
+  check_sizes(format, numel, block);
+  const std::span<const float> map = quantization_map(format);
+  for (int64_t at = 0; at < numel; ++at) {
+    float value;
+    if (format == BlockFormat::Fp8)
+      value = from_e4m3fn(codes[at]);
+    else if (block_format_bits(format) == 8)
+      value = map[codes[at]];
+    else
+      value = map[at % 2 == 0 ? codes[at / 2] >> 4 : codes[at / 2] & 0xf];
+    values[at] = value * scales[at / block];
+  }
+}
+
+} // namespace optjit

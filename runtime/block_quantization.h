@@ -1,0 +1,44 @@
+// Block-wise quantized optimizer state, as torchao 0.18 stores it (torchao/optim: OptimState8bit, OptimState4bit,
+// OptimStateFp8) and bitsandbytes before it: values cut into blocks of `block` (256 for 8 bits and FP8, 128 for 4
+// bits), each block divided by one f32 scale and kept as codes:
+// - 8 bits: one code per value, the index of the nearest entry of a dynamic quantization map (256 f32 values:
+//   signed for first moments, unsigned for second moments), the block's scale its absolute maximum;
+// - 4 bits: the same with a 16-entry map, two codes per byte (the even element in the high nibble);
+// - FP8: one float8_e4m3fn per value, the scale the block's absolute maximum over 448 (e4m3's largest).
+// Every step is torchao's own f32 arithmetic in its order (the scale floored at 1e-12, the division, the branchless
+// binary search over the map, then rounding up when the residual reaches half the gap), so codes and scales are
+// bit-for-bit torchao's (tests/runtime/test_block_quantization.cpp, against values recorded from torchao 0.18). This
+// is the reference the compiled kernels' stores are checked against.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace optjit {
+
+enum class BlockFormat : uint8_t { Signed8, Unsigned8, Signed4, Unsigned4, Fp8 };
+
+// torchao's words for them: "signed8", "unsigned8", "signed4", "unsigned4", "fp8".
+std::string block_format_name(BlockFormat format);
+int block_format_bits(BlockFormat format);             // 8 or 4
+int64_t default_block_size(BlockFormat format);        // 256, or 128 for 4 bits (torchao's defaults)
+int64_t code_bytes(BlockFormat format, int64_t numel); // numel, or numel / 2 for 4 bits
+
+// The format's dynamic quantization map (torchao's create_dynamic_map, or for unsigned 4 bits linspace(0, 1, 17)
+// without its zero): sorted f32 values, 256 or 16 of them. Empty for FP8, whose codes are values.
+std::span<const float> quantization_map(BlockFormat format);
+
+// float8_e4m3fn (torch.float8_e4m3fn, c10's conversion): to the nearest value, ties to even; above 464 in
+// magnitude (and NaN) NaN, as e4m3fn has no infinity.
+uint8_t to_e4m3fn(float value);
+float from_e4m3fn(uint8_t code);
+
+// Quantizes `values` (numel a multiple of `block`, an even block for 4 bits) into code_bytes() codes and numel /
+// block scales. Throws optjit::Error naming the rule a size breaks.
+void quantize_blocks(BlockFormat format, std::span<const float> values, int64_t block, uint8_t* codes, float* scales);
+// The values the codes stand for: map entry (or e4m3 value) times its block's scale, in f32 as torchao's dequantize.
+void dequantize_blocks(BlockFormat format, const uint8_t* codes, const float* scales, int64_t numel, int64_t block,
+                       float* values);
+
+} // namespace optjit
