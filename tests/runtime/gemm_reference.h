@@ -111,4 +111,22 @@ inline void check_product(const GemmShape& shape, uint32_t seed, const RunProduc
   CHECK(true); // every element within its bound
 }
 
+// check_product on a 37x19x130 product for each of the four transposes and each dtype pair a library takes (bf16
+// or f32 operands; an f32 result, or bf16 of bf16).
+inline void check_every_transpose_and_dtype(const RunProduct& run) {
+  for (Dtype operands : {Dtype::f32, Dtype::bf16})
+    for (Dtype result : {Dtype::f32, Dtype::bf16}) {
+      if (operands == Dtype::f32 && result == Dtype::bf16)
+        continue;
+      for (int t = 0; t < 4; ++t) {
+        GemmShape shape{.batch = 1, .m = 37, .n = 19, .k = 130};
+        shape.transpose_a = (t & 1) != 0;
+        shape.transpose_b = (t & 2) != 0;
+        shape.operands = operands;
+        shape.result = result;
+        check_product(shape, 10 + static_cast<uint32_t>(t), run);
+      }
+    }
+}
+
 } // namespace optjit::test

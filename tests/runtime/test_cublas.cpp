@@ -46,19 +46,7 @@ void run_on_fake_cublas(const GemmShape& shape, const void* a, const void* b, vo
 } // namespace
 
 TEST_CASE("cublas: row-major products through cuBLAS's column-major call equal the exact sum, for every transpose") {
-  for (Dtype operands : {Dtype::f32, Dtype::bf16})
-    for (Dtype result : {Dtype::f32, Dtype::bf16}) {
-      if (operands == Dtype::f32 && result == Dtype::bf16)
-        continue;
-      for (int t = 0; t < 4; ++t) {
-        GemmShape shape{.batch = 1, .m = 37, .n = 19, .k = 130};
-        shape.transpose_a = (t & 1) != 0;
-        shape.transpose_b = (t & 2) != 0;
-        shape.operands = operands;
-        shape.result = result;
-        check_product(shape, 10 + static_cast<uint32_t>(t), run_on_fake_cublas);
-      }
-    }
+  check_every_transpose_and_dtype(run_on_fake_cublas);
 }
 
 TEST_CASE("cublas: batches of strided matrices, one-wide shapes, and addmm's alpha and beta") {
