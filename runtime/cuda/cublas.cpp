@@ -88,6 +88,12 @@ void check(const BlasFunctions& f, Status status, const char* call, const std::s
       fmt::format("cuBLAS's {} failed with {} ({}) {}", call, name ? name : "error", static_cast<int>(status), what));
 }
 
+// A product's call: the product is named only when the call failed (products run many times per step).
+void check(const BlasFunctions& f, Status status, const char* call, const GemmShape& shape) {
+  if (status != kSuccess)
+    check(f, status, call, "for the product " + shape.to_string());
+}
+
 DataType data_type(Dtype dtype) { return dtype == Dtype::bf16 ? kR16BF : kR32F; }
 
 // A size cuBLAS takes as an int.
@@ -184,8 +190,7 @@ void BlasHandle::gemm(const GemmShape& shape, DevicePtr a, DevicePtr b, DevicePt
   if (count == 0)
     return;
   const float alpha = static_cast<float>(shape.alpha), beta = static_cast<float>(shape.beta);
-  const std::string what = "for the product " + shape.to_string();
-  check(f, f.cublasSetStream_v2(handle, static_cast<CudaStream>(stream)), "cublasSetStream_v2", what);
+  check(f, f.cublasSetStream_v2(handle, static_cast<CudaStream>(stream)), "cublasSetStream_v2", shape);
   if (shape.k == 0) { // an empty sum: beta C
     const std::size_t element = dtype_size(shape.result);
     if (beta == 0.0f)
@@ -195,7 +200,7 @@ void BlasHandle::gemm(const GemmShape& shape, DevicePtr a, DevicePtr b, DevicePt
       check(f,
             f.cublasScalEx(handle, n, &beta, kR32F, reinterpret_cast<void*>(c + static_cast<uint64_t>(done) * element),
                            data_type(shape.result), 1, kR32F),
-            "cublasScalEx", what);
+            "cublasScalEx", shape);
     }
     return;
   }
@@ -212,7 +217,7 @@ void BlasHandle::gemm(const GemmShape& shape, DevicePtr a, DevicePtr b, DevicePt
                                      as_int(ldb, shape), shape.m * shape.k, &beta, reinterpret_cast<void*>(c),
                                      data_type(shape.result), as_int(shape.n, shape), shape.m * shape.n,
                                      as_int(shape.batch, shape), kCompute32F, kGemmDefault),
-        "cublasGemmStridedBatchedEx", what);
+        "cublasGemmStridedBatchedEx", shape);
 }
 
 } // namespace optjit::cuda
