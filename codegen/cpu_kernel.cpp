@@ -90,6 +90,9 @@ public:
       for (std::size_t k = 1; k < kMaxChains; ++k)
         chain_acc[k].push_back(max ? b.CreateAlloca(vector_type_of(b.getDoubleTy(), lanes_)) : vector_acc.back());
     }
+    const std::vector<std::string> quantized = quantized_slots(plan_);
+    if (const std::optional<int64_t> block = stored_block(plan_))
+      prepare_block_walk(b, *block);
     Value* matrix = field(b, args, KernelArg::matrix);
     Value* axis_arrays = field(b, args, KernelArg::axis);
     Value* row_base = field(b, args, KernelArg::row_base);
@@ -110,6 +113,9 @@ public:
       std::vector<Value*> bases;
       for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
         bases.push_back(slot_pointer(b, slots, static_cast<int>(s), n_tensors, t, plan_.abi.tensor_slots[s]));
+      const std::size_t slot_rows = plan_.abi.tensor_slots.size() + plan_.abi.scalar_slots.size();
+      for (std::size_t k = 0; k < quantized.size(); ++k) // the quantized slots' scales follow the scalar slots
+        bases.push_back(slot_pointer(b, slots, static_cast<int>(slot_rows + k), n_tensors, t, quantized[k] + ".scale"));
       // Vector steps over [first, vector_end), then one element at a time. A kernel that reads or writes rows and
       // columns walks its (whole-tensor) items row by row (emit_axis_loop).
       Value* count = b.CreateSub(last, first);
@@ -128,6 +134,11 @@ public:
         for (const auto& set : chain_acc)
           b.CreateStore(b.CreateVectorSplat(static_cast<unsigned>(lanes_), identity(b, op)), set[r]);
         b.CreateStore(identity(b, op), tail_acc[r]);
+      }
+      if (block_walk_) {
+        emit_block_walk(b, bases, splats, scalars, first, last, vector_acc, tail_acc);
+        store_partials(b, i, n_reduce, partials, vector_acc, tail_acc);
+        return;
       }
       Value* chained_end = first;
       if (!plan_.has_axis && any_max) {
@@ -160,20 +171,70 @@ public:
       else
         emit_loop(b, vector_end, last, b.getInt64(1), "tail",
                   [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
-      // The item's partial: the lanes in order, then the tail; a fixed order, whatever thread runs the item.
-      for (std::size_t r = 0; r < vector_acc.size(); ++r) {
-        const Op op = reduction_op(r);
-        Value* lanes = b.CreateLoad(vector_acc[r]->getAllocatedType(), vector_acc[r]);
-        Value* partial = b.CreateExtractElement(lanes, uint64_t{0});
-        for (int lane = 1; lane < lanes_; ++lane)
-          partial = combine(b, op, partial, b.CreateExtractElement(lanes, static_cast<uint64_t>(lane)));
-        partial = combine(b, op, partial, b.CreateLoad(b.getDoubleTy(), tail_acc[r]));
-        Value* at = b.CreateAdd(b.CreateMul(i, n_reduce), b.getInt64(static_cast<int64_t>(r)));
-        b.CreateStore(partial, b.CreateGEP(b.getDoubleTy(), partials, at));
-      }
+      store_partials(b, i, n_reduce, partials, vector_acc, tail_acc);
     });
     b.CreateRetVoid();
     (void)fn;
+  }
+  // The item's partial of each reduction: the lanes in order, then the tail; a fixed order, whatever thread runs the
+  // item.
+  void store_partials(IRBuilder<>& b, Value* i, Value* n_reduce, Value* partials,
+                      const std::vector<llvm::AllocaInst*>& vector_acc,
+                      const std::vector<llvm::AllocaInst*>& tail_acc) {
+    for (std::size_t r = 0; r < vector_acc.size(); ++r) {
+      const Op op = reduction_op(r);
+      Value* lanes = b.CreateLoad(vector_acc[r]->getAllocatedType(), vector_acc[r]);
+      Value* partial = b.CreateExtractElement(lanes, uint64_t{0});
+      for (int lane = 1; lane < lanes_; ++lane)
+        partial = combine(b, op, partial, b.CreateExtractElement(lanes, static_cast<uint64_t>(lane)));
+      partial = combine(b, op, partial, b.CreateLoad(b.getDoubleTy(), tail_acc[r]));
+      Value* at = b.CreateAdd(b.CreateMul(i, n_reduce), b.getInt64(static_cast<int64_t>(r)));
+      b.CreateStore(partial, b.CreateGEP(b.getDoubleTy(), partials, at));
+    }
+  }
+  // A kernel that stores quantized state walks its items (whole blocks: Binding cuts them so) block by block: per
+  // quantized store, a buffer of the block's values and their running maximum, made once in the entry block.
+  void prepare_block_walk(IRBuilder<>& b, int64_t block) {
+    BlockWalk walk;
+    walk.block = block;
+    for (const Store& s : graph_.stores) {
+      if (s.kind != StoreKind::Tensor)
+        continue;
+      const int slot = index_in(plan_.abi.tensor_slots, s.name);
+      if (!slot_blocks(slot))
+        continue;
+      walk.buffers[slot] =
+          BlockWalk::Buffer{b.CreateAlloca(llvm::ArrayType::get(b.getFloatTy(), static_cast<uint64_t>(block)), nullptr,
+                                           s.name + ".block"),
+                            b.CreateAlloca(vector_type_of(b.getFloatTy(), lanes_)), b.CreateAlloca(b.getFloatTy())};
+    }
+    block_walk_ = std::move(walk);
+  }
+  // Each block of [first, last): its elements a vector at a time (the block's last block % lanes one at a time), their
+  // quantized stores buffered, then the block's scales and codes written (quantize_block). Reductions accumulate as
+  // in the plain walk, over the same vector and tail accumulators.
+  void emit_block_walk(IRBuilder<>& b, const std::vector<Value*>& bases, const std::vector<Value*>& splats,
+                       const std::vector<Value*>& scalars, Value* first, Value* last,
+                       const std::vector<llvm::AllocaInst*>& vector_acc,
+                       const std::vector<llvm::AllocaInst*>& tail_acc) {
+    const int64_t block = block_walk_->block;
+    const int64_t vector_part = block - block % lanes_;
+    emit_loop(b, first, last, b.getInt64(block), "block", [&](Value* start) {
+      block_walk_->start = start;
+      block_walk_->index = b.CreateSDiv(start, b.getInt64(block));
+      for (auto& [slot, buffer] : block_walk_->buffers) {
+        b.CreateStore(llvm::Constant::getNullValue(buffer.vector_absmax->getAllocatedType()), buffer.vector_absmax);
+        b.CreateStore(llvm::ConstantFP::get(b.getFloatTy(), 0.0), buffer.scalar_absmax);
+      }
+      if (vector_part > 0)
+        emit_loop(b, start, b.CreateAdd(start, b.getInt64(vector_part)), b.getInt64(lanes_), "block.vec",
+                  [&](Value* j) { emit_body(b, bases, splats, j, lanes_, vector_acc); });
+      if (vector_part < block)
+        emit_loop(b, b.CreateAdd(start, b.getInt64(vector_part)), b.CreateAdd(start, b.getInt64(block)), b.getInt64(1),
+                  "block.tail", [&](Value* j) { emit_body(b, bases, scalars, j, 1, tail_acc); });
+      quantize_block(b, bases);
+    });
+    block_walk_->start = block_walk_->index = nullptr;
   }
   // The element loop of a kernel that touches rows and columns: its item is a whole tensor (from element 0), walked
   // row by row, in row order: the row's first n - n % lanes elements a vector at a time, then the rest one at a

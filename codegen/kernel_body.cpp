@@ -145,6 +145,9 @@ llvm::Type* KernelBody::scalar_type(Dtype d) {
     return llvm::Type::getInt16Ty(ctx_); // its bits: from_storage and to_storage convert by hand
   case Dtype::f16:
     return llvm::Type::getHalfTy(ctx_);
+  case Dtype::u8: // a quantized slot's codes, addressed as bytes
+  case Dtype::e4m3:
+    return llvm::Type::getInt8Ty(ctx_);
   case Dtype::c64:
   case Dtype::c128:
     break; // the verifier refuses complex slots: kernels run on real views
@@ -205,6 +208,8 @@ Value* KernelBody::slot_address(IRBuilder<>& b, const std::vector<Value*>& bases
 // `lanes` elements of slot `slot` from element j (a rows slot's one value splat over them), widened to `type`.
 Value* KernelBody::load_slot(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* j, int lanes,
                              llvm::Type* type) {
+  if (slot_blocks(slot))
+    return load_quantized(b, bases, slot, j, lanes, type);
   const Dtype storage = tensor_slot_dtype(slot);
   Value* v = load_lanes(b, scalar_type(storage), slot_address(b, bases, slot, j), lanes,
                         tensor_slot_kind(slot) == SlotKind::Rows, llvm::Align(dtype_size(storage)),
@@ -228,13 +233,7 @@ void KernelBody::emit_body(IRBuilder<>& b, const std::vector<Value*>& bases, con
                            Value* j, int lanes, const std::vector<llvm::AllocaInst*>& accumulators) {
   llvm::Type* type = lane_type(lanes);
   auto load = [&](int slot) { return load_slot(b, bases, slot, j, lanes, type); };
-  Value* index = j; // of each lane's element: stochastic rounding draws its bits by element index
-  if (lanes > 1) {
-    std::vector<llvm::Constant*> offsets;
-    for (int lane = 0; lane < lanes; ++lane)
-      offsets.push_back(b.getInt64(static_cast<uint64_t>(lane)));
-    index = b.CreateAdd(b.CreateVectorSplat(static_cast<unsigned>(lanes), j), llvm::ConstantVector::get(offsets));
-  }
+  Value* index = lane_indexes(b, j, lanes); // stochastic rounding draws its bits by element index
   std::vector<Value*> values = evaluate_elements(b, per_tensor, load, type, index);
   accumulate(b, values, accumulators);
   for (std::size_t k = 0; k < axis_reductions_.size(); ++k) { // the tensor's row or column sums
@@ -256,6 +255,10 @@ void KernelBody::emit_body(IRBuilder<>& b, const std::vector<Value*>& bases, con
     if (s.kind != StoreKind::Tensor)
       continue;
     const int slot = index_in(plan_.abi.tensor_slots, s.name);
+    if (slot_blocks(slot)) { // written when its block ends (quantize_block)
+      buffer_quantized_store(b, slot, j, values[static_cast<std::size_t>(s.value)]);
+      continue;
+    }
     const Dtype storage = tensor_slot_dtype(slot);
     Value* address = slot_address(b, bases, slot, j);
     Value* stored = to_storage(b, values[static_cast<std::size_t>(s.value)], storage);

@@ -11,6 +11,7 @@
 #include "runtime/kernel_abi.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -163,7 +164,39 @@ public:
   // in[2] (f64 lanes holding whole numbers) at element `index`; the same operations as stochastic_round_bf16.
   Value* emit_stochastic_round(IRBuilder<>& b, const std::vector<Value*>& in, Value* index);
 
+  // Block-quantized slots (codegen/block_codes.cpp).
+  // The format of ABI tensor slot `slot`, or null for a plain slot.
+  const SlotBlocks* slot_blocks(int slot) const;
+  // Where quantized slot `slot`'s scales are in the element phase's bases (after the tensor slots' data).
+  int scales_base(int slot) const;
+  Value* code_table(BlockFormat format);
+  Value* table_lookup(IRBuilder<>& b, Value* table, Value* index);
+  Value* lane_indexes(IRBuilder<>& b, Value* j, int lanes);
+  Value* load_codes(IRBuilder<>& b, Value* base, BlockFormat format, Value* j, int lanes);
+  Value* block_scales(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* j, int lanes);
+  Value* load_quantized(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* j, int lanes,
+                        llvm::Type* type);
+  void buffer_quantized_store(IRBuilder<>& b, int slot, Value* j, Value* value);
+  Value* to_e4m3_bits(IRBuilder<>& b, Value* x);
+  Value* nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format);
+  void quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases);
+  // A walk over whole blocks of `block` elements (a kernel that stores quantized state): the block's first element
+  // and its index, and per quantized store (by ABI tensor slot) its buffer of the block's values and their running
+  // absolute maximum (a vector's lanes, and the scalar tail's).
+  struct BlockWalk {
+    struct Buffer {
+      llvm::AllocaInst* values;
+      llvm::AllocaInst* vector_absmax;
+      llvm::AllocaInst* scalar_absmax;
+    };
+    int64_t block = 0;
+    Value* start = nullptr;
+    Value* index = nullptr;
+    std::map<int, Buffer> buffers;
+  };
+
 protected:
+  std::optional<BlockWalk> block_walk_;
   const KernelPlan& plan_;
   const Graph& graph_;
   llvm::Module& module_;

@@ -1,4 +1,5 @@
 #include "compiler/binding.h"
+#include "ir/block_slots.h"
 #include "runtime/error.h"
 
 #include <algorithm>
@@ -25,8 +26,11 @@ void check_column_sums(const KernelPlan& plan, const std::vector<Shape>& shapes)
 
 void Binding::bind(const KernelPlan& plan, const ListArguments& args, const LaunchShape& shape) {
   const int64_t n = args.n_tensors();
+  check_block_slot_arguments(plan.graph, args);
   std::vector<std::string> slot_order = plan.abi.tensor_slots;
   slot_order.insert(slot_order.end(), plan.abi.scalar_slots.begin(), plan.abi.scalar_slots.end());
+  for (const std::string& name : quantized_slots(plan)) // their scales, after the scalar slots
+    slot_order.push_back(scales_slot_name(name));
   slots_.assign(slot_order.size() * static_cast<std::size_t>(n), nullptr);
   for (std::size_t s = 0; s < slot_order.size(); ++s) {
     const std::vector<Tensor>& tensors = args.slot(slot_order[s]);
@@ -53,7 +57,7 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
                                                        "must give the params' shapes");
   if (shapes.empty()) {
     for (const std::string& name : plan.abi.tensor_slots)
-      if (plan.graph.slot(name)->kind == SlotKind::Tensor) {
+      if (const Slot* slot = plan.graph.slot(name); slot->kind == SlotKind::Tensor && !slot->blocks) {
         for (const Tensor& t : args.slot(name))
           shapes.push_back(t.shape());
         break;
@@ -85,6 +89,9 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
     LaunchShape cut = shape;
     if (plan.has_axis)
       cut.chunk_elements = std::numeric_limits<int64_t>::max();
+    // Items of whole blocks where the kernel touches quantized state (a tensor's numel is a multiple of its blocks).
+    const int64_t alignment = quantization_alignment(plan);
+    cut.chunk_elements = std::max<int64_t>(1, (cut.chunk_elements + alignment - 1) / alignment) * alignment;
     items_ = make_work_items(numels, cut);
     for (std::size_t t = 0; t < numels.size(); ++t)
       col_split_[2 * t] = 1;

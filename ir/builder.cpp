@@ -177,6 +177,22 @@ void GraphBuilder::declare_slot(Slot slot) {
     throw Error("graph @" + graph_.name + " declares a slot without a name");
   if (graph_.slot(slot.name))
     throw Error("graph @" + graph_.name + " declares slot '" + slot.name + "' twice");
+  if (is_code_dtype(slot.dtype))
+    throw Error("graph @" + graph_.name + " declares slot '" + slot.name + "' as " +
+                std::string(dtype_name(slot.dtype)) +
+                ": codes are the storage of block-quantized slots (declare the format and block, signed8/256)");
+  if (slot.blocks) {
+    const SlotBlocks& blocks = *slot.blocks;
+    const std::string what =
+        "graph @" + graph_.name + " declares slot '" + slot.name + "' as " + slot_storage_name(slot);
+    if (slot.role != SlotRole::State || slot.kind != SlotKind::Tensor)
+      throw Error(what + ": only state tensors are block-quantized");
+    if (blocks.block <= 0 || blocks.block > kMaxQuantizationBlock)
+      throw Error(what + ": a block holds 1 to " + std::to_string(kMaxQuantizationBlock) + " values");
+    if (block_format_bits(blocks.format) == 4 && blocks.block % 2 != 0)
+      throw Error(what + ": two 4-bit codes share a byte, so blocks are even");
+    slot.dtype = Dtype::f32; // what its codes times their scales are
+  }
   if (is_complex(slot.dtype))
     throw Error("graph @" + graph_.name + " declares slot '" + slot.name + "' as " +
                 std::string(dtype_name(slot.dtype)) + ": complex tensors are stepped on their real view (declare " +

@@ -1,4 +1,5 @@
 #include "ir/interpreter.h"
+#include "ir/block_slots.h"
 #include "ir/op_semantics.h"
 #include "runtime/error.h"
 #include "runtime/gemm.h"
@@ -138,17 +139,8 @@ void element_op(const Node& n, const std::vector<const Value*>& in, int64_t t, c
   });
 }
 
-// The shape of list entry t's param: the arguments', or that of the graph's first element slot (param, grad and
-// tensor state share it).
 Shape param_shape(const Graph& graph, const ListArguments& args, std::size_t t) {
-  if (!args.shapes.empty())
-    return args.shapes[t];
-  for (const Slot& s : graph.slots)
-    if (s.kind == SlotKind::Tensor)
-      return args.slot(s.name)[t].shape();
-  throw Error("graph @" + graph.name +
-              " declares no tensor slot and its arguments give no shapes: its rows and "
-              "columns have no shape");
+  return list_entry_shape(graph, args, t);
 }
 
 // A tensor of rank >= 2, [..., m, n], as matrices; an optjit::Error for a lower rank.
@@ -316,10 +308,17 @@ void Interpretation::State::evaluate(int id) {
     // the graph computes in (bf16, f16) is loaded as a converted copy. A rows or columns slot is broadcast over
     // its param's elements.
     ElementValues loaded = args.slot(n.name);
-    const SlotKind kind = graph.slot(n.name)->kind;
-    for (std::size_t t = 0; t < loaded.size(); ++t)
-      loaded[t] = kind == SlotKind::Tensor ? loaded[t].to(graph.dtype)
-                                           : broadcast_axis(loaded[t], param_shape(graph, args, t), kind, graph.dtype);
+    const Slot& slot = *graph.slot(n.name);
+    for (std::size_t t = 0; t < loaded.size(); ++t) {
+      if (slot.blocks) // the values its codes and scales stand for
+        loaded[t] =
+            load_block_slot(slot, loaded[t], args.slot(scales_slot_name(n.name))[t], param_shape(graph, args, t))
+                .to(graph.dtype);
+      else
+        loaded[t] = slot.kind == SlotKind::Tensor
+                        ? loaded[t].to(graph.dtype)
+                        : broadcast_axis(loaded[t], param_shape(graph, args, t), slot.kind, graph.dtype);
+    }
     out = std::move(loaded);
     return;
   }
@@ -434,10 +433,14 @@ void Interpretation::State::store() {
       continue;
     }
     const std::vector<Tensor>& targets = args.slot(s.name);
-    const SlotKind kind = graph.slot(s.name)->kind;
+    const Slot& slot = *graph.slot(s.name);
+    const SlotKind kind = slot.kind;
     for (int64_t t = 0; t < n_tensors; ++t) {
       const Tensor& target = targets[static_cast<std::size_t>(t)];
-      if (kind == SlotKind::Rows || kind == SlotKind::Cols) {
+      if (slot.blocks) {
+        store_block_slot(slot, std::get<ElementValues>(v)[static_cast<std::size_t>(t)], target,
+                         args.slot(scales_slot_name(s.name))[static_cast<std::size_t>(t)]);
+      } else if (kind == SlotKind::Rows || kind == SlotKind::Cols) {
         store_axis(target, std::get<ElementValues>(v)[static_cast<std::size_t>(t)], kind);
       } else if (s.kind == StoreKind::Scalar) {
         target.set_item(0, std::get<PerTensorValues>(v)[static_cast<std::size_t>(t)]);
@@ -457,7 +460,9 @@ Interpretation::Interpretation(const Graph& graph, const ListArguments& args, Ca
                        .n_tensors = args.n_tensors(),
                        .values = std::vector<Value>(static_cast<std::size_t>(graph.size())),
                        .items = {}}),
-      over_shards_(over_shards) {}
+      over_shards_(over_shards) {
+  check_block_slot_arguments(graph, args); // before anything is read or written
+}
 
 Interpretation::~Interpretation() = default;
 
@@ -500,6 +505,8 @@ void interpret(const Graph& graph, const ListArguments& args, CarriedValues* car
 
 void interpret_kernels(const std::vector<KernelPlan>& kernels, const ListArguments& args) {
   CarriedValues carried;
+  for (const KernelPlan& kernel : kernels) // every kernel's quantized state, before the first writes any
+    check_block_slot_arguments(kernel.graph, args);
   for (const KernelPlan& kernel : kernels) {
     interpret(kernel.graph, args, &carried);
     for (std::size_t c : list_carry_columns(kernel)) { // list reductions, combined between kernels

@@ -75,6 +75,14 @@ std::string_view slot_role_name(SlotRole role) {
   __builtin_unreachable();
 }
 
+std::string scales_slot_name(const std::string& name) { return name + ".scale"; }
+
+std::string slot_storage_name(const Slot& slot) {
+  if (!slot.blocks)
+    return std::string(dtype_name(slot.dtype));
+  return block_format_name(slot.blocks->format) + "/" + std::to_string(slot.blocks->block);
+}
+
 std::string_view slot_kind_name(SlotKind kind) {
   switch (kind) {
   case SlotKind::Tensor:

@@ -3,9 +3,11 @@
 // declares (each with a role and a storage dtype). The graph owns its nodes; passes return new graphs.
 #pragma once
 
+#include "runtime/block_quantization.h"
 #include "runtime/dtype.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -74,15 +76,34 @@ enum class SlotKind : uint8_t { Tensor, Scalar, Rows, Cols };
 // Whether element values read and write slots of this kind (every kind but Scalar).
 inline bool is_element_slot(SlotKind kind) { return kind != SlotKind::Scalar; }
 
+// Block-quantized storage (runtime/block_quantization.h, torchao's layout): a slot's values kept as codes (its
+// tensors: u8 map indexes, two to a byte for 4 bits, or e4m3 values) and one f32 scale per block of `block`
+// consecutive elements (its scales: the tensors of slot scales_slot_name(name)). A load dequantizes (the code's value
+// times its block's scale, in f32); a store quantizes each block by its absolute maximum, so a kernel that stores one
+// computes a whole block's values before it writes any of its codes.
+struct SlotBlocks {
+  BlockFormat format = BlockFormat::Signed8;
+  int64_t block = 256;
+  bool operator==(const SlotBlocks&) const = default;
+};
+// The largest block a kernel quantizes (its values are held on the stack while the block's maximum is found).
+constexpr int64_t kMaxQuantizationBlock = 16384;
+
 // A slot of the graph: its name, role, kind and storage dtype (what its tensors hold; loads convert to the
-// compute dtype of the ops that read them, stores round to it).
+// compute dtype of the ops that read them, stores round to it). A block-quantized slot (`blocks`: state tensors
+// only) holds f32 values (`dtype`) stored as codes and scales.
 struct Slot {
   std::string name;
   SlotRole role = SlotRole::State;
   SlotKind kind = SlotKind::Tensor;
   Dtype dtype = Dtype::f32;
+  std::optional<SlotBlocks> blocks;
   bool operator==(const Slot&) const = default;
 };
+// The name under which a block-quantized slot's scales are bound: "exp_avg" -> "exp_avg.scale".
+std::string scales_slot_name(const std::string& name);
+// What a slot is stored as, as the IR prints it: its dtype ("f32"), or its format and block ("signed8/256").
+std::string slot_storage_name(const Slot& slot);
 
 std::string_view slot_role_name(SlotRole role); // "param", "grad", "state"
 std::string_view slot_kind_name(SlotKind kind); // "tensor", "scalar"

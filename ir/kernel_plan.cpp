@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <numeric>
 
 namespace optjit {
 namespace {
@@ -88,6 +89,54 @@ ColumnSplit column_split(const KernelPlan& plan) {
   return split;
 }
 
+namespace {
+
+// A kernel quantizes each block of a store from all of its values, so its work items hold whole blocks (one size for
+// its stores: an item's blocks are walked one after another), and it walks no rows or columns (their walk is by rows).
+void check_quantized_slots(const KernelPlan& kp) {
+  std::optional<int64_t> stored_block;
+  for (const Store& s : kp.graph.stores) {
+    const Slot* slot = s.kind == StoreKind::Tensor ? kp.graph.slot(s.name) : nullptr;
+    if (!slot || !slot->blocks)
+      continue;
+    if (stored_block && *stored_block != slot->blocks->block)
+      throw Error("kernel " + kp.name + " stores block-quantized slots of blocks of " + std::to_string(*stored_block) +
+                  " and of " + std::to_string(slot->blocks->block) +
+                  ": a kernel's quantized stores share one block size");
+    stored_block = slot->blocks->block;
+  }
+  if (kp.has_axis && !quantized_slots(kp).empty())
+    throw Error("kernel " + kp.name +
+                " walks rows or columns and reads or writes block-quantized state: a row's walk does not follow "
+                "blocks, so such state is for optimizers without axis sums");
+}
+
+int64_t lcm(int64_t a, int64_t b) { return a / std::gcd(a, b) * b; }
+
+} // namespace
+
+std::vector<std::string> quantized_slots(const KernelPlan& plan) {
+  std::vector<std::string> names;
+  for (const std::string& name : plan.abi.tensor_slots)
+    if (const Slot* slot = plan.graph.slot(name); slot && slot->blocks)
+      names.push_back(name);
+  return names;
+}
+
+int64_t quantization_alignment(const KernelPlan& plan) {
+  int64_t alignment = 1;
+  for (const std::string& name : quantized_slots(plan))
+    alignment = lcm(alignment, plan.graph.slot(name)->blocks->block);
+  return alignment;
+}
+
+std::optional<int64_t> stored_block(const KernelPlan& plan) {
+  for (const Store& s : plan.graph.stores)
+    if (const Slot* slot = s.kind == StoreKind::Tensor ? plan.graph.slot(s.name) : nullptr; slot && slot->blocks)
+      return slot->blocks->block;
+  return std::nullopt;
+}
+
 KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::string> carries,
                             std::vector<CarryKind> carry_kinds) {
   check_graph_name(name); // the kernel's name is its graph's and its symbol's (found by the IR fuzzer)
@@ -111,6 +160,7 @@ KernelPlan make_kernel_plan(std::string name, Graph graph, std::vector<std::stri
     kp.has_axis = kp.has_axis || op_has_trait(n.op, kAxis) || n.op == Op::carried_rows || n.op == Op::carried_cols;
   for (const Slot& s : kp.graph.slots)
     kp.has_axis = kp.has_axis || s.kind == SlotKind::Rows || s.kind == SlotKind::Cols;
+  check_quantized_slots(kp);
   for (const auto* list : {&kp.abi.carried_in, &kp.abi.carried_out})
     for (const std::string& c : *list)
       if (std::find(kp.carries.begin(), kp.carries.end(), c) == kp.carries.end())

@@ -9,6 +9,7 @@
 #include "runtime/gemm.h"
 #include "runtime/tensor.h"
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -144,6 +145,13 @@ struct PausedCarry {
 // The carries the kernel stores that a run pauses at, in its carried_out order: its list reductions, and in a run over
 // shards (`over_shards`) also its per-tensor reductions, whose values each process holds for its own shards alone.
 std::vector<PausedCarry> paused_carries(const KernelPlan& plan, bool over_shards);
+// Block-quantized slots (Slot::blocks) a kernel reads or writes, in its ABI's tensor slot order: their scales follow
+// the kernel's scalar slots in its slot table, in this order.
+std::vector<std::string> quantized_slots(const KernelPlan& plan);
+// What the kernel's work items must be cut at: a multiple of the block of every quantized slot it touches (1: none).
+int64_t quantization_alignment(const KernelPlan& plan);
+// The block of the kernel's quantized stores (make_kernel_plan: one size); none when it stores no quantized slot.
+std::optional<int64_t> stored_block(const KernelPlan& plan);
 // How many of the kernel's reductions reduce to one value per tensor (the others sum along rows or columns): the
 // partials each work item writes.
 int per_tensor_reductions(const KernelPlan& plan);

@@ -152,7 +152,24 @@ Graph parse_graph(std::string_view text) {
         slot.kind = SlotKind::Cols;
       else
         in.fail("slot kind must be tensor, scalar, rows or cols, got '" + kind + "'");
-      slot.dtype = dtype_or_fail(in);
+      const std::string storage = in.word();
+      if (in.accept("/")) { // a block-quantized slot: format/block
+        const auto format = block_format_from_name(storage);
+        if (!format)
+          in.fail("unknown block format '" + storage + "': expected signed8, unsigned8, signed4, unsigned4 or fp8");
+        const std::string block = in.word();
+        int64_t size = 0;
+        auto [end, ec] = std::from_chars(block.data(), block.data() + block.size(), size);
+        if (ec != std::errc() || end != block.data() + block.size() || block.empty())
+          in.fail("bad block size '" + block + "' in '" + storage + "/" + block + "'");
+        slot.blocks = SlotBlocks{*format, size};
+      } else {
+        try {
+          slot.dtype = parse_dtype(storage);
+        } catch (const Error&) {
+          in.fail("unknown dtype '" + storage + "'");
+        }
+      }
       if (!in.done())
         in.fail("unexpected text at the end of the line");
       if (builder->size() > 0)

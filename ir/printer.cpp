@@ -47,7 +47,7 @@ std::string print_graph(const Graph& graph) {
   std::string text = "graph @" + graph.name + " " + std::string(dtype_name(graph.dtype)) + " {\n";
   for (const Slot& s : graph.slots)
     text += fmt::format("  slot \"{}\" : {} {} {}\n", s.name, slot_role_name(s.role), slot_kind_name(s.kind),
-                        dtype_name(s.dtype));
+                        slot_storage_name(s));
   for (int id = 0; id < graph.size(); ++id)
     text += "  " + print_node(graph, id) + "\n";
   for (const Store& s : graph.stores)

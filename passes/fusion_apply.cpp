@@ -134,7 +134,7 @@ std::vector<KernelPlan> apply_fusion(const Graph& graph, const FusionPlan& plan)
     // A scratch slot in the products' dtype (scratch_buffers lists the same), declared by the kernels that use it.
     const auto scratch_slot = [&](const std::string& name, Dtype dtype) {
       if (!b.has_slot(name))
-        b.declare_slot({name, SlotRole::Scratch, SlotKind::Tensor, dtype});
+        b.declare_slot({name, SlotRole::Scratch, SlotKind::Tensor, dtype, {}});
       return name;
     };
     std::map<ValueId, ValueId> local; // values of other kernels, as this kernel sees them

@@ -1,5 +1,6 @@
 #include "runtime/block_quantization.h"
 #include "runtime/error.h"
+#include "runtime/low_precision.h"
 
 #include <spdlog/fmt/fmt.h>
 
@@ -96,6 +97,16 @@ std::string block_format_name(BlockFormat format) {
   }
   return "?";
 }
+
+std::optional<BlockFormat> block_format_from_name(std::string_view name) {
+  for (BlockFormat format :
+       {BlockFormat::Signed8, BlockFormat::Unsigned8, BlockFormat::Signed4, BlockFormat::Unsigned4, BlockFormat::Fp8})
+    if (name == block_format_name(format))
+      return format;
+  return std::nullopt;
+}
+
+Dtype block_code_dtype(BlockFormat format) { return format == BlockFormat::Fp8 ? Dtype::e4m3 : Dtype::u8; }
 
 int block_format_bits(BlockFormat format) {
   return format == BlockFormat::Signed4 || format == BlockFormat::Unsigned4 ? 4 : 8;
@@ -203,5 +214,8 @@ void dequantize_blocks(BlockFormat format, const uint8_t* codes, const float* sc
     values[at] = value * scales[at / block];
   }
 }
+
+float8_e4m3fn::float8_e4m3fn(float value) : bits(to_e4m3fn(value)) {}
+float8_e4m3fn::operator float() const { return from_e4m3fn(bits); }
 
 } // namespace optjit

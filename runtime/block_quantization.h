@@ -11,9 +11,13 @@
 // is the reference the compiled kernels' stores are checked against.
 #pragma once
 
+#include "runtime/dtype.h"
+
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace optjit {
 
@@ -21,6 +25,9 @@ enum class BlockFormat : uint8_t { Signed8, Unsigned8, Signed4, Unsigned4, Fp8 }
 
 // torchao's words for them: "signed8", "unsigned8", "signed4", "unsigned4", "fp8".
 std::string block_format_name(BlockFormat format);
+std::optional<BlockFormat> block_format_from_name(std::string_view name); // none for another word
+// The dtype of the format's codes: e4m3 for FP8, u8 for the map indexes (4-bit ones two to a byte).
+Dtype block_code_dtype(BlockFormat format);
 int block_format_bits(BlockFormat format);             // 8 or 4
 int64_t default_block_size(BlockFormat format);        // 256, or 128 for 4 bits (torchao's defaults)
 int64_t code_bytes(BlockFormat format, int64_t numel); // numel, or numel / 2 for 4 bits

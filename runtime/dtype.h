@@ -49,6 +49,8 @@ constexpr Dtype component_dtype(Dtype dtype) {
   case Dtype::f64:
   case Dtype::bf16:
   case Dtype::f16:
+  case Dtype::u8:
+  case Dtype::e4m3:
     return dtype;
   case Dtype::c64:
     return Dtype::f32;
@@ -60,6 +62,10 @@ constexpr Dtype component_dtype(Dtype dtype) {
 
 constexpr bool is_complex(Dtype dtype) { return component_dtype(dtype) != dtype; }
 
+// The codes of block-quantized state (u8: 8-bit and packed 4-bit map indexes; e4m3: FP8 values): stored and
+// converted, never computed on, never a param's dtype.
+constexpr bool is_code_dtype(Dtype dtype) { return dtype == Dtype::u8 || dtype == Dtype::e4m3; }
+
 // The dtype element math runs in for tensors stored in `dtype`: f32 for the 16-bit storage types (torch's opmath:
 // load, compute in f32, round once when storing), the component dtype for complex ones (stepped on their real view),
 // the dtype itself otherwise.
@@ -70,6 +76,8 @@ constexpr Dtype compute_dtype(Dtype dtype) {
     return dtype;
   case Dtype::bf16:
   case Dtype::f16:
+  case Dtype::u8: // a code converts to f32 exactly (u8 as its integer); nothing computes on codes
+  case Dtype::e4m3:
     return Dtype::f32;
   case Dtype::c64:
   case Dtype::c128:
@@ -79,7 +87,9 @@ constexpr Dtype compute_dtype(Dtype dtype) {
 }
 
 // Stored in fewer bits than it is computed in (bf16, f16).
-constexpr bool is_low_precision(Dtype dtype) { return compute_dtype(dtype) != component_dtype(dtype); }
+constexpr bool is_low_precision(Dtype dtype) {
+  return !is_code_dtype(dtype) && compute_dtype(dtype) != component_dtype(dtype);
+}
 
 // Calls body.template operator()<T>() with T the C++ type optjit computes in for `dtype`: that of
 // compute_dtype(dtype), float or double.

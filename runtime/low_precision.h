@@ -37,6 +37,18 @@ struct float16 {
   explicit operator double() const { return static_cast<float>(*this); }
 };
 
-static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2);
+// float8_e4m3fn (torch.float8_e4m3fn): the codes of FP8 optimizer state, converted as c10 converts
+// (runtime/block_quantization.h's to_e4m3fn and from_e4m3fn: to nearest even, NaN above 464 in magnitude).
+struct float8_e4m3fn {
+  uint8_t bits = 0;
+
+  float8_e4m3fn() = default;
+  explicit float8_e4m3fn(float value);
+  explicit float8_e4m3fn(double value) : float8_e4m3fn(static_cast<float>(value)) {}
+  explicit operator float() const;
+  explicit operator double() const { return static_cast<float>(*this); }
+};
+
+static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2 && sizeof(float8_e4m3fn) == 1);
 
 } // namespace optjit

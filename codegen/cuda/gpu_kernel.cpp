@@ -369,6 +369,10 @@ llvm::Align GpuKernelEmitter::lanes_align(int slot, int lanes) {
 
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol,
                      const GpuEmulationHooks* emulation) {
+  if (const std::vector<std::string> quantized = quantized_slots(plan); !quantized.empty())
+    throw Error("kernel " + plan.name + " reads or writes block-quantized state ('" + quantized.front() +
+                "'): the GPU kernels do not quantize yet (a block's maximum needs a block-wide reduction before its "
+                "stores); step such state on the CPU");
   if (plan.has_axis) {
     emission::emit_gpu_axis_kernel(plan, module, symbol, emulation);
   } else {

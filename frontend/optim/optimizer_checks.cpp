@@ -50,6 +50,10 @@ void Optimizer::check_hyperparameters() const {
 
 void Optimizer::check_grad(int64_t flat) const {
   const Tensor& p = flat_param(flat);
+  if (is_code_dtype(p.dtype()))
+    throw Error(fmt::format("param {} is {}: an optimizer steps floating-point or complex params ({} is the storage of "
+                            "quantized state codes)",
+                            flat, p.describe(), dtype_name(p.dtype())));
   const Tensor g = p.grad();
   if (g.dtype() != p.dtype() || g.shape() != p.shape() || g.device() != p.device())
     throw Error("grad of param " + std::to_string(flat) + " is " + g.describe() + " but the param is " + p.describe() +

@@ -263,6 +263,10 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
                                         : fmt::format("it holds the param's rows or "
                                                       "columns, shape [{}]",
                                                       fmt::join(state_shape(spec.kind, param.shape()), ", "))));
+          if (is_code_dtype(t.dtype()))
+            throw Error(fmt::format("state '{}' of param {} is {}: {} holds the codes of block-quantized state, which "
+                                    "comes with its scales and format, not as a plain tensor",
+                                    spec.name, flat, t.describe(), dtype_name(t.dtype())));
           if (!scalar && is_complex(t.dtype()) != is_complex(param.dtype()))
             throw Error(fmt::format("state '{}' of param {} is {}, but the param is {}: a complex param keeps complex "
                                     "state, a real param real state",

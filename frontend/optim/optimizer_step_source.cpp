@@ -108,13 +108,13 @@ static SlotKind slot_kind_of(StateKind kind) {
 std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket& bucket) const {
   // Kernels run on real views: a complex bucket's tensors are slots of their component dtype.
   const Dtype stored = component_dtype(bucket.dtype);
-  std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, stored},
-                             {"grad", SlotRole::Grad, SlotKind::Tensor, stored}};
+  std::vector<Slot> slots = {{"param", SlotRole::Param, SlotKind::Tensor, stored, {}},
+                             {"grad", SlotRole::Grad, SlotKind::Tensor, stored, {}}};
   const std::vector<StateSpec> specs = step_state_specs(structure);
   OPTJIT_ASSERT(bucket.state_dtypes.size() == specs.size(), "the bucket's state dtypes do not match its state specs");
   for (std::size_t k = 0; k < specs.size(); ++k)
     slots.push_back(
-        {specs[k].name, SlotRole::State, slot_kind_of(specs[k].kind), component_dtype(bucket.state_dtypes[k])});
+        {specs[k].name, SlotRole::State, slot_kind_of(specs[k].kind), component_dtype(bucket.state_dtypes[k]), {}});
   return slots;
 }
 

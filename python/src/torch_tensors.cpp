@@ -76,6 +76,8 @@ nb::object TorchTensors::local(nb::handle tensor) const {
 Dtype TorchTensors::dtype_of(nb::handle torch_dtype, const std::string& what) const {
   std::string names;
   for (const auto& [object, dtype] : dtypes_) {
+    if (is_code_dtype(dtype)) // quantized state's codes: never a tensor optjit computes on (adopted by their format)
+      continue;
     if (torch_dtype.is(object))
       return dtype;
     names += (names.empty() ? "" : ", ") + text(object);

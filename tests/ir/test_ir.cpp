@@ -22,8 +22,8 @@ namespace {
 GraphBuilder builder_with_slots(const std::string& name, Dtype dtype, const std::vector<std::string>& names) {
   GraphBuilder b(name, dtype);
   for (const std::string& slot : names)
-    b.declare_slot({slot, SlotRole::State, SlotKind::Tensor, dtype});
-  b.declare_slot({"step", SlotRole::State, SlotKind::Scalar, dtype});
+    b.declare_slot({slot, SlotRole::State, SlotKind::Tensor, dtype, {}});
+  b.declare_slot({"step", SlotRole::State, SlotKind::Scalar, dtype, {}});
   return b;
 }
 
@@ -67,7 +67,7 @@ TEST_CASE("ir: the builder rejects ill-formed stores with the rule broken") {
   check_error_contains([&] { b.tensor("z"); }, "uses slot 'z', which graph @g does not declare");
   check_error_contains(
       [&] {
-        b.declare_slot({"x", SlotRole::State, SlotKind::Tensor, Dtype::f32});
+        b.declare_slot({"x", SlotRole::State, SlotKind::Tensor, Dtype::f32, {}});
       },
       "declares slot 'x' twice");
   b.store("x", x);

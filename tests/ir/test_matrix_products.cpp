@@ -28,7 +28,7 @@ namespace {
 // matrix.
 Graph iteration_graph(const std::string& form_dtype = "bf16", int iterations = 1) {
   GraphBuilder b("iteration", Dtype::f32);
-  b.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32});
+  b.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32, {}});
   ValueId x = b.tensor("x");
   for (int i = 0; i < iterations; ++i) {
     const ValueId gram = b.add(Node{Op::mm, Level::Element, Dtype::f32, {x, x}, 0, "nt " + form_dtype});
@@ -58,7 +58,7 @@ TEST_CASE("matrix products: mm and addmm print and parse back, and the builder n
   CHECK(text.find("mm \"nt bf16\" %0, %0 : el f32") != std::string::npos);
   CHECK(parse_graph(text) == g);
   GraphBuilder b("bad", Dtype::f32);
-  b.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32});
+  b.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32, {}});
   const ValueId x = b.tensor("x"), lr = b.hyper("lr");
   check_error_contains(
       [&] {
@@ -117,7 +117,7 @@ TEST_CASE("matrix products: the interpreter computes torch's bf16 addmm, one rou
 
 TEST_CASE("matrix products: shapes that do not fit, and pointwise ops on other shapes, are optjit::Errors") {
   GraphBuilder b("shapes", Dtype::f32);
-  b.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32});
+  b.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32, {}});
   const ValueId x = b.tensor("x");
   const ValueId product = b.add(Node{Op::mm, Level::Element, Dtype::f32, {x, x}, 0, "nn f32"}); // m x n @ m x n
   b.store("x", product);
@@ -126,7 +126,7 @@ TEST_CASE("matrix products: shapes that do not fit, and pointwise ops on other s
   check_error_contains([&] { interpret(inner, arguments_for(wide, 0, 1)); }, "the inner sizes differ (3 and 2)");
 
   GraphBuilder g("gram_plus", Dtype::f32);
-  g.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32});
+  g.declare_slot({"x", SlotRole::Param, SlotKind::Tensor, Dtype::f32, {}});
   const ValueId y = g.tensor("x");
   const ValueId gram = g.add(Node{Op::mm, Level::Element, Dtype::f32, {y, y}, 0, "nt f32"});
   g.store("x", g.binary(Op::add, gram, y));

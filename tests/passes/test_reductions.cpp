@@ -274,10 +274,10 @@ namespace {
 // product over the mean of the new row variances, and an update scaled by it.
 Graph factored_graph() {
   GraphBuilder b("fac", Dtype::f64);
-  b.declare_slot({"param", SlotRole::Param, SlotKind::Tensor, Dtype::f64});
-  b.declare_slot({"grad", SlotRole::Grad, SlotKind::Tensor, Dtype::f64});
-  b.declare_slot({"row_var", SlotRole::State, SlotKind::Rows, Dtype::f64});
-  b.declare_slot({"col_var", SlotRole::State, SlotKind::Cols, Dtype::f64});
+  b.declare_slot({"param", SlotRole::Param, SlotKind::Tensor, Dtype::f64, {}});
+  b.declare_slot({"grad", SlotRole::Grad, SlotKind::Tensor, Dtype::f64, {}});
+  b.declare_slot({"row_var", SlotRole::State, SlotKind::Rows, Dtype::f64, {}});
+  b.declare_slot({"col_var", SlotRole::State, SlotKind::Cols, Dtype::f64, {}});
   const ValueId w = b.hyper("w"), lr = b.hyper("lr");
   const ValueId n = b.add(Node{Op::extent, {}, {}, {}, 0, "n"}), m = b.add(Node{Op::extent, {}, {}, {}, 0, "m"});
   const ValueId g = b.tensor("grad"), g2 = b.binary(Op::mul, g, g);

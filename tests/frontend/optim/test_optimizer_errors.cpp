@@ -357,3 +357,27 @@ TEST_CASE("errors: a first beta set to 1 after construction is refused at the st
     }
   }
 }
+
+TEST_CASE("errors: quantized state's code dtypes (u8, e4m3) are never a param's nor plain adopted state") {
+  for (const Dtype codes : {Dtype::u8, Dtype::e4m3}) {
+    CAPTURE(dtype_name(codes));
+    Tensor p = Tensor::zeros({4}, codes);
+    p.set_grad(Tensor::zeros({4}, codes));
+    auto opt = test::make_single_group("adam", {p}, {{"lr", {0.1}}}, true);
+    test::check_error_contains([&] { opt->step(); },
+                               "param 0 is " + p.describe() + ": an optimizer steps floating-point or complex params");
+    Tensor q = Tensor::zeros({4}, Dtype::f32);
+    auto adam = test::make_single_group("adam", {q}, {{"lr", {0.1}}}, true);
+    test::check_error_contains(
+        [&] {
+          adam->adopt_state(0,
+                            {{"step", Tensor::zeros({1}, Dtype::f32)},
+                             {"exp_avg", Tensor::zeros({4}, codes)},
+                             {"exp_avg_sq", Tensor::zeros({4}, Dtype::f32)}},
+                            Optimizer::StateOrigin::Loaded);
+        },
+        "holds the codes of block-quantized state");
+    CHECK(parse_dtype(codes == Dtype::u8 ? "uint8" : "float8_e4m3fn") == codes);
+    CHECK(dtype_from_safetensors_code(codes == Dtype::u8 ? "U8" : "F8_E4M3") == codes);
+  }
+}

@@ -1,0 +1,230 @@
+// Block-quantized slots in kernels (ir.h's SlotBlocks, runtime/block_quantization.h): a load dequantizes (the code's
+// table value times its block's scale, in f32), and a store quantizes each block by its absolute maximum. A kernel
+// that stores such a slot walks whole blocks (codegen/cpu_kernel.cpp's block walk): the block's values of each
+// quantized store go to a block buffer while their maximum is found, then the block's scale and codes are written,
+// each with torchao's own f32 operations in its order, so the codes equal runtime/block_quantization.cpp's bit for
+// bit. KernelBody's members (codegen/kernel_body.h).
+#include "codegen/kernel_body.h"
+
+namespace optjit::emission {
+
+const SlotBlocks* KernelBody::slot_blocks(int slot) const {
+  const Slot* s = graph_.slot(plan_.abi.tensor_slots[static_cast<std::size_t>(slot)]);
+  return s && s->blocks ? &*s->blocks : nullptr;
+}
+
+// bases: the tensor slots' data, then each quantized slot's scales (quantized_slots order).
+int KernelBody::scales_base(int slot) const {
+  const std::vector<std::string> quantized = quantized_slots(plan_);
+  return static_cast<int>(plan_.abi.tensor_slots.size()) +
+         index_in(quantized, plan_.abi.tensor_slots[static_cast<std::size_t>(slot)]);
+}
+
+// The f32 values a format's codes stand for, before their scale: the dynamic map, or every e4m3 code's value (NaN for
+// its two NaN codes). One constant per module and format.
+Value* KernelBody::code_table(BlockFormat format) {
+  const std::string name = "optjit.codes." + block_format_name(format);
+  if (llvm::GlobalVariable* table = module_.getNamedGlobal(name))
+    return table;
+  std::vector<llvm::Constant*> values;
+  if (format == BlockFormat::Fp8)
+    for (int code = 0; code < 256; ++code)
+      values.push_back(llvm::ConstantFP::get(llvm::Type::getFloatTy(ctx_), from_e4m3fn(static_cast<uint8_t>(code))));
+  else
+    for (float v : quantization_map(format))
+      values.push_back(llvm::ConstantFP::get(llvm::Type::getFloatTy(ctx_), v));
+  auto* type = llvm::ArrayType::get(llvm::Type::getFloatTy(ctx_), values.size());
+  return new llvm::GlobalVariable(module_, type, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
+                                  llvm::ConstantArray::get(type, values), name);
+}
+
+// table[index] for an i32 index or a vector of them (a gather).
+Value* KernelBody::table_lookup(IRBuilder<>& b, Value* table, Value* index) {
+  Value* address = b.CreateGEP(b.getFloatTy(), table, index);
+  if (!index->getType()->isVectorTy())
+    return b.CreateLoad(b.getFloatTy(), address);
+  return b.CreateMaskedGather(with_lanes(b.getFloatTy(), index->getType()), address, llvm::Align(4));
+}
+
+// Each element's index (i64, `lanes` of them from j).
+Value* KernelBody::lane_indexes(IRBuilder<>& b, Value* j, int lanes) {
+  if (lanes == 1)
+    return j;
+  std::vector<llvm::Constant*> offsets;
+  for (int lane = 0; lane < lanes; ++lane)
+    offsets.push_back(b.getInt64(static_cast<uint64_t>(lane)));
+  return b.CreateAdd(b.CreateVectorSplat(static_cast<unsigned>(lanes), j), llvm::ConstantVector::get(offsets));
+}
+
+// The codes of `lanes` elements from j, as i32: a byte each, or for 4 bits a nibble (the even element's the high
+// one). A vector of 4-bit codes starts at an even element: items and blocks are cut at even blocks.
+Value* KernelBody::load_codes(IRBuilder<>& b, Value* base, BlockFormat format, Value* j, int lanes) {
+  llvm::Type* i8 = b.getInt8Ty();
+  llvm::Type* i32 = with_lanes(b.getInt32Ty(), lane_type(lanes));
+  if (block_format_bits(format) == 8)
+    return b.CreateZExt(load_lanes(b, i8, b.CreateGEP(i8, base, j), lanes, false, llvm::Align(1)), i32);
+  Value* byte_at = b.CreateGEP(i8, base, b.CreateLShr(j, 1));
+  if (lanes == 1) {
+    Value* byte = b.CreateZExt(b.CreateLoad(i8, byte_at), i32);
+    Value* shift = b.CreateSelect(b.CreateICmpEQ(b.CreateAnd(j, 1), b.getInt64(0)), b.getInt32(4), b.getInt32(0));
+    return b.CreateAnd(b.CreateLShr(byte, shift), b.getInt32(15));
+  }
+  Value* bytes = load_lanes(b, i8, byte_at, lanes / 2, false, llvm::Align(1));
+  std::vector<int> twice, shifts;
+  for (int lane = 0; lane < lanes; ++lane)
+    twice.push_back(lane / 2);
+  Value* wide = b.CreateZExt(b.CreateShuffleVector(bytes, twice), i32);
+  std::vector<llvm::Constant*> amounts;
+  for (int lane = 0; lane < lanes; ++lane)
+    amounts.push_back(b.getInt32(lane % 2 == 0 ? 4 : 0));
+  return b.CreateAnd(b.CreateLShr(wide, llvm::ConstantVector::get(amounts)),
+                     b.CreateVectorSplat(static_cast<unsigned>(lanes), b.getInt32(15)));
+}
+
+// The scale of each of `lanes` elements from j: the walked block's one scale, or each element's block's.
+Value* KernelBody::block_scales(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* j, int lanes) {
+  Value* scales = bases[static_cast<std::size_t>(scales_base(slot))];
+  const int64_t block = slot_blocks(slot)->block;
+  if (block_walk_ && block_walk_->block == block) {
+    Value* scale = b.CreateLoad(b.getFloatTy(), b.CreateGEP(b.getFloatTy(), scales, block_walk_->index));
+    return lanes == 1 ? scale : b.CreateVectorSplat(static_cast<unsigned>(lanes), scale);
+  }
+  Value* index = b.CreateSDiv(lane_indexes(b, j, lanes), llvm::ConstantInt::get(lane_indexes(b, j, lanes)->getType(),
+                                                                                static_cast<uint64_t>(block)));
+  Value* address = b.CreateGEP(b.getFloatTy(), scales, index);
+  if (lanes == 1)
+    return b.CreateLoad(b.getFloatTy(), address);
+  return b.CreateMaskedGather(with_lanes(b.getFloatTy(), index->getType()), address, llvm::Align(4));
+}
+
+// `lanes` values of quantized slot `slot` from j: table[code] * scale in f32 (torchao's dequantize), then `type`.
+Value* KernelBody::load_quantized(IRBuilder<>& b, const std::vector<Value*>& bases, int slot, Value* j, int lanes,
+                                  llvm::Type* type) {
+  const SlotBlocks& blocks = *slot_blocks(slot);
+  Value* codes = load_codes(b, bases[static_cast<std::size_t>(slot)], blocks.format, j, lanes);
+  Value* values = table_lookup(b, code_table(blocks.format), codes);
+  return convert(b, b.CreateFMul(values, block_scales(b, bases, slot, j, lanes)), type);
+}
+
+// A store's `lanes` values from j into its block's buffer (as f32, what torchao quantizes), and their magnitudes into
+// the block's running maximum (NaN-propagating, as torch's amax).
+void KernelBody::buffer_quantized_store(IRBuilder<>& b, int slot, Value* j, Value* value) {
+  OPTJIT_ASSERT(block_walk_, "kernel " + plan_.name + " stores quantized state outside a walk over blocks");
+  BlockWalk::Buffer& buffer = block_walk_->buffers.at(slot);
+  Value* f32 = convert(b, value, with_lanes(b.getFloatTy(), value->getType()));
+  b.CreateAlignedStore(f32, b.CreateGEP(b.getFloatTy(), buffer.values, b.CreateSub(j, block_walk_->start)),
+                       llvm::Align(4));
+  llvm::AllocaInst* absmax = f32->getType()->isVectorTy() ? buffer.vector_absmax : buffer.scalar_absmax;
+  Value* magnitude = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, f32);
+  b.CreateStore(
+      b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b.CreateLoad(absmax->getAllocatedType(), absmax), magnitude),
+      absmax);
+}
+
+// float8_e4m3fn bits (i32 lanes) of f32 lanes, as c10's fp8e4m3fn_from_fp32_value: NaN (0x7f) from 480 up (and from
+// above 464, which rounds there), subnormals by one f32 addition of 2^14 (whose ulp is e4m3's smallest step, so the
+// addition rounds to nearest even), normals by integer rounding to nearest even.
+Value* KernelBody::to_e4m3_bits(IRBuilder<>& b, Value* x) {
+  llvm::Type* i32 = with_lanes(b.getInt32Ty(), x->getType());
+  const auto constant = [&](uint32_t v) { return llvm::ConstantInt::get(i32, v); };
+  Value* bits = b.CreateBitCast(x, i32);
+  Value* sign = b.CreateAnd(bits, constant(0x80000000u));
+  Value* magnitude = b.CreateXor(bits, sign);
+  const uint32_t denorm_mask = 141u << 23;
+  Value* subnormal_sum =
+      b.CreateFAdd(b.CreateBitCast(magnitude, x->getType()), b.CreateBitCast(constant(denorm_mask), x->getType()));
+  Value* subnormal = b.CreateSub(b.CreateBitCast(subnormal_sum, i32), constant(denorm_mask));
+  Value* mantissa_odd = b.CreateAnd(b.CreateLShr(magnitude, constant(20)), constant(1));
+  Value* normal = b.CreateLShr(
+      b.CreateAdd(b.CreateAdd(magnitude, constant(static_cast<uint32_t>(7 - 127) << 23 | 0x7ffffu)), mantissa_odd),
+      constant(20));
+  Value* result = b.CreateSelect(b.CreateICmpULT(magnitude, constant(121u << 23)), subnormal, normal);
+  result = b.CreateSelect(b.CreateICmpUGE(magnitude, constant(1087u << 20)), constant(0x7f), result);
+  return b.CreateOr(result, b.CreateLShr(sign, constant(24)));
+}
+
+// The nearest code (i32 lanes) of f32 lanes `x` in `format`'s sorted map, as torchao's quantize_{8,4}bit_with_qmap: a
+// branchless binary search for the last entry <= x, then one up when x - down >= (up - down) * 0.5 (ties go up).
+Value* KernelBody::nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format) {
+  if (format == BlockFormat::Fp8)
+    return to_e4m3_bits(b, x);
+  llvm::Type* i32 = with_lanes(b.getInt32Ty(), x->getType());
+  const auto constant = [&](int v) { return llvm::ConstantInt::get(i32, static_cast<uint64_t>(v)); };
+  Value* table = code_table(format);
+  const int size = static_cast<int>(quantization_map(format).size());
+  Value* code = constant(0);
+  for (int half = size / 2; half >= 1; half /= 2) {
+    Value* candidate = b.CreateAdd(code, constant(half));
+    code = b.CreateSelect(b.CreateFCmpOGE(x, table_lookup(b, table, candidate)), candidate, code);
+  }
+  Value* up = b.CreateSelect(b.CreateICmpSLT(code, constant(size - 1)), b.CreateAdd(code, constant(1)), code);
+  Value* down_value = table_lookup(b, table, code);
+  Value* up_value = table_lookup(b, table, up);
+  Value* half_gap = b.CreateFMul(b.CreateFSub(up_value, down_value), llvm::ConstantFP::get(x->getType(), 0.5));
+  return b.CreateSelect(b.CreateFCmpOGE(b.CreateFSub(x, down_value), half_gap), up, code);
+}
+
+// The end of a walked block: for each quantized store, the block's scale (its absolute maximum, floored at 1e-12 with
+// NaN kept, over 448 for FP8) and its codes (each buffered value divided by the scale, then its nearest code).
+void KernelBody::quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases) {
+  OPTJIT_ASSERT(block_walk_, "quantize_block outside a walk over blocks");
+  const int64_t block = block_walk_->block;
+  const int64_t vector_part = block - block % lanes_;
+  for (auto& [slot, buffer] : block_walk_->buffers) {
+    const BlockFormat format = slot_blocks(slot)->format;
+    Value* absmax = b.CreateLoad(b.getFloatTy(), buffer.scalar_absmax);
+    if (lanes_ > 1)
+      absmax = b.CreateBinaryIntrinsic(
+          llvm::Intrinsic::maximum, absmax,
+          b.CreateFPMaximumReduce(b.CreateLoad(buffer.vector_absmax->getAllocatedType(), buffer.vector_absmax)));
+    Value* scale =
+        b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, absmax, llvm::ConstantFP::get(b.getFloatTy(), 1e-12f));
+    if (format == BlockFormat::Fp8)
+      scale = b.CreateFDiv(scale, llvm::ConstantFP::get(b.getFloatTy(), 448.0f));
+    Value* scales = bases[static_cast<std::size_t>(scales_base(slot))];
+    b.CreateStore(scale, b.CreateGEP(b.getFloatTy(), scales, block_walk_->index));
+    Value* codes = bases[static_cast<std::size_t>(slot)];
+    const bool packed = block_format_bits(format) == 4;
+    // `lanes` buffered values from offset k, divided by the scale, as codes.
+    const auto codes_at = [&](Value* k, int lanes) {
+      llvm::Type* type = lanes == 1 ? b.getFloatTy() : vector_type_of(b.getFloatTy(), lanes);
+      Value* values = b.CreateAlignedLoad(type, b.CreateGEP(b.getFloatTy(), buffer.values, k), llvm::Align(4));
+      Value* divisor = lanes == 1 ? scale : b.CreateVectorSplat(static_cast<unsigned>(lanes), scale);
+      return nearest_codes(b, b.CreateFDiv(values, divisor), format);
+    };
+    const auto store_codes = [&](Value* k, int lanes) {
+      Value* element = b.CreateAdd(block_walk_->start, k);
+      if (!packed) {
+        b.CreateAlignedStore(b.CreateTrunc(codes_at(k, lanes), with_lanes(b.getInt8Ty(), lane_type(lanes))),
+                             b.CreateGEP(b.getInt8Ty(), codes, element), llvm::Align(1));
+        return;
+      }
+      // Two codes to a byte, the even element's in the high nibble: pairs of lanes (a tail is two scalars).
+      Value *even, *odd;
+      if (lanes == 1) {
+        even = codes_at(k, 1);
+        odd = codes_at(b.CreateAdd(k, b.getInt64(1)), 1);
+      } else {
+        Value* all = codes_at(k, lanes);
+        std::vector<int> evens, odds;
+        for (int lane = 0; lane < lanes; lane += 2) {
+          evens.push_back(lane);
+          odds.push_back(lane + 1);
+        }
+        even = b.CreateShuffleVector(all, evens);
+        odd = b.CreateShuffleVector(all, odds);
+      }
+      Value* byte = b.CreateOr(b.CreateShl(even, llvm::ConstantInt::get(even->getType(), 4)), odd);
+      b.CreateAlignedStore(b.CreateTrunc(byte, with_lanes(b.getInt8Ty(), byte->getType())),
+                           b.CreateGEP(b.getInt8Ty(), codes, b.CreateLShr(element, 1)), llvm::Align(1));
+    };
+    if (vector_part > 0 && lanes_ > 1)
+      emit_loop(b, b.getInt64(0), b.getInt64(lanes_ > 1 ? vector_part : 0), b.getInt64(lanes_), "quantize.vec",
+                [&](Value* k) { store_codes(k, lanes_); });
+    const int64_t tail_from = lanes_ > 1 ? vector_part : 0;
+    emit_loop(b, b.getInt64(tail_from), b.getInt64(block), b.getInt64(packed ? 2 : 1), "quantize.tail",
+              [&](Value* k) { store_codes(k, 1); });
+  }
+}
+
+} // namespace optjit::emission

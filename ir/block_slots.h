@@ -1,0 +1,32 @@
+// The tensors behind a block-quantized slot (ir.h's SlotBlocks): for each list entry, its codes (the slot's own
+// tensor) and its scales (the tensor of scales_slot_name(slot)), laid out as torchao lays them: codes of the param's
+// numel (u8, or e4m3 for FP8; u8 of numel / 2 for 4 bits), contiguous, and numel / block f32 scales. What every
+// mode checks before it reads them, and how the interpreter loads and stores them (the meaning compiled kernels
+// follow bit for bit).
+#pragma once
+
+#include "ir/arguments.h"
+#include "ir/ir.h"
+#include "runtime/tensor.h"
+
+namespace optjit {
+
+// Throws optjit::Error naming the slot, the list entry and the rule when `codes` or `scales` do not hold list entry
+// `entry`'s values of `numel` elements in `slot`'s format: numel a multiple of the block, the codes' dtype and count,
+// the scales' dtype and count, both contiguous, on one device.
+void check_block_slot_tensors(const Slot& slot, const Tensor& codes, const Tensor& scales, int64_t numel,
+                              int64_t entry);
+
+// Checks every block-quantized slot of `graph` that `args` binds, for every list entry (check_block_slot_tensors),
+// before a mode reads or writes any: a bad tensor is an optjit::Error that changes nothing.
+void check_block_slot_arguments(const Graph& graph, const ListArguments& args);
+// The shape of list entry t's param: the arguments', or that of the graph's first tensor slot that is not quantized
+// (param, grad and plain tensor state share it).
+Shape list_entry_shape(const Graph& graph, const ListArguments& args, std::size_t t);
+
+// The values `codes` and `scales` stand for, as an f32 tensor of `shape` (host memory).
+Tensor load_block_slot(const Slot& slot, const Tensor& codes, const Tensor& scales, const Shape& shape);
+// `values` (any real dtype; rounded to f32 first, as torchao quantizes f32 values) quantized into `codes` and `scales`.
+void store_block_slot(const Slot& slot, const Tensor& values, const Tensor& codes, const Tensor& scales);
+
+} // namespace optjit
