@@ -32,7 +32,9 @@ struct ParamBucket {
   Dtype dtype;
   Device device;
   std::string structure_key;       // the group structure the graph was traced for ("amsgrad=1,maximize=0")
-  std::vector<Dtype> state_dtypes; // the storage dtype of each state entry, in the source's order
+  std::vector<Dtype> state_dtypes; // the storage dtype of each state entry, in the source's order (a quantized
+                                   // entry's: its codes')
+  std::vector<std::optional<SlotBlocks>> state_blocks; // per state entry: its block-quantized format, if any
   std::vector<BucketMember> members;
   // The params are on a device and some of their scalar state entries in host memory (torch's steps that are not
   // capturable), bit k for the k-th entry, the same in every member: the driver runs the bucket

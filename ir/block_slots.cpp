@@ -9,10 +9,15 @@
 namespace optjit {
 
 void check_block_slot_tensors(const Slot& slot, const Tensor& codes, const Tensor& scales, int64_t numel,
-                              int64_t entry) {
+                              const std::string& owner) {
   OPTJIT_ASSERT(slot.blocks.has_value(), "slot " + slot.name + " is not block-quantized");
   const SlotBlocks& blocks = *slot.blocks;
-  const std::string what = fmt::format("{} state '{}' of list entry {}", slot_storage_name(slot), slot.name, entry);
+  const std::string what =
+      fmt::format("{} state '{}' of {}", blocks.block > 0 ? slot_storage_name(slot) : block_format_name(blocks.format),
+                  slot.name, owner);
+  if (blocks.block <= 0) // a held format derived from no scales at all
+    throw Error(fmt::format("{}: its scales are {}, where one f32 scale per block is expected", what,
+                            scales.defined() ? scales.describe() : "missing"));
   if (numel % blocks.block != 0)
     throw Error(fmt::format("{}: its param has {} elements, not a multiple of the block of {} (torchao keeps such "
                             "params' state unquantized)",
@@ -50,13 +55,13 @@ void check_block_slot_arguments(const Graph& graph, const ListArguments& args) {
     const std::vector<Tensor>& scales = args.slot(scales_slot_name(slot.name));
     for (std::size_t t = 0; t < codes.size(); ++t)
       check_block_slot_tensors(slot, codes[t], t < scales.size() ? scales[t] : Tensor(),
-                               shape_numel(list_entry_shape(graph, args, t)), static_cast<int64_t>(t));
+                               shape_numel(list_entry_shape(graph, args, t)), "list entry " + std::to_string(t));
   }
 }
 
 Tensor load_block_slot(const Slot& slot, const Tensor& codes, const Tensor& scales, const Shape& shape) {
   Tensor values = Tensor::empty(shape, Dtype::f32);
-  check_block_slot_tensors(slot, codes, scales, values.numel(), 0);
+  check_block_slot_tensors(slot, codes, scales, values.numel(), "a list entry");
   dequantize_blocks(slot.blocks->format, static_cast<const uint8_t*>(codes.data()), scales.data_as<float>(),
                     values.numel(), slot.blocks->block, values.data_as<float>());
   return values;
@@ -64,7 +69,7 @@ Tensor load_block_slot(const Slot& slot, const Tensor& codes, const Tensor& scal
 
 void store_block_slot(const Slot& slot, const Tensor& values, const Tensor& codes, const Tensor& scales) {
   const Tensor f32 = values.to(Dtype::f32).clone(); // contiguous, in element order
-  check_block_slot_tensors(slot, codes, scales, f32.numel(), 0);
+  check_block_slot_tensors(slot, codes, scales, f32.numel(), "a list entry");
   quantize_blocks(slot.blocks->format,
                   std::span<const float>(f32.data_as<float>(), static_cast<std::size_t>(f32.numel())),
                   slot.blocks->block, static_cast<uint8_t*>(codes.data()), scales.data_as<float>());

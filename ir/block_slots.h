@@ -11,11 +11,11 @@
 
 namespace optjit {
 
-// Throws optjit::Error naming the slot, the list entry and the rule when `codes` or `scales` do not hold list entry
-// `entry`'s values of `numel` elements in `slot`'s format: numel a multiple of the block, the codes' dtype and count,
-// the scales' dtype and count, both contiguous, on one device.
+// Throws optjit::Error naming the slot, its owner ("list entry 2", "param 5") and the rule when `codes` or `scales`
+// do not hold `numel` values in `slot`'s format: numel a multiple of the block, the codes' dtype and count, the
+// scales' dtype and count, both contiguous, on one device.
 void check_block_slot_tensors(const Slot& slot, const Tensor& codes, const Tensor& scales, int64_t numel,
-                              int64_t entry);
+                              const std::string& owner);
 
 // Checks every block-quantized slot of `graph` that `args` binds, for every list entry (check_block_slot_tensors),
 // before a mode reads or writes any: a bad tensor is an optjit::Error that changes nothing.

@@ -126,6 +126,13 @@ public:
       return number_dtype(param.dtype());
     return spec.copies_param ? compute_dtype(param.dtype()) : param.dtype();
   }
+  // Whether new state entry `spec` of param `flat` is kept block-quantized (ir.h's SlotBlocks: codes, and the f32
+  // scales in the entry "<name>.scale"), and how; none: plain, in new_state_dtype. The default: none. Held state
+  // keeps the format it was made or adopted with (held_state_blocks).
+  virtual std::optional<SlotBlocks> new_state_blocks(int64_t flat, const StateSpec& spec) const;
+  // The format of param `flat`'s state entry `spec`: as held (codes and scales say it, as torchao derives it), or as
+  // new_state_blocks makes it; none for plain state.
+  std::optional<SlotBlocks> state_blocks(int64_t flat, const StateSpec& spec) const;
   // The dtype of the 0-d tensors torch makes from Python numbers (torch.as_tensor: its default dtype) for params of
   // `param_dtype`: the scalar state dtype when set, otherwise the dtype the param computes in (f32 for bf16).
   Dtype number_dtype(Dtype param_dtype) const { return scalar_state_dtype_.value_or(compute_dtype(param_dtype)); }
@@ -380,6 +387,8 @@ private:
   // grad and state, rounded back once at the end (see compute_dtype). Complex tensors step on their real views.
   void forloop_step_in_compute_dtype(const ParamGroup& group, const Tensor& param, const Tensor& grad,
                                      ParamState& state);
+  // forloop_step_in_compute_dtype over state without quantized entries (their values, dequantized, stand for them).
+  void forloop_step_in_storage(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state);
   // load_state_dict's checks and the state it would install, per flat param; throws on the first mismatch.
   std::vector<ParamState> checked_loaded_state(const StateDict& loaded) const;
   // The whole state param `param` keeps under `specs`, from `given` (its visible entries by torch's keys, any

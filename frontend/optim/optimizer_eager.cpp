@@ -3,8 +3,11 @@
 #include "compiler/layout_staging.h"
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/optimizer_parts.h"
+#include "ir/block_slots.h"
 #include "runtime/error.h"
 #include "runtime/stochastic_rounding.h"
+
+#include <algorithm>
 
 namespace optjit {
 
@@ -34,6 +37,39 @@ static void store_stochastically(const Tensor& to, const Tensor& from, uint64_t 
 
 void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Tensor& complex_or_real_param,
                                               const Tensor& complex_or_real_grad, ParamState& complex_or_real_state) {
+  const auto quantized = [](const auto& entry) { return is_code_dtype(entry.second.dtype()); };
+  if (std::none_of(complex_or_real_state.begin(), complex_or_real_state.end(), quantized))
+    return forloop_step_in_storage(group, complex_or_real_param, complex_or_real_grad, complex_or_real_state);
+  // Block-quantized entries: the reference steps on their values (dequantized, f32), which are then quantized back,
+  // as the kernels load and store them (ir/block_slots.h).
+  Structure structure = traced_structure(group);
+  param_structure(complex_or_real_param, structure);
+  const std::vector<StateSpec> specs = step_state_specs(structure);
+  ParamState values;
+  std::vector<std::pair<Slot, std::size_t>> stored; // each quantized entry's slot, and its place in `values`
+  for (const auto& [key, t] : complex_or_real_state) {
+    if (!is_code_dtype(t.dtype())) {
+      if (!key.ends_with(".scale") || !is_code_dtype(find_state(complex_or_real_state, key.substr(0, key.size() - 6))
+                                                         .dtype())) // a quantized entry's scales go with it
+        values.emplace_back(key, t);
+      continue;
+    }
+    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const StateSpec& s) { return s.name == key; });
+    OPTJIT_ASSERT(spec != specs.end(), "quantized state '" + key + "' has no spec");
+    const Tensor scales = find_state(complex_or_real_state, scales_slot_name(key));
+    const Slot slot{key, SlotRole::State, SlotKind::Tensor, Dtype::f32,
+                    held_blocks(*spec, t, scales, complex_or_real_param.numel())};
+    stored.emplace_back(slot, values.size());
+    values.emplace_back(key, load_block_slot(slot, t, scales, complex_or_real_param.shape()));
+  }
+  forloop_step_in_storage(group, complex_or_real_param, complex_or_real_grad, values);
+  for (const auto& [slot, at] : stored)
+    store_block_slot(slot, values[at].second, find_state(complex_or_real_state, slot.name),
+                     find_state(complex_or_real_state, scales_slot_name(slot.name)));
+}
+
+void Optimizer::forloop_step_in_storage(const ParamGroup& group, const Tensor& complex_or_real_param,
+                                        const Tensor& complex_or_real_grad, ParamState& complex_or_real_state) {
   // A complex param steps on its real view, as torch's optimizers do: every formula acts per component.
   const Tensor param = complex_or_real_param.real_view(), grad = complex_or_real_grad.real_view();
   ParamState state;

@@ -2,6 +2,7 @@
 // the specs and dtypes of each param's entries.
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/optimizer_parts.h"
+#include "ir/block_slots.h"
 #include "runtime/error.h"
 #include "runtime/stochastic_rounding.h"
 
@@ -83,7 +84,34 @@ std::vector<StateSpec> Optimizer::step_state_specs(const Structure& structure) c
 
 // Whether state entry `t` has the shape `spec` gives it for `param`: one element for a scalar, else state_shape.
 bool optimizer_detail::state_fits(const StateSpec& spec, const Tensor& t, const Tensor& param) {
+  if (is_code_dtype(t.dtype())) // block-quantized codes: the param's shape, or one byte per two values (4 bits)
+    return spec.kind == StateKind::Tensor &&
+           (t.shape() == param.shape() || (t.dtype() == Dtype::u8 && t.shape() == Shape{param.numel() / 2}));
   return spec.kind == StateKind::Scalar ? t.numel() == 1 : t.shape() == state_shape(spec.kind, param.shape());
+}
+
+std::optional<SlotBlocks> Optimizer::new_state_blocks(int64_t, const StateSpec&) const { return std::nullopt; }
+
+std::optional<SlotBlocks> Optimizer::state_blocks(int64_t flat, const StateSpec& spec) const {
+  const ParamState& state = flat_state(flat);
+  const Tensor codes = find_state(state, spec.name);
+  if (!codes.defined())
+    return spec.kind == StateKind::Tensor ? new_state_blocks(flat, spec) : std::nullopt;
+  if (!is_code_dtype(codes.dtype()))
+    return std::nullopt;
+  return held_blocks(spec, codes, find_state(state, scales_slot_name(spec.name)), flat_param(flat).numel());
+}
+
+SlotBlocks optimizer_detail::held_blocks(const StateSpec& spec, const Tensor& codes, const Tensor& scales,
+                                         int64_t numel) {
+  BlockFormat format = BlockFormat::Fp8;
+  if (codes.dtype() == Dtype::u8) {
+    const bool four = codes.numel() * 2 == numel && numel > 0;
+    format = four ? (spec.signed_values ? BlockFormat::Signed4 : BlockFormat::Unsigned4)
+                  : (spec.signed_values ? BlockFormat::Signed8 : BlockFormat::Unsigned8);
+  }
+  const int64_t blocks = scales.defined() ? scales.numel() : 0;
+  return SlotBlocks{format, blocks > 0 ? numel / blocks : 0};
 }
 
 // Whether state entry `t` may live where it does for `param`: on the param's device or, for a scalar entry of a
@@ -134,6 +162,20 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
                                 "was made, or the loaded state was saved without it (torch's step raises "
                                 "KeyError: '{}' here)",
                                 i, spec.name, name_, spec.name));
+      if (const std::optional<SlotBlocks> blocks = state_blocks(i, spec)) {
+        // Codes and scales, all zero (torchao's new state: the values 0, or -0 for the signed map's first code).
+        if (!p.is_contiguous())
+          throw Error(fmt::format("param {} is {}: block-quantized state ({}) follows its param's row-major order, "
+                                  "so its param is contiguous",
+                                  i, p.describe(), block_format_name(blocks->format)));
+        const Dtype codes = block_code_dtype(blocks->format);
+        s.emplace_back(spec.name, block_format_bits(blocks->format) == 4
+                                      ? Tensor::zeros({p.numel() / 2}, codes, p.device())
+                                      : Tensor::zeros(p.shape(), codes, p.device()));
+        s.emplace_back(scales_slot_name(spec.name), Tensor::zeros({p.numel() / blocks->block}, Dtype::f32, p.device()));
+        created = true;
+        continue;
+      }
       Shape shape = state_shape(spec.kind, p.shape());
       // A complex param's state starts with every component at the value, as torch's optimizers see it through
       // view_as_real (Adagrad's sum is complex(v, v), Rprop's step_size complex(lr, lr)).
@@ -177,9 +219,20 @@ std::vector<Dtype> optimizer_detail::state_dtypes_of(const Optimizer& o, int64_t
   std::vector<Dtype> dtypes;
   for (const StateSpec& spec : specs) {
     const Tensor held = find_state(o.flat_state(flat), spec.name);
-    dtypes.push_back(held.defined() ? held.dtype() : o.new_state_dtype(o.flat_param(flat), spec));
+    const std::optional<SlotBlocks> blocks = held.defined() ? std::nullopt : o.state_blocks(flat, spec);
+    dtypes.push_back(held.defined() ? held.dtype()
+                     : blocks       ? block_code_dtype(blocks->format)
+                                    : o.new_state_dtype(o.flat_param(flat), spec));
   }
   return dtypes;
+}
+
+std::vector<std::optional<SlotBlocks>> optimizer_detail::state_blocks_of(const Optimizer& o, int64_t flat,
+                                                                         const std::vector<StateSpec>& specs) {
+  std::vector<std::optional<SlotBlocks>> blocks;
+  for (const StateSpec& spec : specs)
+    blocks.push_back(o.state_blocks(flat, spec));
+  return blocks;
 }
 
 std::vector<uint64_t> Optimizer::state_dtype_facts() const {
@@ -190,6 +243,10 @@ std::vector<uint64_t> Optimizer::state_dtype_facts() const {
     uint64_t fact = host_scalar_entries(flat_state(i), flat_param(i));
     for (Dtype dtype : state_dtypes_of(*this, i, structures.of(i).specs))
       fact = fact * 257 + static_cast<uint64_t>(dtype) + 1; // 8 bits per entry: the fact changes with any of them
+    for (const std::optional<SlotBlocks>& blocks : state_blocks_of(*this, i, structures.of(i).specs))
+      if (blocks) // a quantized entry's format and block
+        fact =
+            (fact * 257 + static_cast<uint64_t>(blocks->format) + 1) * 1000003 + static_cast<uint64_t>(blocks->block);
     facts.push_back(fact);
   }
   return facts;
@@ -205,6 +262,28 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
   // Hidden scalar entries (a stochastic rounding stream) live beside visible ones held in host memory, if any.
   const Device hidden_device = host_scalar_entries(given, param) != 0 ? Device::cpu() : param.device();
   ParamState state;
+  // A visible entry as given; block-quantized codes with their scales (checked as every mode checks them), as given
+  // when adopted, copied when loaded.
+  const auto take_entry = [&](const StateSpec& spec, const Tensor& t, std::set<std::string>& keys) {
+    const Tensor codes = visible_entry(spec, t);
+    state.emplace_back(spec.name, codes);
+    if (!is_code_dtype(t.dtype()))
+      return;
+    const std::string key = scales_slot_name(spec.name);
+    const Tensor scales = find_state(given, key);
+    if (scales.defined() && (scales.numel() == 0 || param.numel() % scales.numel() != 0))
+      throw Error(fmt::format("state '{}' of param {} is {}: the param's {} values do not fall into {} whole blocks",
+                              key, id, scales.describe(), param.numel(), scales.numel()));
+    const Slot slot{spec.name, SlotRole::State, SlotKind::Tensor, Dtype::f32,
+                    held_blocks(spec, t, scales, param.numel())};
+    check_block_slot_tensors(slot, t, scales, param.numel(), "param " + std::to_string(id));
+    const bool copied = !codes.same(t); // loaded state is copied, adopted state kept as given
+    if (!copied && scales.device() != param.device())
+      throw Error(fmt::format("state '{}' of param {} is {}, but the param is on {}", key, id, scales.describe(),
+                              param.device().to_string()));
+    state.emplace_back(key, copied ? scales.clone().to(param.device()) : scales);
+    keys.insert(key);
+  };
   for (const StateSpec& spec : specs) {
     if (!spec.visible) {
       const double value = spec.holds_param_index ? static_cast<double>(flat) : loaded ? spec.loaded : spec.initial;
@@ -216,7 +295,7 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
       continue; // master weights turned on after the state was made start from the param, as new state does
     kept_keys.insert(spec.name);
     if (t.defined()) // a missing key is reported below, with all
-      state.emplace_back(spec.name, visible_entry(spec, t));
+      take_entry(spec, t, kept_keys);
   }
   // An entry these options do not use but other options of the optimizer's algorithm do (max_exp_avg_sq once
   // amsgrad is switched off, SGD's momentum_buffer once momentum is 0) is kept as given, as torch keeps it: the
@@ -231,7 +310,7 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
     if (spec.visible && !kept_keys.count(spec.name))
       if (const Tensor t = find_state(given, spec.name); t.defined()) {
         known_keys.insert(spec.name);
-        state.emplace_back(spec.name, visible_entry(spec, t));
+        take_entry(spec, t, known_keys);
         kept_extra = true;
       }
   for (const StateSpec& spec : every_spec)
@@ -263,10 +342,6 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
                                         : fmt::format("it holds the param's rows or "
                                                       "columns, shape [{}]",
                                                       fmt::join(state_shape(spec.kind, param.shape()), ", "))));
-          if (is_code_dtype(t.dtype()))
-            throw Error(fmt::format("state '{}' of param {} is {}: {} holds the codes of block-quantized state, which "
-                                    "comes with its scales and format, not as a plain tensor",
-                                    spec.name, flat, t.describe(), dtype_name(t.dtype())));
           if (!scalar && is_complex(t.dtype()) != is_complex(param.dtype()))
             throw Error(fmt::format("state '{}' of param {} is {}, but the param is {}: a complex param keeps complex "
                                     "state, a real param real state",

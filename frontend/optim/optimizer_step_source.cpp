@@ -76,14 +76,16 @@ std::vector<Optimizer::Bucket> Optimizer::make_buckets(BucketMembers members) co
     const ParamStructures::Entry& structure = structures.of(i);
     const std::string& key = structure.key;
     std::vector<Dtype> state_dtypes = state_dtypes_of(*this, i, structure.specs);
+    std::vector<std::optional<SlotBlocks>> state_blocks = state_blocks_of(*this, i, structure.specs);
     const uint64_t on_host = host_scalar_entries(flat_state(i), p);
     Bucket* bucket = nullptr;
     for (Bucket& b : buckets)
       if (b.dtype == p.dtype() && b.device == p.device() && b.structure_key == key && b.state_dtypes == state_dtypes &&
-          b.host_scalar_entries == on_host)
+          b.state_blocks == state_blocks && b.host_scalar_entries == on_host)
         bucket = &b;
     if (!bucket) {
-      buckets.push_back(Bucket{p.dtype(), p.device(), key, std::move(state_dtypes), {}, on_host});
+      buckets.push_back(
+          Bucket{p.dtype(), p.device(), key, std::move(state_dtypes), std::move(state_blocks), {}, on_host});
       bucket = &buckets.back();
     }
     bucket->members.push_back({g, i});
@@ -113,8 +115,9 @@ std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket
   const std::vector<StateSpec> specs = step_state_specs(structure);
   OPTJIT_ASSERT(bucket.state_dtypes.size() == specs.size(), "the bucket's state dtypes do not match its state specs");
   for (std::size_t k = 0; k < specs.size(); ++k)
-    slots.push_back(
-        {specs[k].name, SlotRole::State, slot_kind_of(specs[k].kind), component_dtype(bucket.state_dtypes[k]), {}});
+    slots.push_back({specs[k].name, SlotRole::State, slot_kind_of(specs[k].kind),
+                     bucket.state_blocks.at(k) ? Dtype::f32 : component_dtype(bucket.state_dtypes[k]),
+                     bucket.state_blocks.at(k)});
   return slots;
 }
 
@@ -170,6 +173,13 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
     args.slot_names.push_back(slot.name);
     args.slot_tensors.emplace_back();
   }
+  std::vector<std::string> scales; // each block-quantized state slot's scales, after the declared slots
+  for (const Slot& slot : declared)
+    if (slot.blocks) {
+      scales.push_back(scales_slot_name(slot.name));
+      args.slot_names.push_back(scales.back());
+      args.slot_tensors.emplace_back();
+    }
   for (const Member& m : bucket.members) {
     const Tensor& p = flat_param(m.flat);
     args.group_of.push_back(m.group);
@@ -191,6 +201,11 @@ ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
         OPTJIT_ASSERT(false, "an optimizer declares no scratch slot: " + declared[k].name);
       }
       args.slot_tensors[k].push_back(t.real_view()); // complex tensors run as their (re, im) components
+    }
+    for (std::size_t k = 0; k < scales.size(); ++k) {
+      const Tensor t = find_state(flat_state(m.flat), scales[k]);
+      OPTJIT_ASSERT(t.defined(), "state " + scales[k] + " missing; ensure_state() runs first");
+      args.slot_tensors[declared.size() + k].push_back(t);
     }
   }
   return args;

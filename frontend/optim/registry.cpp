@@ -8,6 +8,7 @@
 #include "frontend/optim/lamb.h"
 #include "frontend/optim/lars.h"
 #include "frontend/optim/lion.h"
+#include "frontend/optim/lowbit_adam.h"
 #include "frontend/optim/muon.h"
 #include "frontend/optim/nadam.h"
 #include "frontend/optim/radam.h"
@@ -73,7 +74,13 @@ Registry& registry() {
                   {"LAMB", optimizer_factory<LAMB>("LAMB")},
                   {"Adafactor", optimizer_factory<Adafactor>("Adafactor")},
                   {"LARS", optimizer_factory<LARS>("LARS")},
-                  {"Muon", optimizer_factory<Muon>("Muon")}};
+                  {"Muon", optimizer_factory<Muon>("Muon")},
+                  {"Adam8bit", optimizer_factory<Adam8bit>("Adam8bit")},
+                  {"AdamW8bit", optimizer_factory<AdamW8bit>("AdamW8bit")},
+                  {"Adam4bit", optimizer_factory<Adam4bit>("Adam4bit")},
+                  {"AdamW4bit", optimizer_factory<AdamW4bit>("AdamW4bit")},
+                  {"AdamFp8", optimizer_factory<AdamFp8>("AdamFp8")},
+                  {"AdamWFp8", optimizer_factory<AdamWFp8>("AdamWFp8")}};
     r->builtins = r->entries.size();
     return r;
   }();

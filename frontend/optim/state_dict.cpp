@@ -1,6 +1,7 @@
 // Optimizer::state_dict() and load_state_dict(): torch's semantics, with every check done before anything of the
 // optimizer changes.
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/optimizer_parts.h"
 #include "runtime/error.h"
 
 #include <spdlog/fmt/fmt.h>
@@ -102,6 +103,13 @@ std::vector<ParamState> Optimizer::checked_loaded_state(const StateDict& loaded)
         saved_state, id, i, /*loaded=*/true,
         [&](const StateSpec& spec, const Tensor& saved) {
           const bool scalar = spec.kind == StateKind::Scalar;
+          if (is_code_dtype(saved.dtype())) { // block-quantized codes: their scales come beside them
+            if (!optimizer_detail::state_fits(spec, saved, param))
+              throw Error(fmt::format("state '{}' of param {} holds {} codes of shape {}, but the param has shape {}",
+                                      spec.name, id, dtype_name(saved.dtype()), shape_text(saved.shape()),
+                                      shape_text(param.shape())));
+            return saved.clone().to(param.device());
+          }
           if (scalar ? saved.numel() != 1 : saved.shape() != state_shape(spec.kind, param.shape()))
             throw Error(fmt::format("state '{}' of param {} has shape {}, {}", spec.name, id, shape_text(saved.shape()),
                                     scalar ? std::string("a scalar state needs one element")

@@ -27,6 +27,9 @@ struct StateSpec {
   double loaded = 0;              // hidden entries: the value a param's state loaded by load_state_dict implies
   bool copies_param = false;      // starts as a copy of its param, stored in the compute dtype (master weights)
   bool holds_param_index = false; // holds its param's flat index (the stochastic rounding stream)
+  // Tensor entries an optimizer may keep block-quantized (Optimizer::new_state_blocks): whether their values take
+  // both signs (a first moment: the signed map) or none (a second moment, a max of them: the unsigned map).
+  bool signed_values = true;
 };
 
 // torch.optim's state_dict(): each group's options with its params as indices (groups in order, params in group

@@ -13,6 +13,7 @@
 #include "frontend/optim/sgd.h"
 #include "helpers.h"
 #include "tools/model.h"
+#include <spdlog/fmt/fmt.h>
 
 #include <doctest/doctest.h>
 
@@ -376,7 +377,7 @@ TEST_CASE("errors: quantized state's code dtypes (u8, e4m3) are never a param's 
                              {"exp_avg_sq", Tensor::zeros({4}, Dtype::f32)}},
                             Optimizer::StateOrigin::Loaded);
         },
-        "holds the codes of block-quantized state");
+        fmt::format("{} state 'exp_avg' of param 0: its scales are missing", codes == Dtype::u8 ? "signed8" : "fp8"));
     CHECK(parse_dtype(codes == Dtype::u8 ? "uint8" : "float8_e4m3fn") == codes);
     CHECK(dtype_from_safetensors_code(codes == Dtype::u8 ? "U8" : "F8_E4M3") == codes);
   }
