@@ -316,6 +316,9 @@ class CompiledStep:
         group_options = [
             _torch_optim.keywords(self._cls, group, f"param group {g}") for g, group in enumerate(opt.param_groups)
         ]
+        if _torch_optim.is_torchao(self._cls):
+            defaults = _torch_optim.torchao_options(opt, defaults)
+            group_options = [_torch_optim.torchao_options(opt, options) for options in group_options]
         # The C++ step's own scalar state (a rounding stream) takes the first group's dtype; torch's is made per group.
         scalar_dtype = _torch_optim.scalar_state_dtype(opt.param_groups[0] if opt.param_groups else {})
         # Built in locals and published at the end, the step last: an exception or an interrupt part way (a
@@ -360,7 +363,10 @@ class CompiledStep:
             scalar_device = _torch_optim.scalar_state_device(self._cls, group, p)
             grad_layout = _torch_optim.grad_layout_state(self._cls)
             scalar_dtype = _torch_optim.scalar_state_dtype(group)
-            state = _torch_optim.new_state(p, entries, scalar_dtype, scalar_device, grad_layout)
+            if _torch_optim.is_torchao(self._cls):
+                state = _torch_optim.torchao_new_state(opt, p, entries)
+            else:
+                state = _torch_optim.new_state(p, entries, scalar_dtype, scalar_device, grad_layout)
             completes = len(have) > 0  # master weights turned on for state made without them: only those are new
             have.update(state)
             cxx.adopt(flat, have, completes)

@@ -31,6 +31,17 @@ SUPPORTED = {
     )
 }
 
+# torchao's low-bit Adam and AdamW (torchao.optim, 0.18), compiled as optjit's C++ optimizers of the same names
+# (frontend/optim/lowbit_adam.h); found by name and module, so that torchao is never imported here.
+TORCHAO_CLASSES = ("Adam8bit", "AdamW8bit", "Adam4bit", "AdamW4bit", "AdamFp8", "AdamWFp8")
+# Their constructor options that torchao keeps on the optimizer, not in its param groups.
+TORCHAO_OPTIMIZER_OPTIONS = {"block_size", "bf16_stochastic_round"}
+
+
+def is_torchao(cls):
+    return cls.__name__ in TORCHAO_CLASSES and cls.__module__.startswith("torchao.optim")
+
+
 # Muon's adjust_lr_fn, by name, as optjit's option holds it (None: torch's default, "original").
 _ADJUST_LR_FN = {"original": 0.0, "match_rms_adamw": 1.0, "spectral_unclamped": 2.0}
 
@@ -67,10 +78,14 @@ def optimizer_class(opt):
     if not isinstance(opt, torch.optim.Optimizer):
         raise Error(f"optjit.compile takes a torch.optim.Optimizer, not {type(opt).__name__}")
     mro = type(opt).__mro__
-    torch_class = next((cls for cls in mro if SUPPORTED.get(cls.__name__) is cls), None)
+    torch_class = next((cls for cls in mro if SUPPORTED.get(cls.__name__) is cls or is_torchao(cls)), None)
     if torch_class is None:
-        raise Error(f"optjit cannot compile {type(opt).__name__}: it compiles torch.optim's {', '.join(SUPPORTED)}")
-    for method in _STEP_METHODS:
+        raise Error(
+            f"optjit cannot compile {type(opt).__name__}: it compiles torch.optim's {', '.join(SUPPORTED)}, and "
+            f"torchao.optim's {', '.join(TORCHAO_CLASSES)}"
+        )
+    methods = _STEP_METHODS + (("_new_buffer", "_subclass_zeros") if is_torchao(torch_class) else ())
+    for method in methods:
         own = inspect.unwrap(getattr(torch_class, method, None))
         for cls in mro[: mro.index(torch_class)]:
             # torch.optim wraps each class's step in its hook runner (in that class's dict): look through wrappers.
@@ -222,6 +237,33 @@ if hasattr(torch.optim, "Muon"):
     _GRAD_LAYOUT_STATE[torch.optim.Muon] = {"momentum_buffer"}  # zeros_like(grad)
 
 
+def torchao_options(opt, options):
+    """optjit's keyword options of a torchao optimizer's group (or defaults): the group's, and the optimizer's own
+    block_size. Its bf16_stochastic_round draws its bits from inductor's generator inside torchao's compiled step, which
+    no other step can reproduce: refused, naming optjit's own stochastic rounding."""
+    if getattr(opt, "bf16_stochastic_round", False):
+        raise Error(
+            f"{type(opt).__name__}(bf16_stochastic_round=True): torchao draws its random bits inside its compiled step, "
+            "which optjit cannot reproduce; use optjit's own stochastic rounding (the param group option "
+            "stochastic_rounding=True, counter-based bits on every device) instead"
+        )
+    return dict(options, block_size=[float(opt.block_size)])
+
+
+def torchao_new_state(opt, param, entries):
+    """torchao's state for a param on its first step, made by torchao itself (its _new_buffer: quantized state, or
+    plain state in the param's dtype for a small param), so that torchao's own step and checkpoints see it as theirs."""
+    state = {}
+    for key, kind, _initial, _copies in entries:
+        if key == "step":
+            state[key] = torch.tensor(0.0)  # torchao's: an f32 CPU tensor
+        elif kind == "tensor":
+            state[key] = opt._new_buffer(param, key == "exp_avg")  # exp_avg signed, the second moments unsigned
+        else:
+            raise Error(f"{type(opt).__name__} has no state entry '{key}' of kind {kind} in torchao")
+    return state
+
+
 def grad_layout_state(cls):
     return _GRAD_LAYOUT_STATE.get(cls, set())
 
@@ -281,6 +323,8 @@ _ZERO_DIVISORS = {
 @functools.lru_cache(maxsize=None)
 def _required_keys(cls):
     keys = set(inspect.signature(cls.__init__).parameters) - {"self", "params"}
+    if is_torchao(cls):
+        keys -= TORCHAO_OPTIMIZER_OPTIONS
     return tuple(sorted(keys - _OPTIONAL_KEYS.get(cls, set())))
 
 

@@ -2,12 +2,15 @@
 #include "frontend/optim/options.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/validation.h"
+#include "ir/ir.h"
+#include "runtime/block_quantization.h"
 #include "runtime/error.h"
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <set>
@@ -323,6 +326,14 @@ void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
   for (auto [key, tensor] : state) {
     const std::string name = nb::cast<std::string>(key);
     const std::string what = "state '" + name + "' of " + p.name;
+    if (torch_.is_tensor(tensor) && nb::hasattr(tensor, "codes") && nb::hasattr(tensor, "scale")) {
+      HeldState quantized; // torchao's: its codes and scales, zero-copy
+      quantized.key = nb::borrow(key);
+      quantized.tensor = nb::borrow(tensor);
+      view_quantized_state(flat, name, tensor, quantized, views);
+      held.push_back(std::move(quantized));
+      continue;
+    }
     if (!torch_.is_tensor(tensor)) // view() names it
       views.emplace_back(name, torch_.view(tensor, what));
     const TorchTensors::LazyBits bits = torch_.lazy_bits(tensor);
@@ -330,12 +341,44 @@ void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
     nb::object staged = bits.any() ? torch_.resolved(tensor) : nb::none();
     any_staged_ = any_staged_ || bits.any();
     views.emplace_back(name, bits.any() ? torch_.view(staged, what, {}) : torch_.view(tensor, what, bits));
-    held.push_back({nb::borrow(key), nb::borrow(tensor), staged, views.back().second});
+    HeldState plain;
+    plain.key = nb::borrow(key);
+    plain.tensor = nb::borrow(tensor);
+    plain.staged = staged;
+    plain.view = views.back().second;
+    held.push_back(std::move(plain));
   }
   if (loaded)
     check_adopted(p, views);
   optimizer_->adopt_state(flat, views, loaded ? Optimizer::StateOrigin::Loaded : Optimizer::StateOrigin::Fresh);
   p.state = std::move(held);
+}
+
+void TorchStep::view_quantized_state(int64_t flat, const std::string& name, nb::handle tensor, HeldState& held,
+                                     ParamState& views) const {
+  const std::string what = "state '" + name + "' of " + params_[static_cast<std::size_t>(flat)].name;
+  held.codes = tensor.attr("codes");
+  held.scales = tensor.attr("scale");
+  held.view = torch_.codes_view(held.codes, what + " (its codes)");
+  held.scales_view = torch_.view(held.scales, what + " (its scales)");
+  // torchao keeps the map with each 8-bit and 4-bit state (FP8's codes are values): the kernels hold torchao's own
+  // maps as constants, and the entry's spec says which (signed for a first moment), so any other map is refused.
+  const std::vector<StateSpec> specs = optimizer_->param_state_specs(flat);
+  const auto spec = std::find_if(specs.begin(), specs.end(), [&](const StateSpec& s) { return s.name == name; });
+  if (nb::hasattr(tensor, "qmap") && spec != specs.end()) {
+    const Tensor qmap = torch_.view(tensor.attr("qmap"), what + " (its qmap)");
+    const Tensor host = qmap.device().kind == DeviceKind::cpu ? qmap : qmap.to(Device::cpu());
+    const bool four = held.view.dtype() == Dtype::u8 && held.view.numel() * 2 == params_[flat].view.numel();
+    const BlockFormat format = four ? (spec->signed_values ? BlockFormat::Signed4 : BlockFormat::Unsigned4)
+                                    : (spec->signed_values ? BlockFormat::Signed8 : BlockFormat::Unsigned8);
+    const std::span<const float> map = quantization_map(format);
+    if (host.dtype() != Dtype::f32 || host.numel() != static_cast<int64_t>(map.size()) || !host.is_contiguous() ||
+        std::memcmp(host.data(), map.data(), map.size() * sizeof(float)) != 0)
+      throw Error(what + " quantizes with its own map (" + qmap.describe() + "), not torchao's " +
+                  block_format_name(format) + " map, which optjit's kernels hold for '" + name + "'");
+  }
+  views.emplace_back(name, held.view);
+  views.emplace_back(scales_slot_name(name), held.scales_view);
 }
 
 void TorchStep::check_adopted(const BoundParam& p, const ParamState& views) const {
@@ -351,7 +394,7 @@ void TorchStep::check_adopted(const BoundParam& p, const ParamState& views) cons
                     ": a step count is never negative (torch's next step divides by zero in its bias corrections)");
       continue;
     }
-    if (state_dtype_is_params_ && !spec->copies_param && view.dtype() != p.view.dtype())
+    if (state_dtype_is_params_ && !spec->copies_param && !is_code_dtype(view.dtype()) && view.dtype() != p.view.dtype())
       throw Error("state '" + name + "' of " + p.name + " has dtype " + std::string(dtype_name(view.dtype())) +
                   " and its param " + std::string(dtype_name(p.view.dtype())) + ": " + optimizer_->name() +
                   "'s step in torch refuses state in another dtype than its param (its lerp_ " +
@@ -387,7 +430,10 @@ void TorchStep::sync_state(nb::handle state) {
       // The same tensor object may hold other memory now (`m.data = t`, `m.set_(t)`, a storage resized): torch
       // steps the new memory, and the old view would write memory torch freed. (A staged entry's view is of its
       // copy: never the same address, so it is adopted, and copied, again at every step.)
-      same = entry == held.tensor.ptr() && torch_.still_views(held.tensor, held.view);
+      same = entry == held.tensor.ptr() &&
+             (held.codes.is_none()
+                  ? torch_.still_views(held.tensor, held.view)
+                  : torch_.still_views(held.codes, held.view) && torch_.still_views(held.scales, held.scales_view));
     }
     if (!same)
       adopt(static_cast<int64_t>(flat), entries ? nb::borrow<nb::dict>(entries) : nb::dict(), /*loaded=*/true);

@@ -100,10 +100,18 @@ private:
   // A state entry adopted from torch: its key, the torch tensor, and the view the kernels write: of the tensor
   // itself, or of `staged`, a resolved copy of a tensor with torch's lazy negation or conjugation bit (written back
   // after each step, through torch, which resolves the bit as its own in-place ops do).
+  // A torchao state tensor (OptimState8bit, OptimState4bit, OptimStateFp8) is held as its codes (`codes`, viewed by
+  // `view`) and its scales (`scales`, viewed by `scales_view`), the memory its own step reads and writes.
   struct HeldState {
     nb::object key, tensor, staged = nb::none();
     Tensor view;
+    nb::object codes = nb::none(), scales = nb::none();
+    Tensor scales_view;
   };
+  // Views of a torchao state tensor's codes and scales, as the optimizer's state entries `name` and `name.scale`,
+  // after checking that its quantization map is the one optjit's kernels hold for that entry.
+  void view_quantized_state(int64_t flat, const std::string& name, nb::handle tensor, HeldState& held,
+                            ParamState& views) const;
   struct BoundParam {
     nb::object param;   // the torch param (a DTensor under FSDP2)
     std::string name;   // "param 3" in messages

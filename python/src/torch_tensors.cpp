@@ -73,10 +73,10 @@ nb::object TorchTensors::local(nb::handle tensor) const {
   return nb::borrow(tensor);
 }
 
-Dtype TorchTensors::dtype_of(nb::handle torch_dtype, const std::string& what) const {
+Dtype TorchTensors::dtype_of(nb::handle torch_dtype, const std::string& what, bool codes) const {
   std::string names;
   for (const auto& [object, dtype] : dtypes_) {
-    if (is_code_dtype(dtype)) // quantized state's codes: never a tensor optjit computes on (adopted by their format)
+    if (is_code_dtype(dtype) != codes) // quantized state's codes: never a tensor optjit computes on
       continue;
     if (torch_dtype.is(object))
       return dtype;
@@ -123,6 +123,18 @@ bool TorchTensors::plain_dispatch(nb::handle type) const {
   if (plain_types_.size() < 16) // a few types in any program: Tensor, Parameter, a Buffer or two
     plain_types_.push_back(nb::borrow(type));
   return true;
+}
+
+Tensor TorchTensors::codes_view(nb::handle tensor, const std::string& what) const {
+  if (!is_tensor(tensor))
+    throw Error(what + " is a " + text(nb::handle(Py_TYPE(tensor.ptr()))) + ", not a torch.Tensor");
+  if (nb::object layout = attr(tensor, names_.layout); !layout.is(strided_))
+    throw Error(what + " has layout " + text(layout) + ": codes are dense (torch.strided) tensors");
+  const Device device = device_of(tensor, what);
+  const Dtype dtype = dtype_of(attr(tensor, names_.dtype), what, /*codes=*/true);
+  const Shape shape = int_tuple(attr(tensor, names_.shape), "Tensor.shape");
+  const Shape strides = int_tuple(call(tensor, names_.stride), "Tensor.stride()");
+  return Tensor::from_blob(reinterpret_cast<void*>(data_ptr(tensor)), shape, dtype, strides, device);
 }
 
 Tensor TorchTensors::view(nb::handle tensor, const std::string& what, LazyBits bits) const {

@@ -29,7 +29,7 @@ public:
   // The local tensor of a DTensor (FSDP2's sharded params and their grads and state), the tensor itself otherwise.
   nb::object local(nb::handle tensor) const;
   // optjit's dtype for torch's; an optjit::Error naming `what` for a dtype optjit does not run yet.
-  Dtype dtype_of(nb::handle torch_dtype, const std::string& what) const;
+  Dtype dtype_of(nb::handle torch_dtype, const std::string& what, bool codes = false) const;
   // torch's lazy bits of a tensor (torch._neg_view, `.conj()`, and `.conj().imag` of a complex tensor): its memory
   // holds the negated or conjugated values, which torch resolves as it reads and writes.
   struct LazyBits {
@@ -42,6 +42,9 @@ public:
   // resolved(), or stages it). With `bits`, the tensor's lazy bits as the caller read them already.
   Tensor view(nb::handle tensor, const std::string& what) const { return view(tensor, what, lazy_bits(tensor)); }
   Tensor view(nb::handle tensor, const std::string& what, LazyBits bits) const;
+  // The view of the codes of block-quantized state (a torchao state tensor's `codes`: uint8 or float8_e4m3fn), which
+  // view() refuses everywhere else.
+  Tensor codes_view(nb::handle tensor, const std::string& what) const;
   // The address of a tensor's first element (Tensor.data_ptr()).
   uintptr_t data_ptr(nb::handle tensor) const;
   // A new tensor holding the values of `tensor`, which has a lazy bit, with its bits resolved (not an alias).
