@@ -18,10 +18,14 @@ export LD_LIBRARY_PATH="$unpacked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
 # cuBLAS for the C++ checks' matrix products: torch's wheel brings one (the Python package finds it loaded by torch).
 if [ -z "${OPTJIT_CUBLAS_LIBRARY:-}" ]; then
-  cublas="$(python3 -c 'import glob, nvidia.cublas as c; print(sorted(glob.glob(list(c.__path__)[0] + "/lib/libcublas.so.*"))[0])' 2>/dev/null)"
+  # CUDA 12 wheels keep it in nvidia/cublas/lib, CUDA 13 wheels in nvidia/cu13/lib: any nvidia/*/lib.
+  cublas="$(python3 -c 'import glob, os, nvidia; print(sorted(p for d in nvidia.__path__ for p in glob.glob(os.path.join(d, "*", "lib", "libcublas.so.*")))[0])' 2>/dev/null)"
   if [ -n "$cublas" ]; then
     export OPTJIT_CUBLAS_LIBRARY="$cublas" LD_LIBRARY_PATH="$(dirname "$cublas"):$LD_LIBRARY_PATH"
   fi
+  echo "gpu_check: cuBLAS for the C++ checks: ${OPTJIT_CUBLAS_LIBRARY:-none found in torch's wheel (the loader's default)}"
+else
+  echo "gpu_check: cuBLAS for the C++ checks: $OPTJIT_CUBLAS_LIBRARY (OPTJIT_CUBLAS_LIBRARY)"
 fi
 
 checks=("$@")

@@ -230,6 +230,7 @@ def test_cuda_muon_products_in_cublas_match_torch():
     opt, ref = torch.optim.Muon(ours, lr=lr, weight_decay=0.1), torch.optim.Muon(theirs, lr=lr, weight_decay=0.1)
     step = optjit.compile(opt)
     stream = torch.cuda.Stream()
+    start = [p.detach().clone() for p in theirs]
     for s in range(4):
         for a, b, g in zip(ours, theirs, _cuda_muon_grads(ours, s)):
             a.grad, b.grad = g.clone(), g.clone()
@@ -239,10 +240,12 @@ def test_cuda_muon_products_in_cublas_match_torch():
         torch.cuda.current_stream().wait_stream(stream)
         ref.step()
     torch.cuda.synchronize()
-    for a, b in zip(ours, theirs):
+    for a, b, a0 in zip(ours, theirs, start):
         torch.testing.assert_close(opt.state[a]["momentum_buffer"], ref.state[b]["momentum_buffer"], rtol=1e-6, atol=1e-7)
-        # a few bf16 ulps of an update of at most ~2 lr, over 4 steps
-        torch.testing.assert_close(a, b, rtol=0, atol=4 * 2**-5 * lr * 2 * 4)
+        # The updates, which a wrong product changes wholly, within the spread of bf16 Newton-Schulz (a few percent);
+        # the params alone would hide them under their own size.
+        ours_update, theirs_update = (a - a0).double(), (b - a0).double()
+        assert (ours_update - theirs_update).norm() < 0.05 * theirs_update.norm(), (a.shape, s)
     assert step.metrics()["compiles"] == 1
     assert step.metrics()["library_calls"] == step.library_call_count > 0
 
@@ -261,4 +264,6 @@ def test_cuda_muon_f32_iterations_match_newton_schulz_in_f64():
     optjit.compile(opt)()
     for p, e in zip(params, exact):
         update = 0.02 * 4  # the largest adjusted lr times an update element near 1
-        assert (p.detach().cpu() - e).abs().max() < 1e-5 * update  # f32 rounding of the update
+        # f32 rounding of the update, plus that of the params themselves (an ulp of |p| ~ 5 is 5e-7)
+        bound = 1e-5 * update + 2 * torch.finfo(torch.float32).eps * e.abs().max()
+        assert (p.detach().cpu() - e).abs().max() < bound

@@ -1,8 +1,10 @@
 // Matrix products on a CUDA device: cuBLAS, loaded at run time with dlopen like the driver, so that a build or a
 // step without products on a GPU never needs it. runtime/gemm.h's GemmShape (row-major, batched, torch.addmm's beta
 // and alpha) becomes one cublasGemmStridedBatchedEx queued on the caller's stream: bf16 operands with f32
-// accumulation (CUBLAS_COMPUTE_32F, the default math mode: no TF32 for f32 operands), the result rounded once to
-// bf16 or kept in f32, as torch's CUDA mm and addmm do through the same library.
+// accumulation (CUBLAS_COMPUTE_32F, the default math mode: no TF32 for f32 operands), the result written in bf16 or
+// f32, as torch's CUDA mm and addmm do through the same library. The default math mode lets cuBLAS reduce bf16
+// products in reduced precision in some kernels (split-k: not rounded once), as torch allows by default
+// (torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction); optjit keeps torch's choice.
 #pragma once
 
 #include "runtime/cuda/cuda_driver.h"
