@@ -5,6 +5,7 @@
 // each with torchao's own f32 operations in its order, so the codes equal runtime/block_quantization.cpp's bit for
 // bit. KernelBody's members (codegen/kernel_body.h).
 #include "codegen/kernel_body.h"
+#include "runtime/block_quantization.h"
 
 namespace optjit::emission {
 
@@ -143,25 +144,46 @@ Value* KernelBody::to_e4m3_bits(IRBuilder<>& b, Value* x) {
   return b.CreateOr(result, b.CreateLShr(sign, constant(24)));
 }
 
-// The nearest code (i32 lanes) of f32 lanes `x` in `format`'s sorted map, as torchao's quantize_{8,4}bit_with_qmap: a
-// branchless binary search for the last entry <= x, then one up when x - down >= (up - down) * 0.5 (ties go up).
+// The search tables of a map format (runtime/block_quantization.h's CodeSearch), as module constants: the bucket
+// codes (padded by three bytes, read four at a time by a 32-bit gather) and the thresholds.
+std::pair<Value*, Value*> KernelBody::code_search_tables(BlockFormat format) {
+  const std::string name = "optjit.search." + block_format_name(format);
+  llvm::GlobalVariable* buckets = module_.getNamedGlobal(name + ".buckets");
+  llvm::GlobalVariable* thresholds = module_.getNamedGlobal(name + ".thresholds");
+  if (!buckets) {
+    const CodeSearch& search = code_search(format);
+    std::vector<uint8_t> padded = search.bucket_codes;
+    padded.resize(padded.size() + 3, 0);
+    llvm::Constant* bytes = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(padded));
+    buckets = new llvm::GlobalVariable(module_, bytes->getType(), /*isConstant=*/true,
+                                       llvm::GlobalValue::PrivateLinkage, bytes, name + ".buckets");
+    llvm::Constant* values = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<float>(search.thresholds));
+    thresholds = new llvm::GlobalVariable(module_, values->getType(), /*isConstant=*/true,
+                                          llvm::GlobalValue::PrivateLinkage, values, name + ".thresholds");
+  }
+  return {buckets, thresholds};
+}
+
+// The nearest code (i32 lanes) of f32 lanes `x` in `format`'s sorted map, as torchao's quantize_{8,4}bit_with_qmap
+// finds it (a branchless binary search for the last entry <= x, then one up when x - down >= (up - down) * 0.5),
+// found in two table reads (runtime/block_quantization.h's CodeSearch): the code of x's bucket, plus one when x
+// reaches the next threshold; NaN is code 0, as torchao's comparisons make it. FP8: c10's rounding.
 Value* KernelBody::nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format) {
   if (format == BlockFormat::Fp8)
     return to_e4m3_bits(b, x);
   llvm::Type* i32 = with_lanes(b.getInt32Ty(), x->getType());
-  const auto constant = [&](int v) { return llvm::ConstantInt::get(i32, static_cast<uint64_t>(v)); };
-  Value* table = code_table(format);
-  const int size = static_cast<int>(quantization_map(format).size());
-  Value* code = constant(0);
-  for (int half = size / 2; half >= 1; half /= 2) {
-    Value* candidate = b.CreateAdd(code, constant(half));
-    code = b.CreateSelect(b.CreateFCmpOGE(x, table_lookup(b, table, candidate)), candidate, code);
-  }
-  Value* up = b.CreateSelect(b.CreateICmpSLT(code, constant(size - 1)), b.CreateAdd(code, constant(1)), code);
-  Value* down_value = table_lookup(b, table, code);
-  Value* up_value = table_lookup(b, table, up);
-  Value* half_gap = b.CreateFMul(b.CreateFSub(up_value, down_value), llvm::ConstantFP::get(x->getType(), 0.5));
-  return b.CreateSelect(b.CreateFCmpOGE(b.CreateFSub(x, down_value), half_gap), up, code);
+  const auto [buckets, thresholds] = code_search_tables(format);
+  Value* bucket = b.CreateLShr(b.CreateBitCast(x, i32), llvm::ConstantInt::get(i32, 32 - CodeSearch::bucket_bits));
+  Value* at = b.CreateGEP(b.getInt8Ty(), buckets, bucket);
+  Value* four = x->getType()->isVectorTy() ? b.CreateMaskedGather(i32, at, llvm::Align(1))
+                                           : static_cast<Value*>(b.CreateAlignedLoad(i32, at, llvm::Align(1)));
+  Value* base = b.CreateAnd(four, llvm::ConstantInt::get(i32, 0xff)); // the byte at the address (little-endian)
+  Value* threshold_at = b.CreateGEP(b.getFloatTy(), thresholds, base);
+  Value* threshold = x->getType()->isVectorTy()
+                         ? b.CreateMaskedGather(x->getType(), threshold_at, llvm::Align(4))
+                         : static_cast<Value*>(b.CreateAlignedLoad(x->getType(), threshold_at, llvm::Align(4)));
+  Value* code = b.CreateAdd(base, b.CreateZExt(b.CreateFCmpOGE(x, threshold), i32));
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), llvm::Constant::getNullValue(i32), code);
 }
 
 // The end of a walked block: for each quantized store, the block's scale (its absolute maximum, floored at 1e-12 with

@@ -179,6 +179,7 @@ public:
   void buffer_quantized_store(IRBuilder<>& b, int slot, Value* j, Value* value);
   Value* to_e4m3_bits(IRBuilder<>& b, Value* x);
   Value* nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format);
+  std::pair<Value*, Value*> code_search_tables(BlockFormat format);
   void quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases);
   // A walk over whole blocks of `block` elements (a kernel that stores quantized state): the block's first element
   // and its index, and per quantized store (by ABI tensor slot) its buffer of the block's values and their running

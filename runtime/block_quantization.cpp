@@ -8,6 +8,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace optjit {
@@ -69,6 +70,51 @@ uint8_t nearest_code(float x, std::span<const float> map) {
   return static_cast<uint8_t>(x - down_value >= (up_value - down_value) * 0.5f ? up : code);
 }
 
+// A float's place in f32 order as an unsigned integer (negative floats below positive ones, -0 just below +0).
+uint32_t ordered(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+float from_ordered(uint32_t key) { return std::bit_cast<float>((key & 0x80000000u) != 0 ? key & 0x7fffffffu : ~key); }
+
+CodeSearch make_code_search(std::span<const float> map) {
+  CodeSearch search;
+  const auto size = map.size();
+  // Threshold i: the least f32 in [map[i], map[i + 1]] whose rule rounds up past entry i (the rule is monotone there).
+  for (std::size_t i = 0; i + 1 < size; ++i) {
+    const float half = (map[i + 1] - map[i]) * 0.5f;
+    uint32_t low = ordered(map[i]), high = ordered(map[i + 1]); // high rounds up: x - map[i] is the whole gap
+    while (low < high) {
+      const uint32_t mid = low + (high - low) / 2;
+      if (from_ordered(mid) - map[i] >= half)
+        high = mid;
+      else
+        low = mid + 1;
+    }
+    search.thresholds.push_back(from_ordered(low));
+  }
+  search.thresholds.push_back(std::numeric_limits<float>::quiet_NaN()); // no x reaches it: the last code is last
+  const auto code_of = [&](float x) {
+    if (std::isnan(x))
+      return std::size_t{0};
+    return static_cast<std::size_t>(std::upper_bound(search.thresholds.begin(), search.thresholds.end() - 1, x) -
+                                    search.thresholds.begin());
+  };
+  const int shift = 32 - CodeSearch::bucket_bits;
+  search.bucket_codes.resize(std::size_t{1} << CodeSearch::bucket_bits);
+  for (uint32_t bucket = 0; bucket < search.bucket_codes.size(); ++bucket) {
+    const uint32_t first = bucket << shift, last = first | ((1u << shift) - 1);
+    const bool negative = (first & 0x80000000u) != 0;
+    const float least = std::bit_cast<float>(negative ? last : first);
+    const float most = std::bit_cast<float>(negative ? first : last);
+    const std::size_t base = code_of(least);
+    search.bucket_codes[bucket] = static_cast<uint8_t>(base);
+    OPTJIT_ASSERT(std::isnan(least) || std::isnan(most) || code_of(most) <= base + 1,
+                  "a bucket of the code search holds two thresholds");
+  }
+  return search;
+}
+
 void check_sizes(BlockFormat format, int64_t numel, int64_t block) {
   if (block <= 0)
     throw Error(fmt::format("a block size of {} for {} state: blocks hold at least one value", block,
@@ -107,6 +153,17 @@ std::optional<BlockFormat> block_format_from_name(std::string_view name) {
 }
 
 Dtype block_code_dtype(BlockFormat format) { return format == BlockFormat::Fp8 ? Dtype::e4m3 : Dtype::u8; }
+
+const CodeSearch& code_search(BlockFormat format) {
+  OPTJIT_ASSERT(format != BlockFormat::Fp8, "FP8 codes are rounded values, found without a map");
+  static const std::array<CodeSearch, 4> tables = {make_code_search(quantization_map(BlockFormat::Signed8)),
+                                                   make_code_search(quantization_map(BlockFormat::Unsigned8)),
+                                                   make_code_search(quantization_map(BlockFormat::Signed4)),
+                                                   make_code_search(quantization_map(BlockFormat::Unsigned4))};
+  return tables[static_cast<std::size_t>(format)];
+}
+
+uint8_t nearest_map_code(BlockFormat format, float x) { return nearest_code(x, quantization_map(format)); }
 
 int block_format_bits(BlockFormat format) {
   return format == BlockFormat::Signed4 || format == BlockFormat::Unsigned4 ? 4 : 8;

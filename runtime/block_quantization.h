@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace optjit {
 
@@ -35,6 +36,23 @@ int64_t code_bytes(BlockFormat format, int64_t numel); // numel, or numel / 2 fo
 // The format's dynamic quantization map (torchao's create_dynamic_map, or for unsigned 4 bits linspace(0, 1, 17)
 // without its zero): sorted f32 values, 256 or 16 of them. Empty for FP8, whose codes are values.
 std::span<const float> quantization_map(BlockFormat format);
+
+// torchao's nearest code of a map, found in two table reads instead of a binary search (what the kernels do).
+// Its rule (a code c = the last entry <= x, then c + 1 when x - map[c] >= (map[c + 1] - map[c]) * 0.5, each in f32)
+// is monotone in x, so the code of x is the number of thresholds <= x: thresholds[i], the least f32 that rounds up
+// past entry i (thresholds[size - 1] is NaN: no x reaches past the last). A float's upper bits (`bucket_bits` of them:
+// sign, exponent and the first mantissa bits) then bound its code: bucket_codes[bits >> (32 - bucket_bits)] is the code
+// of the bucket's least value, and no bucket holds two thresholds (checked when the tables are made), so the code is
+// that base plus (x >= thresholds[base]). NaN has code 0, which a kernel selects itself (NaNs share +inf's bucket).
+struct CodeSearch {
+  static constexpr int bucket_bits = 17;
+  std::vector<uint8_t> bucket_codes; // 2^bucket_bits of them
+  std::vector<float> thresholds;     // one per map entry
+};
+// The tables of a map format (not FP8, whose codes are rounded values).
+const CodeSearch& code_search(BlockFormat format);
+// The code quantize_blocks gives `x` (already divided by its scale) for a map format: the reference of the tables.
+uint8_t nearest_map_code(BlockFormat format, float x);
 
 // float8_e4m3fn (torch.float8_e4m3fn, c10's conversion): to the nearest value, ties to even; above 464 in
 // magnitude (and NaN) NaN, as e4m3fn has no infinity.

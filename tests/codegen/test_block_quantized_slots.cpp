@@ -228,7 +228,7 @@ TEST_CASE("block-quantized slots: a compiled store quantizes exact ties, NaN, in
     // Block 0: every midpoint between neighbouring codes (ties go up), and the codes themselves. Block 1: a NaN among
     // values. Block 2: zeros (scale 1e-12). Block 3: an infinity. Block 4: values near 1e-12. Block 5: e4m3's
     // subnormals and the range that rounds to its NaN code, scaled by the block's maximum (448).
-    std::vector<float> values(6 * block, 0.0f);
+    std::vector<float> values(7 * block, 0.0f);
     for (int64_t i = 0; i < block; ++i) {
       const auto k = static_cast<std::size_t>(i) % std::max<std::size_t>(map.size(), 1);
       if (map.empty()) { // e4m3's values and the midpoints between neighbours (ties to the even code), both signs
@@ -246,6 +246,17 @@ TEST_CASE("block-quantized slots: a compiled store quantizes exact ties, NaN, in
       values[3 * block + i] = std::cos(static_cast<float>(i));
       values[4 * block + i] = 1e-13f * static_cast<float>(i % 11) - 3e-13f;
       values[5 * block + i] = static_cast<float>(i) * 1.85f - 10.0f; // to 462, past e4m3's largest (448)
+    }
+    // Block 6, for map formats: each threshold of the code search and the float just below it, scaled by the block's
+    // maximum 1: where the two-table search turns from one code to the next.
+    if (!map.empty()) {
+      const std::vector<float>& thresholds = code_search(format).thresholds;
+      for (int64_t i = 0; i + 1 < block; i += 2) {
+        const float t = thresholds[static_cast<std::size_t>(i / 2) % (thresholds.size() - 1)];
+        values[6 * block + i] = t;
+        values[6 * block + i + 1] = std::nextafter(t, -2.0f);
+      }
+      values[7 * block - 1] = 1.0f;
     }
     values[block + 77] = std::numeric_limits<float>::quiet_NaN();
     values[3 * block + 5] = -std::numeric_limits<float>::infinity();

@@ -11,7 +11,9 @@
 #include <bit>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <random>
 #include <vector>
 
 using namespace optjit;
@@ -138,4 +140,48 @@ TEST_CASE("block quantization: a count not a multiple of the block, and an odd 4
                        doctest::Contains("a block size of 3 for 4-bit state"), Error);
   CHECK_THROWS_WITH_AS(quantize_blocks(BlockFormat::Fp8, values, 0, codes.data(), scales.data()),
                        doctest::Contains("blocks hold at least one value"), Error);
+}
+
+TEST_CASE(
+    "block quantization: the two-table code search finds quantize_blocks' code for every float near a threshold") {
+  for (const BlockFormat format :
+       {BlockFormat::Signed8, BlockFormat::Unsigned8, BlockFormat::Signed4, BlockFormat::Unsigned4}) {
+    CAPTURE(block_format_name(format));
+    const CodeSearch& search = code_search(format);
+    const std::span<const float> map = quantization_map(format);
+    REQUIRE(search.thresholds.size() == map.size());
+    REQUIRE(search.bucket_codes.size() == std::size_t{1} << CodeSearch::bucket_bits);
+    const auto searched = [&](float x) -> int {
+      if (std::isnan(x))
+        return 0;
+      const uint8_t base = search.bucket_codes[std::bit_cast<uint32_t>(x) >> (32 - CodeSearch::bucket_bits)];
+      return base + (x >= search.thresholds[base] ? 1 : 0);
+    };
+    std::vector<float> probes = {0.0f,
+                                 -0.0f,
+                                 1.0f,
+                                 -1.0f,
+                                 2.0f,
+                                 -2.0f,
+                                 1e-12f,
+                                 -1e-12f,
+                                 std::numeric_limits<float>::infinity(),
+                                 -std::numeric_limits<float>::infinity(),
+                                 std::numeric_limits<float>::quiet_NaN(),
+                                 std::numeric_limits<float>::denorm_min()};
+    for (std::size_t i = 0; i < map.size(); ++i)
+      for (float x : {map[i], search.thresholds[i]})
+        for (float y : {x, std::nextafter(x, -2.0f), std::nextafter(x, 2.0f)})
+          probes.push_back(y);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> uniform(-1.05f, 1.05f);
+    for (int k = 0; k < 200000; ++k)
+      probes.push_back(uniform(rng) * (k % 3 == 0 ? 1e-4f : 1.0f));
+    int wrong = 0;
+    for (float x : probes)
+      if (searched(x) != nearest_map_code(format, x) && ++wrong <= 5)
+        CHECK_MESSAGE(false, "x = " << x << " (bits " << std::bit_cast<uint32_t>(x) << "): searched " << searched(x)
+                                    << ", torchao's rule " << int(nearest_map_code(format, x)));
+    CHECK(wrong == 0);
+  }
 }
