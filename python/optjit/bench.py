@@ -10,6 +10,7 @@ default step where it has no fused one). A benchmark, never a test.
     python -m optjit.bench --optimizers adam --shapes 1000x10k --modes optjit,fused --grad-scaler
     python -m optjit.bench --device cuda --optimizers adafactor --shapes model --modes optjit --profile
     python -m optjit.bench --optimizers muon --shapes transformer12 --modes optjit,eager,torch.compile
+    python -m optjit.bench --optimizers adam,adamw8bit,adamw4bit,adamwfp8 --shapes 1x16M --modes optjit,eager
 
 --new-grads gives every param a new grad tensor before each step (zero_grad(set_to_none=True), torch's default), so
 the time includes optjit's rebinding; the grads are made outside the timed region. --grad-scaler runs every step as
@@ -29,7 +30,12 @@ import torch
 
 import optjit
 
-SHAPES = {"1x50M": (1, 50_000_000), "1000x10k": (1000, 10_000), "10000x100": (10_000, 100)}
+SHAPES = {
+    "1x50M": (1, 50_000_000),
+    "1000x10k": (1000, 10_000),
+    "10000x100": (10_000, 100),
+    "1x16M": (1, 1 << 24),  # whole blocks of 256: quantized by torchao's rule (50M and 10k are not)
+}
 OPTIMIZERS = {
     "adam": (torch.optim.Adam, dict(lr=1e-3)),
     "sgd": (torch.optim.SGD, dict(lr=1e-3, momentum=0.9)),
@@ -37,7 +43,26 @@ OPTIMIZERS = {
 }
 if hasattr(torch.optim, "Muon"):  # torch >= 2.9: matrix products between the kernels, 2-D params only
     OPTIMIZERS["muon"] = (torch.optim.Muon, dict(lr=0.02))
+try:  # torchao's low-bit AdamW: its own step is the `eager` mode (a torch.compile'd step per param)
+    import torchao.optim as _torchao_optim
+
+    OPTIMIZERS["adamw8bit"] = (_torchao_optim.AdamW8bit, dict(lr=1e-3))
+    OPTIMIZERS["adamw4bit"] = (_torchao_optim.AdamW4bit, dict(lr=1e-3))
+    OPTIMIZERS["adamwfp8"] = (_torchao_optim.AdamWFp8, dict(lr=1e-3))
+except ImportError:
+    pass
 MODES = ("optjit", "optjit-unfused", "eager", "foreach", "fused", "torch.compile")
+
+
+def state_bytes_per_param(opt, params):
+    """The optimizer state's bytes per param element: every state tensor's (a torchao state's codes and scales)."""
+    total = 0
+    for p in params:
+        for value in opt.state[p].values():
+            for t in (value.codes, value.scale) if hasattr(value, "codes") else (value,):
+                if isinstance(t, torch.Tensor) and t.dim() > 0:  # not the 0-d step
+                    total += t.numel() * t.element_size()
+    return total / sum(p.numel() for p in params)
 
 
 def model_shapes():
@@ -151,7 +176,11 @@ def measure(mode, cls, options, shapes, args):
             new_grads()
             total += timer(step)
         batches.append(total / args.steps * 1e3)
-    result = {"step_ms": statistics.median(batches), "first_call_ms": first_ms}
+    result = {
+        "step_ms": statistics.median(batches),
+        "first_call_ms": first_ms,
+        "state_bytes_per_param": state_bytes_per_param(opt, params),
+    }
     if args.profile:
         print_profile(mode, step, new_grads, timer, args)
     if mode.startswith("optjit"):  # the first call also makes torch's state tensors and binds them; the compiler alone
@@ -253,7 +282,8 @@ def print_row(row, modes, header):
     if header:
         cells = [f"{m} ms/step" for m in modes] + (["optjit / fused"] if "optjit" in modes and "fused" in modes else [])
         cells += ["optjit / eager"] if "optjit" in modes and "eager" in modes else []
-        cells += ["optjit compile ms", "optjit first call ms"] if "optjit" in modes else []
+        cells += ["optjit compile ms", "optjit first call ms", "state B/param"] if "optjit" in modes else []
+        cells += ["eager first call ms"] if "eager" in modes else []
         cells += ["torch.compile first call ms"] if "torch.compile" in modes else []
         print("| optimizer | shapes | " + " | ".join(cells) + " |")
         print("|" + "---|" * (len(cells) + 2))
@@ -266,7 +296,15 @@ def print_row(row, modes, header):
     if "optjit" in modes and "eager" in modes:
         cells.append(f"{row['optjit']['step_ms'] / eager:.2f}" if eager else "-")
     if "optjit" in modes:
-        cells += [f"{row['optjit']['compile_ms']:.1f}", f"{row['optjit']['first_call_ms']:.0f}"]
+        optjit_row = row["optjit"]
+        if "compile_ms" in optjit_row:
+            cells += [f"{optjit_row['compile_ms']:.1f}", f"{optjit_row['first_call_ms']:.0f}"]
+        else:
+            cells += ["-", "-"]
+        cells.append(f"{optjit_row['state_bytes_per_param']:.2f}" if "state_bytes_per_param" in optjit_row else "-")
+    if "eager" in modes:
+        first_ms = row["eager"].get("first_call_ms")
+        cells.append(f"{first_ms:.0f}" if first_ms is not None else "-")
     if "torch.compile" in modes:
         first_ms = row["torch.compile"].get("first_call_ms")
         cells.append(f"{first_ms:.0f}" if first_ms is not None else "-")
