@@ -27,16 +27,15 @@ Value* KernelBody::code_table(BlockFormat format) {
   const std::string name = "optjit.codes." + block_format_name(format);
   if (llvm::GlobalVariable* table = module_.getNamedGlobal(name))
     return table;
-  std::vector<llvm::Constant*> values;
+  std::vector<float> values;
   if (format == BlockFormat::Fp8)
     for (int code = 0; code < 256; ++code)
-      values.push_back(llvm::ConstantFP::get(llvm::Type::getFloatTy(ctx_), from_e4m3fn(static_cast<uint8_t>(code))));
+      values.push_back(from_e4m3fn(static_cast<uint8_t>(code)));
   else
-    for (float v : quantization_map(format))
-      values.push_back(llvm::ConstantFP::get(llvm::Type::getFloatTy(ctx_), v));
-  auto* type = llvm::ArrayType::get(llvm::Type::getFloatTy(ctx_), values.size());
-  return new llvm::GlobalVariable(module_, type, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
-                                  llvm::ConstantArray::get(type, values), name);
+    values.assign(quantization_map(format).begin(), quantization_map(format).end());
+  llvm::Constant* table = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<float>(values));
+  return new llvm::GlobalVariable(module_, table->getType(), /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
+                                  table, name);
 }
 
 // table[index] for an i32 index or a vector of them (a gather).
@@ -71,7 +70,7 @@ Value* KernelBody::load_codes(IRBuilder<>& b, Value* base, BlockFormat format, V
     return b.CreateAnd(b.CreateLShr(byte, shift), b.getInt32(15));
   }
   Value* bytes = load_lanes(b, i8, byte_at, lanes / 2, false, llvm::Align(1));
-  std::vector<int> twice, shifts;
+  std::vector<int> twice;
   for (int lane = 0; lane < lanes; ++lane)
     twice.push_back(lane / 2);
   Value* wide = b.CreateZExt(b.CreateShuffleVector(bytes, twice), i32);
@@ -90,8 +89,8 @@ Value* KernelBody::block_scales(IRBuilder<>& b, const std::vector<Value*>& bases
     Value* scale = b.CreateLoad(b.getFloatTy(), b.CreateGEP(b.getFloatTy(), scales, block_walk_->index));
     return lanes == 1 ? scale : b.CreateVectorSplat(static_cast<unsigned>(lanes), scale);
   }
-  Value* index = b.CreateSDiv(lane_indexes(b, j, lanes), llvm::ConstantInt::get(lane_indexes(b, j, lanes)->getType(),
-                                                                                static_cast<uint64_t>(block)));
+  Value* elements = lane_indexes(b, j, lanes);
+  Value* index = b.CreateSDiv(elements, llvm::ConstantInt::get(elements->getType(), static_cast<uint64_t>(block)));
   Value* address = b.CreateGEP(b.getFloatTy(), scales, index);
   if (lanes == 1)
     return b.CreateLoad(b.getFloatTy(), address);

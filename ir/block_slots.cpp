@@ -36,6 +36,14 @@ void check_block_slot_tensors(const Slot& slot, const Tensor& codes, const Tenso
                             scales.device().to_string()));
 }
 
+BlockFormat held_block_format(Dtype codes, int64_t codes_numel, int64_t numel, bool signed_values) {
+  if (codes != Dtype::u8)
+    return BlockFormat::Fp8;
+  if (codes_numel * 2 == numel && numel > 0)
+    return signed_values ? BlockFormat::Signed4 : BlockFormat::Unsigned4;
+  return signed_values ? BlockFormat::Signed8 : BlockFormat::Unsigned8;
+}
+
 Shape list_entry_shape(const Graph& graph, const ListArguments& args, std::size_t t) {
   if (!args.shapes.empty())
     return args.shapes[t];

@@ -17,6 +17,10 @@ namespace optjit {
 void check_block_slot_tensors(const Slot& slot, const Tensor& codes, const Tensor& scales, int64_t numel,
                               const std::string& owner);
 
+// The format of held codes as torchao reads it: e4m3 codes are FP8; u8 codes of half the param's `numel` values are 4
+// bits, other u8 codes 8 bits; `signed_values` (the entry holds values of both signs) picks the signed or unsigned map.
+BlockFormat held_block_format(Dtype codes, int64_t codes_numel, int64_t numel, bool signed_values);
+
 // Checks every block-quantized slot of `graph` that `args` binds, for every list entry (check_block_slot_tensors),
 // before a mode reads or writes any: a bad tensor is an optjit::Error that changes nothing.
 void check_block_slot_arguments(const Graph& graph, const ListArguments& args);

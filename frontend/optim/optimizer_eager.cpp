@@ -8,6 +8,7 @@
 #include "runtime/stochastic_rounding.h"
 
 #include <algorithm>
+#include <set>
 
 namespace optjit {
 
@@ -45,12 +46,15 @@ void Optimizer::forloop_step_in_compute_dtype(const ParamGroup& group, const Ten
   Structure structure = traced_structure(group);
   param_structure(complex_or_real_param, structure);
   const std::vector<StateSpec> specs = step_state_specs(structure);
+  std::set<std::string> scales_keys; // a quantized entry's scales go with it
+  for (const auto& [key, t] : complex_or_real_state)
+    if (is_code_dtype(t.dtype()))
+      scales_keys.insert(scales_slot_name(key));
   ParamState values;
   std::vector<std::pair<Slot, std::size_t>> stored; // each quantized entry's slot, and its place in `values`
   for (const auto& [key, t] : complex_or_real_state) {
     if (!is_code_dtype(t.dtype())) {
-      if (!key.ends_with(".scale") || !is_code_dtype(find_state(complex_or_real_state, key.substr(0, key.size() - 6))
-                                                         .dtype())) // a quantized entry's scales go with it
+      if (!scales_keys.count(key))
         values.emplace_back(key, t);
       continue;
     }

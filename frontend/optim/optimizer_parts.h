@@ -18,14 +18,13 @@ Tensor clipped(const Tensor& grad, double coefficient);
 // (GradNormTotal: each norm rounded to its grad's dtype, as torch's).
 double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type);
 
-// Whether state entry `t` has the shape `spec` gives it for `param`: one element for a scalar, else state_shape.
-// The format of held block-quantized codes and scales, as torchao reads it: e4m3 codes are FP8; u8 codes of half the
-// param's `numel` values are 4 bits, otherwise 8; the spec says which map (signed or not); the block is the values
-// over the scales (0 when there are none: refused by name when bound).
+// The format of held block-quantized codes and scales (ir/block_slots.h's held_block_format, the spec saying which
+// map), and their block: the values over the scales (0 when there are none: refused by name when bound).
 SlotBlocks held_blocks(const StateSpec& spec, const Tensor& codes, const Tensor& scales, int64_t numel);
 // The block-quantized format of each of the param's state entries (none for plain ones), held or to be created.
 std::vector<std::optional<SlotBlocks>> state_blocks_of(const Optimizer& o, int64_t flat,
                                                        const std::vector<StateSpec>& specs);
+// Whether state entry `t` has the shape `spec` gives it for `param`: one element for a scalar, else state_shape.
 bool state_fits(const StateSpec& spec, const Tensor& t, const Tensor& param);
 
 // Whether state entry `t` may live where it does for `param`: on the param's device or, for a scalar entry of a

@@ -104,14 +104,9 @@ std::optional<SlotBlocks> Optimizer::state_blocks(int64_t flat, const StateSpec&
 
 SlotBlocks optimizer_detail::held_blocks(const StateSpec& spec, const Tensor& codes, const Tensor& scales,
                                          int64_t numel) {
-  BlockFormat format = BlockFormat::Fp8;
-  if (codes.dtype() == Dtype::u8) {
-    const bool four = codes.numel() * 2 == numel && numel > 0;
-    format = four ? (spec.signed_values ? BlockFormat::Signed4 : BlockFormat::Unsigned4)
-                  : (spec.signed_values ? BlockFormat::Signed8 : BlockFormat::Unsigned8);
-  }
   const int64_t blocks = scales.defined() ? scales.numel() : 0;
-  return SlotBlocks{format, blocks > 0 ? numel / blocks : 0};
+  return SlotBlocks{held_block_format(codes.dtype(), codes.numel(), numel, spec.signed_values),
+                    blocks > 0 ? numel / blocks : 0};
 }
 
 // Whether state entry `t` may live where it does for `param`: on the param's device or, for a scalar entry of a

@@ -2,7 +2,7 @@
 #include "frontend/optim/options.h"
 #include "frontend/optim/registry.h"
 #include "frontend/optim/validation.h"
-#include "ir/ir.h"
+#include "ir/block_slots.h"
 #include "runtime/block_quantization.h"
 #include "runtime/error.h"
 
@@ -368,9 +368,9 @@ void TorchStep::view_quantized_state(int64_t flat, const std::string& name, nb::
   if (nb::hasattr(tensor, "qmap") && spec != specs.end()) {
     const Tensor qmap = torch_.view(tensor.attr("qmap"), what + " (its qmap)");
     const Tensor host = qmap.device().kind == DeviceKind::cpu ? qmap : qmap.to(Device::cpu());
-    const bool four = held.view.dtype() == Dtype::u8 && held.view.numel() * 2 == params_[flat].view.numel();
-    const BlockFormat format = four ? (spec->signed_values ? BlockFormat::Signed4 : BlockFormat::Unsigned4)
-                                    : (spec->signed_values ? BlockFormat::Signed8 : BlockFormat::Unsigned8);
+    const BlockFormat format =
+        held_block_format(held.view.dtype(), held.view.numel(), params_[static_cast<std::size_t>(flat)].view.numel(),
+                          spec->signed_values);
     const std::span<const float> map = quantization_map(format);
     if (host.dtype() != Dtype::f32 || host.numel() != static_cast<int64_t>(map.size()) || !host.is_contiguous() ||
         std::memcmp(host.data(), map.data(), map.size() * sizeof(float)) != 0)
