@@ -272,6 +272,17 @@ void dequantize_blocks(BlockFormat format, const uint8_t* codes, const float* sc
   }
 }
 
+ConstantBlock constant_block(BlockFormat format, int64_t block, float value) {
+  if (value == 0)
+    return {};
+  const std::vector<float> values(static_cast<std::size_t>(block), value);
+  std::vector<uint8_t> codes(static_cast<std::size_t>(code_bytes(format, block)));
+  ConstantBlock constant;
+  quantize_blocks(format, values, block, codes.data(), &constant.scale);
+  constant.code_byte = codes[0];
+  return constant;
+}
+
 float8_e4m3fn::float8_e4m3fn(float value) : bits(to_e4m3fn(value)) {}
 float8_e4m3fn::operator float() const { return from_e4m3fn(bits); }
 

@@ -53,7 +53,9 @@ void Adadelta::validate_options(const OptionMap& o) const {
 Structure Adadelta::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> Adadelta::state_specs(const Structure&) const {
-  return {{"step", StateKind::Scalar}, {"square_avg"}, {"acc_delta"}};
+  return {{"step", StateKind::Scalar},
+          {.name = "square_avg", .signed_values = false},
+          {.name = "acc_delta", .signed_values = false}};
 }
 
 std::vector<std::string> Adadelta::hyper_names() const { return {"lr", "rho", "eps", "weight_decay"}; }

@@ -55,7 +55,9 @@ double Adagrad::initial_state_value(const ParamGroup& group, const StateSpec& sp
 
 Structure Adagrad::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
-std::vector<StateSpec> Adagrad::state_specs(const Structure&) const { return {{"step", StateKind::Scalar}, {"sum"}}; }
+std::vector<StateSpec> Adagrad::state_specs(const Structure&) const {
+  return {{"step", StateKind::Scalar}, {.name = "sum", .signed_values = false}};
+}
 
 std::vector<std::string> Adagrad::hyper_names() const { return {"lr", "lr_decay", "weight_decay", "eps"}; }
 

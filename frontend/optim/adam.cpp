@@ -17,6 +17,7 @@ AdamOptions from_adamw(const AdamWOptions& w) {
   o.maximize = w.maximize;
   o.master_weights = w.master_weights;
   o.stochastic_rounding = w.stochastic_rounding;
+  o.state_dtype = w.state_dtype;
   o.foreach = w.foreach;
   o.decoupled_weight_decay = true;
   return o;
@@ -97,9 +98,10 @@ Structure Adam::structure(const ParamGroup& group) const {
 }
 
 std::vector<StateSpec> Adam::state_specs(const Structure& s) const {
-  std::vector<StateSpec> specs = {{"step", StateKind::Scalar}, {"exp_avg"}, {"exp_avg_sq"}};
+  std::vector<StateSpec> specs = {
+      {"step", StateKind::Scalar}, {"exp_avg"}, {.name = "exp_avg_sq", .signed_values = false}};
   if (s["amsgrad"])
-    specs.push_back({"max_exp_avg_sq"});
+    specs.push_back({.name = "max_exp_avg_sq", .signed_values = false});
   return specs;
 }
 

@@ -56,7 +56,7 @@ Structure Adamax::structure(const ParamGroup& group) const {
 }
 
 std::vector<StateSpec> Adamax::state_specs(const Structure&) const {
-  return {{"step", StateKind::Scalar}, {"exp_avg"}, {"exp_inf"}};
+  return {{"step", StateKind::Scalar}, {"exp_avg"}, {.name = "exp_inf", .signed_values = false}};
 }
 
 std::vector<std::string> Adamax::hyper_names() const { return {"lr", "beta1", "beta2", "eps", "weight_decay"}; }

@@ -22,6 +22,9 @@ OPTJIT_DEFINE_OPTIONS(ASGDOptions, OPTJIT_ASGD_OPTIONS)
 class ASGD : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(ASGD, ASGDOptions)
+  std::string state_dtype_refusal() const override {
+    return "its state 'ax' is an average of the param, which 8 or 4 bits would round to no use";
+  }
 
 protected:
   double initial_state_value(const ParamGroup& group, const StateSpec& spec) const override;

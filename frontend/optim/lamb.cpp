@@ -59,7 +59,7 @@ Structure LAMB::structure(const ParamGroup& group) const {
 }
 
 std::vector<StateSpec> LAMB::state_specs(const Structure&) const {
-  return {{"step", StateKind::Scalar}, {"exp_avg"}, {"exp_avg_sq"}};
+  return {{"step", StateKind::Scalar}, {"exp_avg"}, {.name = "exp_avg_sq", .signed_values = false}};
 }
 
 std::vector<std::string> LAMB::hyper_names() const { return {"lr", "beta1", "beta2", "eps", "weight_decay"}; }

@@ -9,9 +9,6 @@
 namespace optjit {
 namespace {
 
-// torchao's rule (after bitsandbytes): only tensors of at least 4096 values, in whole blocks, are quantized.
-constexpr int64_t kMinQuantizedValues = 4096;
-
 // x ** y as torchao's compiled CPU step computes it: powf on f32 operands (not a double pow rounded to f32).
 Sym powf_of(Tracer& t, Sym base, Sym exponent) {
   GraphBuilder& b = t.builder();
@@ -86,16 +83,16 @@ void lowbit_adam_forloop(const ParamGroup& group, bool decoupled, const Tensor& 
 }
 
 // block_size 0: the format's own default (torchao's: 128 for 4 bits, 256 otherwise).
-OptionMap with_default_block(OptionMap options, LowBitState state) {
+OptionMap with_default_block(OptionMap options, StateDtype state) {
   if (options.at("block_size") == 0)
     options["block_size"] = static_cast<double>(
-        default_block_size(state == LowBitState::Int4 ? BlockFormat::Signed4 : BlockFormat::Signed8));
+        default_block_size(state == StateDtype::int4 ? BlockFormat::Signed4 : BlockFormat::Signed8));
   return options;
 }
 
 } // namespace
 
-LowBitAdam::LowBitAdam(std::string name, LowBitState state, bool decoupled, std::vector<ParamGroupSpec> groups,
+LowBitAdam::LowBitAdam(std::string name, StateDtype state, bool decoupled, std::vector<ParamGroupSpec> groups,
                        OptionMap defaults, std::optional<bool> foreach, std::set<std::string> flags)
     : Optimizer(std::move(name), with_default_block(std::move(defaults), state), foreach.value_or(false),
                 std::move(flags)),
@@ -119,10 +116,10 @@ void LowBitAdam::validate_options(const OptionMap& o) const {
     throw Error("Invalid weight_decay value: " + python_float(o.at("weight_decay")));
   const double block = o.at("block_size");
   if (!(block >= 1 && block <= static_cast<double>(kMaxQuantizationBlock) && block == std::floor(block)) ||
-      (state_ == LowBitState::Int4 && std::fmod(block, 2.0) != 0))
+      (state_ == StateDtype::int4 && std::fmod(block, 2.0) != 0))
     throw Error(fmt::format("Invalid block_size: {} ({} keeps whole blocks of 1 to {} values{})", python_float(block),
                             this->name(), kMaxQuantizationBlock,
-                            state_ == LowBitState::Int4 ? ", an even number: two 4-bit codes share a byte" : ""));
+                            state_ == StateDtype::int4 ? ", an even number: two 4-bit codes share a byte" : ""));
 }
 
 Structure LowBitAdam::structure(const ParamGroup& group) const {
@@ -142,22 +139,9 @@ std::vector<StateSpec> LowBitAdam::state_specs(const Structure& s) const {
 std::vector<std::string> LowBitAdam::hyper_names() const { return {"lr", "beta1", "beta2", "eps", "weight_decay"}; }
 
 std::optional<SlotBlocks> LowBitAdam::new_state_blocks(int64_t flat, const StateSpec& spec) const {
-  if (spec.kind != StateKind::Tensor || spec.copies_param || !spec.visible)
-    return std::nullopt;
-  const int64_t numel = flat_param(flat).numel();
   const auto block =
       static_cast<int64_t>(param_groups()[static_cast<std::size_t>(group_of_flat(flat))].get("block_size"));
-  if (numel < kMinQuantizedValues || numel % block != 0)
-    return std::nullopt;
-  switch (state_) {
-  case LowBitState::Int8:
-    return SlotBlocks{spec.signed_values ? BlockFormat::Signed8 : BlockFormat::Unsigned8, block};
-  case LowBitState::Int4:
-    return SlotBlocks{spec.signed_values ? BlockFormat::Signed4 : BlockFormat::Unsigned4, block};
-  case LowBitState::Fp8:
-    return SlotBlocks{BlockFormat::Fp8, block};
-  }
-  return std::nullopt;
+  return quantized_state_blocks(state_, spec, flat_param(flat).numel(), block);
 }
 
 // torchao's single_param_adam over tensor lists, in f32 (docs/torchao_lowbit.md, section 4.4).

@@ -33,14 +33,11 @@ OPTJIT_DEFINE_OPTIONS(LowBitAdamOptions, OPTJIT_LOWBIT_ADAM_OPTIONS)
   X(double, block_size, 0)
 OPTJIT_DEFINE_OPTIONS(LowBitAdamWOptions, OPTJIT_LOWBIT_ADAMW_OPTIONS)
 
-// How the moments are kept: 8-bit or 4-bit dynamic-map codes, or FP8 (e4m3) values.
-enum class LowBitState { Int8, Int4, Fp8 };
-
 class LowBitAdam : public Optimizer {
 public:
   // `decoupled`: AdamW's decay of the param (else Adam's, added to the grad).
-  LowBitAdam(std::string name, LowBitState state, bool decoupled, std::vector<ParamGroupSpec> groups,
-             OptionMap defaults, std::optional<bool> foreach, std::set<std::string> flags);
+  LowBitAdam(std::string name, StateDtype state, bool decoupled, std::vector<ParamGroupSpec> groups, OptionMap defaults,
+             std::optional<bool> foreach, std::set<std::string> flags);
 
   Structure structure(const ParamGroup& group) const override;
   std::vector<StateSpec> state_specs(const Structure& structure) const override;
@@ -50,9 +47,12 @@ public:
   bool has_forloop_reference() const override { return true; }
   void validate_options(const OptionMap& options) const override;
   std::optional<SlotBlocks> new_state_blocks(int64_t flat, const StateSpec& spec) const override;
+  std::string state_dtype_refusal() const override {
+    return "its class sets its state's format (block_size sets its blocks)";
+  }
 
 private:
-  LowBitState state_;
+  StateDtype state_; // int8, int4 or fp8
   bool decoupled_;
 };
 
@@ -64,12 +64,12 @@ private:
     Class(std::vector<ParamGroupSpec> groups, const Options& o = {})                                                   \
         : LowBitAdam(#Class, state, decoupled, std::move(groups), option_map(o), o.foreach, flag_names(o)) {}          \
   };
-OPTJIT_DECLARE_LOWBIT_ADAM(Adam8bit, LowBitAdamOptions, LowBitState::Int8, false)
-OPTJIT_DECLARE_LOWBIT_ADAM(AdamW8bit, LowBitAdamWOptions, LowBitState::Int8, true)
-OPTJIT_DECLARE_LOWBIT_ADAM(Adam4bit, LowBitAdamOptions, LowBitState::Int4, false)
-OPTJIT_DECLARE_LOWBIT_ADAM(AdamW4bit, LowBitAdamWOptions, LowBitState::Int4, true)
-OPTJIT_DECLARE_LOWBIT_ADAM(AdamFp8, LowBitAdamOptions, LowBitState::Fp8, false)
-OPTJIT_DECLARE_LOWBIT_ADAM(AdamWFp8, LowBitAdamWOptions, LowBitState::Fp8, true)
+OPTJIT_DECLARE_LOWBIT_ADAM(Adam8bit, LowBitAdamOptions, StateDtype::int8, false)
+OPTJIT_DECLARE_LOWBIT_ADAM(AdamW8bit, LowBitAdamWOptions, StateDtype::int8, true)
+OPTJIT_DECLARE_LOWBIT_ADAM(Adam4bit, LowBitAdamOptions, StateDtype::int4, false)
+OPTJIT_DECLARE_LOWBIT_ADAM(AdamW4bit, LowBitAdamWOptions, StateDtype::int4, true)
+OPTJIT_DECLARE_LOWBIT_ADAM(AdamFp8, LowBitAdamOptions, StateDtype::fp8, false)
+OPTJIT_DECLARE_LOWBIT_ADAM(AdamWFp8, LowBitAdamWOptions, StateDtype::fp8, true)
 #undef OPTJIT_DECLARE_LOWBIT_ADAM
 
 } // namespace optjit

@@ -59,6 +59,9 @@ public:
   bool has_param_structure() const override { return true; }
   // Its products read whole matrices: a param that is not contiguous steps through contiguous copies.
   bool walks_rows_and_columns(int64_t) const override { return true; }
+  std::string state_dtype_refusal() const override {
+    return "its momentum buffer feeds matrix products, which take plain tensors";
+  }
 
 private:
   void check_matrix(const Tensor& param) const; // torch's constructor check: every param is 2-D

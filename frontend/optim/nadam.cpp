@@ -73,7 +73,10 @@ Structure NAdam::structure(const ParamGroup& group) const {
 }
 
 std::vector<StateSpec> NAdam::state_specs(const Structure&) const {
-  return {{"step", StateKind::Scalar}, {"mu_product", StateKind::Scalar, 1.0}, {"exp_avg"}, {"exp_avg_sq"}};
+  return {{"step", StateKind::Scalar},
+          {"mu_product", StateKind::Scalar, 1.0},
+          {"exp_avg"},
+          {.name = "exp_avg_sq", .signed_values = false}};
 }
 
 std::vector<std::string> NAdam::hyper_names() const {

@@ -128,6 +128,7 @@ void Optimizer::add_param_groups(std::vector<ParamGroupSpec> specs) {
         group.param_names.push_back(spec.param_names[k]);
     }
     seen_in_other_groups.insert(seen_here.begin(), seen_here.end());
+    check_state_dtype(group, g);
     added.push_back(std::move(group));
   }
   for (ParamGroup& group : added) {

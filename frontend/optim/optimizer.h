@@ -282,6 +282,8 @@ public:
   const Tensor& flat_param(int64_t i) const override { return flat_params_[static_cast<std::size_t>(i)]; }
   const ParamState& flat_state(int64_t i) const override { return states_[static_cast<std::size_t>(i)]; }
   void check_precision_options() const;
+  // A group's state_dtype: one of its values, on an optimizer whose state it can hold, over real params.
+  void check_state_dtype(const ParamGroup& group, std::size_t index) const;
   bool any_stochastic_rounding() const;
   int group_of_flat(int64_t i) const { return flat_group_[static_cast<std::size_t>(i)]; }
 
@@ -310,6 +312,10 @@ public:
   // Step-time checks of a group's options, which may have changed since construction (torch checks them only
   // there): options its step cannot take at all, refused before anything changes.
   virtual void check_step_options(const ParamGroup& /*group*/, std::size_t /*index*/) const {}
+  // Why this optimizer's state cannot be kept block-quantized (the group option state_dtype, state_dtype.h), or
+  // empty where it can: its state is not per-element moments (Adafactor's factored rows and columns, ASGD's
+  // average of the param), or its step reads state another way (Muon's products).
+  virtual std::string state_dtype_refusal() const { return {}; }
   // Whether the step refuses non-finite hyperparameters (torch.optim's options are finite); a step function takes
   // whatever its caller passes, as torch's ops take any number (a max_norm of inf only measures the norm).
   virtual bool requires_finite_hyperparameters() const { return true; }

@@ -2,6 +2,7 @@
 // options, and params that share memory.
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/optimizer_parts.h"
+#include "frontend/optim/state_dtype.h"
 #include "frontend/optim/validation.h"
 #include "runtime/error.h"
 #include "runtime/shared_memory.h"
@@ -27,6 +28,7 @@ void Optimizer::check_hyperparameters() const {
   const std::vector<std::string> names = step_options();
   for (std::size_t g = 0; g < groups_.size(); ++g) { // a flag set to 0.5 (ParamGroup::set) would step as true
     check_flags(groups_[g].options, "param group " + std::to_string(g));
+    check_state_dtype(groups_[g], g);
     check_step_options(groups_[g], g);
   }
   for (std::size_t g = 0; g < groups_.size() && requires_finite_hyperparameters(); ++g)
@@ -105,6 +107,20 @@ void Optimizer::check_precision_options() const {
     }
     flat += static_cast<int64_t>(group.params.size());
   }
+}
+
+void Optimizer::check_state_dtype(const ParamGroup& group, std::size_t index) const {
+  const StateDtype dtype = state_dtype_option(group, static_cast<int64_t>(index));
+  if (dtype == StateDtype::plain)
+    return;
+  if (const std::string refusal = state_dtype_refusal(); !refusal.empty())
+    throw Error(fmt::format("param group {} has state_dtype='{}', which {} cannot keep: {}", index,
+                            state_dtype_name(dtype), name_, refusal));
+  for (std::size_t k = 0; k < group.params.size(); ++k)
+    if (is_complex(group.params[k].dtype()))
+      throw Error(fmt::format("param group {} has state_dtype='{}' and a complex param ({}): block-quantized state "
+                              "holds real values; put complex params in a group of their own with plain state",
+                              index, state_dtype_name(dtype), group.params[k].describe()));
 }
 
 void Optimizer::check_step() const {

@@ -21,6 +21,8 @@ double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type);
 // The format of held block-quantized codes and scales (ir/block_slots.h's held_block_format, the spec saying which
 // map), and their block: the values over the scales (0 when there are none: refused by name when bound).
 SlotBlocks held_blocks(const StateSpec& spec, const Tensor& codes, const Tensor& scales, int64_t numel);
+// A new block-quantized state entry of `param`, every value `initial`: its codes and its scales.
+std::pair<Tensor, Tensor> new_block_state(const SlotBlocks& blocks, const Tensor& param, double initial);
 // The block-quantized format of each of the param's state entries (none for plain ones), held or to be created.
 std::vector<std::optional<SlotBlocks>> state_blocks_of(const Optimizer& o, int64_t flat,
                                                        const std::vector<StateSpec>& specs);

@@ -2,10 +2,12 @@
 // the specs and dtypes of each param's entries.
 #include "frontend/optim/optimizer.h"
 #include "frontend/optim/optimizer_parts.h"
+#include "frontend/optim/state_dtype.h"
 #include "ir/block_slots.h"
 #include "runtime/error.h"
 #include "runtime/stochastic_rounding.h"
 
+#include <cstring>
 #include <set>
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -90,7 +92,26 @@ bool optimizer_detail::state_fits(const StateSpec& spec, const Tensor& t, const 
   return spec.kind == StateKind::Scalar ? t.numel() == 1 : t.shape() == state_shape(spec.kind, param.shape());
 }
 
-std::optional<SlotBlocks> Optimizer::new_state_blocks(int64_t, const StateSpec&) const { return std::nullopt; }
+// A new block-quantized entry of `param` whose every value starts at `initial`: its codes (the param's shape, or one
+// byte per two values for 4 bits) and its scales, one per block. At 0 (most state) both are zeros, torchao's new
+// state (the value 0, or -0 for the signed map's first code).
+std::pair<Tensor, Tensor> optimizer_detail::new_block_state(const SlotBlocks& blocks, const Tensor& param,
+                                                            double initial) {
+  const Shape codes_shape = block_format_bits(blocks.format) == 4 ? Shape{param.numel() / 2} : param.shape();
+  const ConstantBlock constant = constant_block(blocks.format, blocks.block, static_cast<float>(initial));
+  Tensor codes = Tensor::empty(codes_shape, block_code_dtype(blocks.format), Device::cpu());
+  std::memset(codes.data(), constant.code_byte, static_cast<std::size_t>(codes.numel()));
+  const Tensor scales = Tensor::full({param.numel() / blocks.block}, constant.scale, Dtype::f32, Device::cpu());
+  if (param.device().kind == DeviceKind::cpu)
+    return {std::move(codes), scales};
+  return {codes.to(param.device()), scales.to(param.device())};
+}
+
+std::optional<SlotBlocks> Optimizer::new_state_blocks(int64_t flat, const StateSpec& spec) const {
+  const int64_t g = group_of_flat(flat);
+  const StateDtype dtype = state_dtype_option(groups_[static_cast<std::size_t>(g)], g);
+  return quantized_state_blocks(dtype, spec, flat_param(flat).numel());
+}
 
 std::optional<SlotBlocks> Optimizer::state_blocks(int64_t flat, const StateSpec& spec) const {
   const ParamState& state = flat_state(flat);
@@ -158,16 +179,13 @@ bool Optimizer::create_missing_state(bool only_params_with_grads) {
                                 "KeyError: '{}' here)",
                                 i, spec.name, name_, spec.name));
       if (const std::optional<SlotBlocks> blocks = state_blocks(i, spec)) {
-        // Codes and scales, all zero (torchao's new state: the values 0, or -0 for the signed map's first code).
         if (!p.is_contiguous())
           throw Error(fmt::format("param {} is {}: block-quantized state ({}) follows its param's row-major order, "
                                   "so its param is contiguous",
                                   i, p.describe(), block_format_name(blocks->format)));
-        const Dtype codes = block_code_dtype(blocks->format);
-        s.emplace_back(spec.name, block_format_bits(blocks->format) == 4
-                                      ? Tensor::zeros({p.numel() / 2}, codes, p.device())
-                                      : Tensor::zeros(p.shape(), codes, p.device()));
-        s.emplace_back(scales_slot_name(spec.name), Tensor::zeros({p.numel() / blocks->block}, Dtype::f32, p.device()));
+        auto [codes, scales] = new_block_state(*blocks, p, initial_state_value(groups_[g], spec));
+        s.emplace_back(spec.name, std::move(codes));
+        s.emplace_back(scales_slot_name(spec.name), std::move(scales));
         created = true;
         continue;
       }

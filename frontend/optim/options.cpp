@@ -23,7 +23,8 @@ const std::array<std::string, 3>* triple_option_keys(const std::string& name) {
 
 double named_option_value(const std::string& option, const std::string& name) {
   static const std::map<std::string, std::vector<std::string>> choices = {
-      {"adjust_lr_fn", {"original", "match_rms_adamw", "spectral_unclamped"}}};
+      {"adjust_lr_fn", {"original", "match_rms_adamw", "spectral_unclamped"}},
+      {"state_dtype", {"plain", "int8", "int4", "fp8"}}}; // StateDtype's order
   const auto it = choices.find(option);
   if (it == choices.end())
     throw Error("option '" + option + "' takes a number, not the name '" + name + "'");

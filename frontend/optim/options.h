@@ -11,6 +11,7 @@
 #pragma once
 
 #include "frontend/optim/optimizer.h"
+#include "frontend/optim/state_dtype.h"
 
 #include <array>
 #include <limits>
@@ -76,7 +77,8 @@ template <class Options> std::set<std::string> flag_names(const Options&) {
 
 // The options struct `Struct` of the options in `LIST`, plus the group options every optimizer has beyond torch's
 // (master_weights: f32 master copies of bf16 and f16 params, in the state as `master_param`; stochastic_rounding:
-// bf16 values stored with counter-based stochastic rounding, runtime/stochastic_rounding.h) and `foreach`
+// bf16 values stored with counter-based stochastic rounding, runtime/stochastic_rounding.h; state_dtype: moments kept
+// block-quantized, frontend/optim/state_dtype.h) and `foreach`
 // (default: false on the CPU, as torch), and for_each_option(visit): visit(torch's name, member pointer) for each,
 // `foreach` last.
 #define OPTJIT_DEFINE_OPTIONS(Struct, LIST)                                                                            \
@@ -85,11 +87,13 @@ template <class Options> std::set<std::string> flag_names(const Options&) {
     LIST(OPTJIT_OPTION_MEMBER)                                                                                         \
     bool master_weights = false;                                                                                       \
     bool stochastic_rounding = false;                                                                                  \
+    ::optjit::StateDtype state_dtype = ::optjit::StateDtype::plain;                                                    \
     std::optional<bool> foreach;                                                                                       \
     template <class Visit> static void for_each_option(Visit&& visit) {                                                \
       LIST(OPTJIT_OPTION_FIELD)                                                                                        \
       visit("master_weights", &Self::master_weights);                                                                  \
       visit("stochastic_rounding", &Self::stochastic_rounding);                                                        \
+      visit("state_dtype", &Self::state_dtype);                                                                        \
       visit("foreach", &Self::foreach);                                                                                \
     }                                                                                                                  \
   };

@@ -64,7 +64,7 @@ void RAdam::validate_options(const OptionMap& o) const { require_adam_options(o)
 Structure RAdam::structure(const ParamGroup& group) const { return maximize_and_weight_decay(group); }
 
 std::vector<StateSpec> RAdam::state_specs(const Structure&) const {
-  return {{"step", StateKind::Scalar}, {"exp_avg"}, {"exp_avg_sq"}};
+  return {{"step", StateKind::Scalar}, {"exp_avg"}, {.name = "exp_avg_sq", .signed_values = false}};
 }
 
 std::vector<std::string> RAdam::hyper_names() const { return {"lr", "beta1", "beta2", "eps", "weight_decay"}; }

@@ -71,7 +71,7 @@ Structure RMSprop::structure(const ParamGroup& group) const {
 }
 
 std::vector<StateSpec> RMSprop::state_specs(const Structure& s) const {
-  std::vector<StateSpec> specs = {{"step", StateKind::Scalar}, {"square_avg"}};
+  std::vector<StateSpec> specs = {{"step", StateKind::Scalar}, {.name = "square_avg", .signed_values = false}};
   if (s["momentum"])
     specs.push_back({"momentum_buffer"});
   if (s["centered"])

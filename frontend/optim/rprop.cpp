@@ -61,7 +61,7 @@ Structure Rprop::structure(const ParamGroup& group) const {
 }
 
 std::vector<StateSpec> Rprop::state_specs(const Structure&) const {
-  return {{"step", StateKind::Scalar}, {"prev"}, {"step_size"}};
+  return {{"step", StateKind::Scalar}, {"prev"}, {.name = "step_size", .signed_values = false}};
 }
 
 std::vector<std::string> Rprop::step_options() const {

@@ -1,0 +1,78 @@
+#include "frontend/optim/state_dtype.h"
+#include "frontend/optim/options.h"
+#include "frontend/optim/validation.h"
+#include "runtime/error.h"
+
+#include <spdlog/fmt/fmt.h>
+
+namespace optjit {
+namespace {
+
+constexpr StateDtype kStateDtypes[] = {StateDtype::plain, StateDtype::int8, StateDtype::int4, StateDtype::fp8};
+
+std::optional<StateDtype> state_dtype_of(double code) {
+  if (code == kOptionNone) // Python's None
+    return StateDtype::plain;
+  for (StateDtype dtype : kStateDtypes)
+    if (code == static_cast<double>(dtype))
+      return dtype;
+  return std::nullopt;
+}
+
+} // namespace
+
+const char* state_dtype_name(StateDtype dtype) {
+  switch (dtype) {
+  case StateDtype::plain:
+    return "plain";
+  case StateDtype::int8:
+    return "int8";
+  case StateDtype::int4:
+    return "int4";
+  case StateDtype::fp8:
+    return "fp8";
+  }
+  return "?";
+}
+
+StateDtype state_dtype_option(const ParamGroup& group, int64_t index) {
+  if (!group.has("state_dtype"))
+    return StateDtype::plain;
+  const double code = group.get("state_dtype");
+  if (const std::optional<StateDtype> dtype = state_dtype_of(code))
+    return *dtype;
+  throw Error(fmt::format("option state_dtype of param group {} is {}: it takes 'plain', 'int8', 'int4' or 'fp8'",
+                          index, python_float(code)));
+}
+
+void put_option(OptionMap& map, const std::string& name, StateDtype value) { map[name] = static_cast<double>(value); }
+
+void keyword_value(StateDtype& member, const std::string& cls, const std::string& key,
+                   const std::vector<double>& values) {
+  if (values.size() != 1)
+    throw Error(fmt::format("{} option '{}' takes one value, got {}", cls, key, values.size()));
+  const std::optional<StateDtype> dtype = state_dtype_of(values[0]);
+  if (!dtype)
+    throw Error(fmt::format("{} option '{}' is {}: it takes 'plain', 'int8', 'int4' or 'fp8'", cls, key,
+                            python_float(values[0])));
+  member = *dtype;
+}
+
+std::optional<SlotBlocks> quantized_state_blocks(StateDtype dtype, const StateSpec& spec, int64_t numel,
+                                                 int64_t block) {
+  if (dtype == StateDtype::plain || spec.kind != StateKind::Tensor || spec.copies_param || spec.holds_param_index ||
+      !spec.visible)
+    return std::nullopt;
+  BlockFormat format = BlockFormat::Fp8;
+  if (dtype == StateDtype::int8)
+    format = spec.signed_values ? BlockFormat::Signed8 : BlockFormat::Unsigned8;
+  else if (dtype == StateDtype::int4)
+    format = spec.signed_values ? BlockFormat::Signed4 : BlockFormat::Unsigned4;
+  if (block == 0)
+    block = default_block_size(format);
+  if (numel < kMinQuantizedValues || numel % block != 0)
+    return std::nullopt;
+  return SlotBlocks{format, block};
+}
+
+} // namespace optjit

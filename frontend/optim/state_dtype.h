@@ -1,0 +1,46 @@
+// The group option state_dtype: optimizer state kept block-quantized, as torchao's low-bit optimizers and
+// bitsandbytes' 8-bit ones keep it (runtime/block_quantization.h), for any built-in optimizer whose state is
+// per-element moments. "int8" keeps each moment in 8-bit codes of torchao's dynamic maps (signed for first moments,
+// unsigned for second moments, StateSpec::signed_values) with one f32 scale per 256 values; "int4" in 4-bit codes,
+// two to a byte, one scale per 128; "fp8" in float8_e4m3fn values, one scale per 256. "plain" (the default, also
+// None from Python) keeps state in the param's dtype.
+//
+// Which entries: per-element tensor state that is neither a master copy of the param nor bookkeeping, of a param of
+// at least 4096 values in whole blocks (torchao's rule after bitsandbytes: a smaller param keeps plain state, as its
+// state is a rounding error of the model's). The option applies to state made while it is set: held state keeps
+// the format it was made or loaded with.
+#pragma once
+
+#include "frontend/optim/param_group.h"
+#include "frontend/optim/state_spec.h"
+#include "ir/ir.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace optjit {
+
+enum class StateDtype { plain, int8, int4, fp8 };
+
+// torch's words for the option's values: "plain", "int8", "int4", "fp8" (the group option holds their index).
+const char* state_dtype_name(StateDtype dtype);
+// The value of param group `index`'s state_dtype option (plain where it has none, or holds None); throws
+// optjit::Error naming the group for a number that is no state dtype.
+StateDtype state_dtype_option(const ParamGroup& group, int64_t index);
+
+// The options struct's member as its group option value, and a keyword option as the member.
+void put_option(OptionMap& map, const std::string& name, StateDtype value);
+void keyword_value(StateDtype& member, const std::string& cls, const std::string& key,
+                   const std::vector<double>& values);
+
+// torchao's rule: only tensors of at least this many values, in whole blocks, are quantized.
+inline constexpr int64_t kMinQuantizedValues = 4096;
+
+// The format of a new state entry of a param of `numel` values kept in `dtype` with blocks of `block` values (0: the
+// format's default): none for plain state, or a param under torchao's rule.
+std::optional<SlotBlocks> quantized_state_blocks(StateDtype dtype, const StateSpec& spec, int64_t numel,
+                                                 int64_t block = 0);
+
+} // namespace optjit
