@@ -1,4 +1,5 @@
 #include "tools/cli_text.h"
+#include "frontend/optim/options.h"
 #include "runtime/error.h"
 
 #include <charconv>
@@ -42,6 +43,8 @@ static double parse_number(const std::string& key, const std::string& text) {
     return 0;
   double value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() && option_takes_names(key))
+    return named_option_value(key, text); // a choice by name (state_dtype=int8, adjust_lr_fn=original)
   if (ec != std::errc() || end != text.data() + text.size())
     throw Error("option " + key + "=" + text + ": expected a number, true/false or a pair like (0.9,0.99)");
   return value;

@@ -359,6 +359,11 @@ void Optimizer::adopt_state(int64_t flat, const ParamState& visible, StateOrigin
             throw Error(fmt::format("state '{}' of param {} is {}, but the param is {}: a complex param keeps complex "
                                     "state, a real param real state",
                                     spec.name, flat, t.describe(), param.describe()));
+          if (!scalar && !is_code_dtype(t.dtype()) && find_state(visible, scales_slot_name(spec.name)).defined())
+            throw Error(fmt::format("state '{}' of param {} is {}, beside the scales '{}' of block-quantized state, "
+                                    "whose codes are uint8 or float8_e4m3fn (torch's load_state_dict casts them to "
+                                    "the param's dtype; optjit.compile restores them)",
+                                    spec.name, flat, t.describe(), scales_slot_name(spec.name)));
           if (spec.copies_param && t.dtype() != Dtype::f32)
             throw Error(fmt::format("state '{}' of param {} is {}: master weights are f32 (torch's load_state_dict "
                                     "casts every state entry but step to the param's dtype; optjit.compile keeps "

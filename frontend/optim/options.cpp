@@ -21,12 +21,22 @@ const std::array<std::string, 3>* triple_option_keys(const std::string& name) {
   return name == "ns_coefficients" ? &ns_coefficients : nullptr;
 }
 
-double named_option_value(const std::string& option, const std::string& name) {
+namespace {
+
+const std::map<std::string, std::vector<std::string>>& option_choices() {
   static const std::map<std::string, std::vector<std::string>> choices = {
       {"adjust_lr_fn", {"original", "match_rms_adamw", "spectral_unclamped"}},
       {"state_dtype", {"plain", "int8", "int4", "fp8"}}}; // StateDtype's order
-  const auto it = choices.find(option);
-  if (it == choices.end())
+  return choices;
+}
+
+} // namespace
+
+bool option_takes_names(const std::string& option) { return option_choices().count(option) > 0; }
+
+double named_option_value(const std::string& option, const std::string& name) {
+  const auto it = option_choices().find(option);
+  if (it == option_choices().end())
     throw Error("option '" + option + "' takes a number, not the name '" + name + "'");
   for (std::size_t i = 0; i < it->second.size(); ++i)
     if (it->second[i] == name)

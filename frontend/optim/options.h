@@ -37,6 +37,8 @@ const std::array<std::string, 3>* triple_option_keys(const std::string& name);
 // value its group option holds: the name's index among the choices. Throws optjit::Error naming the option and its
 // choices for an option that takes no names or a name it does not have.
 double named_option_value(const std::string& option, const std::string& name);
+// Whether `option` is a choice that named_option_value takes names for.
+bool option_takes_names(const std::string& option);
 
 // An option given as None where torch allows it (Adafactor's eps1: the machine epsilon of the param's dtype): held as
 // this value, which no such option takes otherwise (they are >= 0). Finite, since hyperparameters are checked to be,

@@ -48,7 +48,7 @@ class CompiledStep:
         self._clipping = _clipping(max_grad_norm, norm_type, error_if_nonfinite)
         self._opt = opt  # held, as torch.compile(opt.step) holds it
         self._lock = _step_lock(opt)
-        _keep_f32_masters(opt, self._lock)
+        _keep_uncast_state(opt, self._lock)
         self._retired = []  # metrics of the compiled steps replaced by add_param_group
         self._total_norm = None  # of the last clipped step (NaN for one skipped for an inf or NaN); None before one
         self._total_norm_tensor = None  # total_norm as clip_grad_norm_ returns it, once asked for
@@ -256,6 +256,8 @@ class CompiledStep:
             # built again) has limits of its own.
             _torch_optim.check_lr_range(opt, _torch_optim.dtype_limits(opt))
         _widen_cast_masters(opt)
+        _restore_cast_codes(opt)
+        _drop_constructor_state(opt, self._cls)
         _reseed_changed_masters(opt, self._lock)
         rounding = _rounding_groups(opt)
         if rounding:
@@ -450,7 +452,7 @@ class _StepLock:
         self.claims = []
         # id(param) -> (weak reference, autograd version, data address) of each param whose f32 master the last step wrote
         self.master_versions = {}
-        self.load_hooks = False  # _keep_f32_masters has hooked the optimizer's load_state_dict
+        self.load_hooks = False  # _keep_uncast_state has hooked the optimizer's load_state_dict
 
     def claim(self, claim):
         reference = weakref.ref(claim)
@@ -473,10 +475,32 @@ class _StepLock:
         return None
 
 
-def _keep_f32_masters(opt, record):
-    """torch's load_state_dict casts every state entry but `step` to its param's dtype, a master_param too (bf16):
-    the f32 masters of the state dict being loaded are put back once it has loaded (a pre and a post hook, once per
-    optimizer), and masters loaded so are trusted as they are."""
+# The dtypes of block-quantized state's codes (the group option state_dtype); torch < 2.1 has no float8.
+_CODE_DTYPES = tuple(d for d in (torch.uint8, getattr(torch, "float8_e4m3fn", None)) if d is not None)
+
+
+def _kept_as_saved(entries):
+    """The entries of one param's saved state that torch's load_state_dict would cast to the param's dtype and optjit
+    keeps as saved: an f32 master_param, and block-quantized state (codes, which a cast to floats would turn into
+    their indexes, and their "<key>.scale")."""
+    kept = {}
+    if not isinstance(entries, dict):
+        return kept
+    for key, value in entries.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if key == "master_param" and value.dtype == torch.float32:
+            kept[key] = value
+        elif value.dtype in _CODE_DTYPES and isinstance(entries.get(f"{key}.scale"), torch.Tensor):
+            kept[key] = value
+            kept[f"{key}.scale"] = entries[f"{key}.scale"]
+    return kept
+
+
+def _keep_uncast_state(opt, record):
+    """torch's load_state_dict casts every state entry but `step` to its param's dtype: a master_param too (bf16),
+    and the codes of quantized state (to floats). Those of the state dict being loaded are put back as saved once it
+    has loaded (a pre and a post hook, once per optimizer), and masters loaded so are trusted as they are."""
     if record.load_hooks:
         return
     record.load_hooks = True
@@ -484,20 +508,16 @@ def _keep_f32_masters(opt, record):
 
     def before(optimizer, state_dict):
         loading["ids"] = [i for group in state_dict["param_groups"] for i in group["params"]]
-        loading["masters"] = {
-            i: entries["master_param"]
-            for i, entries in state_dict["state"].items()
-            if isinstance(entries, dict)
-            and isinstance(entries.get("master_param"), torch.Tensor)
-            and entries["master_param"].dtype == torch.float32
-        }
+        loading["kept"] = {i: _kept_as_saved(entries) for i, entries in state_dict["state"].items()}
 
     def after(optimizer):
-        masters = loading.pop("masters", {})
+        kept = loading.pop("kept", {})
         params = [p for group in optimizer.param_groups for p in group["params"]]
         for i, p in zip(loading.pop("ids", []), params):
-            if i in masters and "master_param" in optimizer.state.get(p, {}):
-                optimizer.state[p]["master_param"] = masters[i].to(device=p.device, copy=True)
+            state = optimizer.state.get(p, {})
+            for key, value in kept.get(i, {}).items():
+                if key in state:
+                    state[key] = value.to(device=p.device, copy=True)
         # The loaded masters are trusted as they are; a param written after this load restarts its master.
         record.master_versions.clear()
         _remember_master_versions(optimizer, record)
@@ -562,6 +582,62 @@ def _widen_cast_masters(opt):
             "load_state_dict to keep the checkpoint's f32 masters exactly",
             stacklevel=5,
         )
+
+
+def _restore_cast_codes(opt):
+    """Block-quantized state torch's load_state_dict cast to the param's dtype before optjit hooked it (loaded before
+    compiling): its codes again, exactly (uint8 indexes and e4m3 values are exact in every float dtype), and its
+    scales in f32 (their low bits are gone for bf16 and f16 params; a warning says so). The group's state_dtype says
+    which codes; values that are not such codes are refused."""
+    widened = 0
+    for group in opt.param_groups:
+        dtype = group.get("state_dtype")
+        if dtype in (None, "plain"):
+            continue
+        for p in group["params"]:
+            state = opt.state.get(p)
+            for key, value in list(state.items()) if state else ():
+                scales = state.get(f"{key}.scale")
+                if not isinstance(scales, torch.Tensor) or value.dtype in _CODE_DTYPES or not value.is_floating_point():
+                    continue
+                codes = value.to(torch.float8_e4m3fn if dtype == "fp8" else torch.uint8)
+                if not torch.equal(codes.to(value.dtype), value):
+                    raise Error(
+                        f"state '{key}' of a param of shape {list(p.shape)} is {value.dtype} beside its scales, and "
+                        f"its values are not {dtype} codes: the state was not saved with state_dtype={dtype!r}"
+                    )
+                state[key] = codes
+                if scales.dtype != torch.float32:
+                    state[f"{key}.scale"] = scales.to(torch.float32)
+                    widened += 1
+    if widened:
+        warnings.warn(
+            f"{widened} quantized state scale(s) were loaded in a lower precision (torch's load_state_dict casts state "
+            "to the param's dtype) and continue in f32 from those values: compile (or patch) the optimizer before "
+            "load_state_dict to keep the checkpoint's scales exactly",
+            stacklevel=5,
+        )
+
+
+def _drop_constructor_state(opt, cls):
+    """torch's Adagrad makes its state in its constructor, in the param's dtype (sum = initial_accumulator_value,
+    step = 0). In a group with state_dtype, that state, still untouched before a first step, is dropped, so that the
+    step makes it again as the option says (the same values, quantized)."""
+    if cls is not torch.optim.Adagrad:
+        return
+    for group in opt.param_groups:
+        if group.get("state_dtype") in (None, "plain"):
+            continue
+        for p in group["params"]:
+            state = opt.state.get(p)
+            held = state.get("sum") if state else None
+            if (
+                isinstance(held, torch.Tensor)
+                and held.dtype not in _CODE_DTYPES
+                and float(state["step"]) == 0
+                and bool((held == group["initial_accumulator_value"]).all())
+            ):
+                del opt.state[p]
 
 
 def _step_lock(opt):

@@ -53,7 +53,9 @@ _NAMING_KEYS = {"param_names"}
 # Keys LR schedulers add to param groups.
 _SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
 # optjit's own group options, which torch's groups carry and its step ignores.
-_OPTJIT_OPTIONS = {"master_weights", "stochastic_rounding"}
+_OPTJIT_OPTIONS = {"master_weights", "stochastic_rounding", "state_dtype"}
+# state_dtype's values, by name, as optjit's option holds them (StateDtype's order).
+_STATE_DTYPES = {"plain": 0.0, "int8": 1.0, "int4": 2.0, "fp8": 3.0}
 # ... and those of one class: Muon's f32_iterations (its normalization and Newton-Schulz iterations in f32).
 _OPTJIT_CLASS_OPTIONS = {"Muon": {"f32_iterations"}}
 
@@ -183,6 +185,11 @@ def keywords(cls, options, where):
                 raise torch_error(ValueError, f"Adjust learning rate function {value} is not supported")
             result[key] = [_ADJUST_LR_FN[value]]
             continue
+        if key == "state_dtype":
+            if value not in _STATE_DTYPES:
+                raise Error(f"{where} option 'state_dtype' is {value!r}: it takes 'plain', 'int8', 'int4' or 'fp8'")
+            result[key] = [_STATE_DTYPES[value]]
+            continue
         result[key] = _keyword(value, f"{where} option '{key}'")
     return result
 
@@ -254,7 +261,7 @@ def torchao_new_state(opt, param, entries):
     """torchao's state for a param on its first step, made by torchao itself (its _new_buffer: quantized state, or
     plain state in the param's dtype for a small param), so that torchao's own step and checkpoints see it as theirs."""
     state = {}
-    for key, kind, _initial, _copies in entries:
+    for key, kind, _initial, _copies, _layout in entries:
         if key == "step":
             state[key] = torch.tensor(0.0)  # torchao's: an f32 CPU tensor
         elif kind == "tensor":
@@ -262,6 +269,28 @@ def torchao_new_state(opt, param, entries):
         else:
             raise Error(f"{type(opt).__name__} has no state entry '{key}' of kind {kind} in torchao")
     return state
+
+
+def _is_dtensor(tensor):
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch built without distributed
+        return False
+    return isinstance(tensor, DTensor)
+
+
+def _quantized_state(param, key, layout):
+    codes_dtype, shape, code_byte, scale_count, scale = layout
+    if _is_dtensor(param):
+        raise Error(
+            f"a param of shape {list(param.shape)} is a DTensor (FSDP2's shard) in a group with "
+            f"state_dtype: block-quantized state of sharded params is not supported yet; use plain state for them"
+        )
+    codes = torch.full(shape, code_byte, dtype=torch.uint8, device=param.device)
+    if codes_dtype == "float8_e4m3fn":
+        codes = codes.view(torch.float8_e4m3fn)
+    scales = torch.full((scale_count,), scale, dtype=torch.float32, device=param.device)
+    return {key: codes, key + ".scale": scales}
 
 
 def grad_layout_state(cls):
@@ -275,10 +304,13 @@ def new_state(param, entries, scalar_dtype, scalar_device, grad_layout=()):
     col_var [..., 1, n]) as the grad's new_zeros. A DTensor param gets DTensor state, as torch's zeros_like
     gives. A complex param's entries start at complex(v, v), as torch's optimizers see them through view_as_real
     (Adagrad's sum, Rprop's step_size). Master weights (`master_param`) start as an f32 copy of the param, in its
-    layout."""
+    layout. A block-quantized entry (the group option state_dtype) is its codes (uint8, or float8_e4m3fn for FP8)
+    under its key and its f32 scales under "<key>.scale", made as the entry's layout says."""
     state = {}
-    for key, kind, initial, copies_param in entries:
-        if copies_param:
+    for key, kind, initial, copies_param, layout in entries:
+        if layout is not None:
+            state.update(_quantized_state(param, key, layout))
+        elif copies_param:
             state[key] = param.detach().to(torch.float32, memory_format=torch.preserve_format, copy=True)
         elif kind == "scalar":
             state[key] = torch.tensor(float(initial), dtype=scalar_dtype, device=scalar_device)

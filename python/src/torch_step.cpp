@@ -311,9 +311,24 @@ nb::list TorchStep::new_state(int64_t flat) const {
   if (flat < 0 || flat >= param_count())
     throw Error("param " + std::to_string(flat) + " is not one of the " + std::to_string(param_count()) + " params");
   nb::list entries;
-  for (const StateSpec& spec : optimizer_->param_state_specs(flat))
-    if (spec.visible)
-      entries.append(nb::make_tuple(spec.name, state_kind_name(spec.kind), spec.initial, spec.copies_param));
+  const Tensor& param = params_[static_cast<std::size_t>(flat)].view;
+  for (const StateSpec& spec : optimizer_->param_state_specs(flat)) {
+    if (!spec.visible)
+      continue;
+    nb::object layout = nb::none();
+    if (const std::optional<SlotBlocks> blocks = optimizer_->state_blocks(flat, spec)) {
+      const ConstantBlock start = constant_block(blocks->format, blocks->block, static_cast<float>(spec.initial));
+      nb::list shape;
+      if (block_format_bits(blocks->format) == 4)
+        shape.append(param.numel() / 2);
+      else
+        for (int64_t size : param.shape())
+          shape.append(size);
+      layout = nb::make_tuple(blocks->format == BlockFormat::Fp8 ? "float8_e4m3fn" : "uint8", shape, start.code_byte,
+                              param.numel() / blocks->block, start.scale);
+    }
+    entries.append(nb::make_tuple(spec.name, state_kind_name(spec.kind), spec.initial, spec.copies_param, layout));
+  }
   return entries;
 }
 
@@ -332,6 +347,15 @@ void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
       quantized.tensor = nb::borrow(tensor);
       view_quantized_state(flat, name, tensor, quantized, views);
       held.push_back(std::move(quantized));
+      continue;
+    }
+    if (torch_.is_tensor(tensor) && torch_.holds_codes(tensor)) {
+      HeldState codes; // the codes of state_dtype's quantized state, beside their "<name>.scale" entry
+      codes.key = nb::borrow(key);
+      codes.tensor = nb::borrow(tensor);
+      codes.view = torch_.codes_view(tensor, what);
+      views.emplace_back(name, codes.view);
+      held.push_back(std::move(codes));
       continue;
     }
     if (!torch_.is_tensor(tensor)) // view() names it

@@ -64,7 +64,10 @@ public:
   // order): the Python side creates what they lack.
   std::vector<int64_t> params_without_state() const;
   // The state param `flat` gets, in torch's key order: (key, kind: "tensor", "scalar", "rows" or "cols", starting
-  // value, starts as an f32 copy of the param), visible entries only.
+  // value, starts as an f32 copy of the param, block-quantized layout or None), visible entries only. A
+  // block-quantized entry (the group option state_dtype) is two tensors: its codes under `key` and its f32 scales
+  // under "<key>.scale"; its layout says how to make them: (codes dtype "uint8" or "float8_e4m3fn", codes shape, the
+  // byte every code starts as, the number of scales, the value each starts as).
   nb::list new_state(int64_t flat) const;
   // Makes torch's `state` tensors (key -> tensor) the state of param `flat`; `loaded`: they come from a checkpoint
   // or an earlier step rather than being made for this one. An empty dict drops the param's state.

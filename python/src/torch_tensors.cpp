@@ -137,6 +137,12 @@ Tensor TorchTensors::codes_view(nb::handle tensor, const std::string& what) cons
   return Tensor::from_blob(reinterpret_cast<void*>(data_ptr(tensor)), shape, dtype, strides, device);
 }
 
+bool TorchTensors::holds_codes(nb::handle tensor) const {
+  const nb::object dtype = attr(tensor, names_.dtype);
+  return std::any_of(dtypes_.begin(), dtypes_.end(),
+                     [&](const auto& entry) { return is_code_dtype(entry.second) && dtype.is(entry.first); });
+}
+
 Tensor TorchTensors::view(nb::handle tensor, const std::string& what, LazyBits bits) const {
   if (!is_tensor(tensor))
     throw Error(what + " is a " + text(nb::handle(Py_TYPE(tensor.ptr()))) + ", not a torch.Tensor");

@@ -45,6 +45,8 @@ public:
   // The view of the codes of block-quantized state (a torchao state tensor's `codes`: uint8 or float8_e4m3fn), which
   // view() refuses everywhere else.
   Tensor codes_view(nb::handle tensor, const std::string& what) const;
+  // Whether `tensor` (a torch.Tensor) holds codes: its dtype is uint8 or float8_e4m3fn.
+  bool holds_codes(nb::handle tensor) const;
   // The address of a tensor's first element (Tensor.data_ptr()).
   uintptr_t data_ptr(nb::handle tensor) const;
   // A new tensor holding the values of `tensor`, which has a lazy bit, with its bits resolved (not an alias).

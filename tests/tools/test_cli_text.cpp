@@ -21,6 +21,9 @@ TEST_CASE("cli text: --set options, pairs and flags, and every malformed list re
   check_error_contains([] { parse_keyword_options("betas=(0.8,0.9"); }, "option betas in --set: unclosed '('");
   check_error_contains([] { parse_keyword_options("betas=(0.8)x"); }, "expected ',' after its value");
   check_error_contains([] { parse_keyword_options("lr=fast"); }, "option lr=fast: expected a number");
+  CHECK(parse_keyword_options("state_dtype=int4").at("state_dtype") == std::vector<double>{2}); // choices by name
+  check_error_contains([] { parse_keyword_options("state_dtype=int2"); },
+                       "option 'state_dtype' is 'int2': it takes one of 'plain', 'int8', 'int4', 'fp8'");
   check_error_contains([] { parse_keyword_options("lr=0.1,lr=0.2"); }, "option lr in --set: given twice");
   // A value that parses but breaks an option's rule is the optimizer's to refuse, as from the API.
   auto params = random_params({{3}}, Dtype::f32, 0);
