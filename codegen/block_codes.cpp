@@ -185,6 +185,31 @@ Value* KernelBody::nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format) {
   return b.CreateSelect(b.CreateFCmpUNO(x, x), llvm::Constant::getNullValue(i32), code);
 }
 
+void KernelBody::prepare_block_walk(llvm::Function* fn, int64_t block) {
+  IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin()); // static allocas: no dynamic stack on a GPU
+  BlockWalk walk;
+  walk.block = block;
+  for (const Store& s : graph_.stores) {
+    if (s.kind != StoreKind::Tensor)
+      continue;
+    const int slot = index_in(plan_.abi.tensor_slots, s.name);
+    if (!slot_blocks(slot))
+      continue;
+    walk.buffers[slot] = BlockWalk::Buffer{
+        entry.CreateAlloca(llvm::ArrayType::get(entry.getFloatTy(), static_cast<uint64_t>(block)), nullptr,
+                           s.name + ".block"),
+        entry.CreateAlloca(vector_type_of(entry.getFloatTy(), lanes_)), entry.CreateAlloca(entry.getFloatTy())};
+  }
+  block_walk_ = std::move(walk);
+}
+
+void KernelBody::reset_block_maxima(IRBuilder<>& b) {
+  for (auto& [slot, buffer] : block_walk_->buffers) {
+    b.CreateStore(llvm::Constant::getNullValue(buffer.vector_absmax->getAllocatedType()), buffer.vector_absmax);
+    b.CreateStore(llvm::ConstantFP::get(b.getFloatTy(), 0.0), buffer.scalar_absmax);
+  }
+}
+
 // The end of a walked block: for each quantized store, the block's scale (its absolute maximum, floored at 1e-12 with
 // NaN kept, over 448 for FP8) and its codes (each buffered value divided by the scale, then its nearest code).
 void KernelBody::quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases) {

@@ -92,7 +92,7 @@ public:
     }
     const std::vector<std::string> quantized = quantized_slots(plan_);
     if (const std::optional<int64_t> block = stored_block(plan_))
-      prepare_block_walk(b, *block);
+      prepare_block_walk(fn, *block);
     Value* matrix = field(b, args, KernelArg::matrix);
     Value* axis_arrays = field(b, args, KernelArg::axis);
     Value* row_base = field(b, args, KernelArg::row_base);
@@ -192,24 +192,6 @@ public:
       b.CreateStore(partial, b.CreateGEP(b.getDoubleTy(), partials, at));
     }
   }
-  // A kernel that stores quantized state walks its items (whole blocks: Binding cuts them so) block by block: per
-  // quantized store, a buffer of the block's values and their running maximum, made once in the entry block.
-  void prepare_block_walk(IRBuilder<>& b, int64_t block) {
-    BlockWalk walk;
-    walk.block = block;
-    for (const Store& s : graph_.stores) {
-      if (s.kind != StoreKind::Tensor)
-        continue;
-      const int slot = index_in(plan_.abi.tensor_slots, s.name);
-      if (!slot_blocks(slot))
-        continue;
-      walk.buffers[slot] =
-          BlockWalk::Buffer{b.CreateAlloca(llvm::ArrayType::get(b.getFloatTy(), static_cast<uint64_t>(block)), nullptr,
-                                           s.name + ".block"),
-                            b.CreateAlloca(vector_type_of(b.getFloatTy(), lanes_)), b.CreateAlloca(b.getFloatTy())};
-    }
-    block_walk_ = std::move(walk);
-  }
   // Each block of [first, last): its elements a vector at a time (the block's last block % lanes one at a time), their
   // quantized stores buffered, then the block's scales and codes written (quantize_block). Reductions accumulate as
   // in the plain walk, over the same vector and tail accumulators.
@@ -222,10 +204,7 @@ public:
     emit_loop(b, first, last, b.getInt64(block), "block", [&](Value* start) {
       block_walk_->start = start;
       block_walk_->index = b.CreateSDiv(start, b.getInt64(block));
-      for (auto& [slot, buffer] : block_walk_->buffers) {
-        b.CreateStore(llvm::Constant::getNullValue(buffer.vector_absmax->getAllocatedType()), buffer.vector_absmax);
-        b.CreateStore(llvm::ConstantFP::get(b.getFloatTy(), 0.0), buffer.scalar_absmax);
-      }
+      reset_block_maxima(b);
       if (vector_part > 0)
         emit_loop(b, start, b.CreateAdd(start, b.getInt64(vector_part)), b.getInt64(lanes_), "block.vec",
                   [&](Value* j) { emit_body(b, bases, splats, j, lanes_, vector_acc); });

@@ -181,6 +181,11 @@ public:
   Value* nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format);
   std::pair<Value*, Value*> code_search_tables(BlockFormat format);
   void quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases);
+  // A kernel that stores quantized state walks its items (whole blocks: Binding cuts them so) block by block: per
+  // quantized store, a buffer of the block's values and their running maximum, made once in `fn`'s entry block.
+  void prepare_block_walk(llvm::Function* fn, int64_t block);
+  // The running maxima of a new block, zero.
+  void reset_block_maxima(IRBuilder<>& b);
   // A walk over whole blocks of `block` elements (a kernel that stores quantized state): the block's first element
   // and its index, and per quantized store (by ABI tensor slot) its buffer of the block's values and their running
   // absolute maximum (a vector's lanes, and the scalar tail's).

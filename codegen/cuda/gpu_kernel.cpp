@@ -9,12 +9,16 @@ namespace {
 // Reductions that share one pass of a GPU block's reduction tree (emit_block_reduction).
 constexpr std::size_t kBlockReductionsAtOnce = 4;
 
+// The elements a GPU thread reads and writes at once: 128 bits of the compute dtype, or one at a time in a kernel
+// that touches block-quantized state (its codes are bytes or nibbles, read through a table).
+int gpu_lanes(const KernelPlan& plan) {
+  return quantized_slots(plan).empty() ? kGpuVectorBytes / static_cast<int>(dtype_size(plan.graph.dtype)) : 1;
+}
+
 } // namespace
 
 GpuKernelEmitter::GpuKernelEmitter(const KernelPlan& plan, llvm::Module& module, const GpuEmulationHooks* emulation)
-    : KernelBody(plan, module, kGpuVectorBytes / static_cast<int>(dtype_size(plan.graph.dtype)), /*device_math=*/true,
-                 /*native_bf16=*/false),
-      emulation_(emulation) {}
+    : KernelBody(plan, module, gpu_lanes(plan), /*device_math=*/true, /*native_bf16=*/false), emulation_(emulation) {}
 
 GpuKernelEmitter::GpuEntry GpuKernelEmitter::begin_gpu_kernel(IRBuilder<>& b, const std::string& symbol) {
   GpuEntry e;
@@ -57,6 +61,13 @@ GpuKernelEmitter::GpuEntry GpuKernelEmitter::begin_gpu_kernel(IRBuilder<>& b, co
   for (std::size_t s = 0; s < plan_.abi.tensor_slots.size(); ++s)
     e.bases.push_back(b.CreateAddrSpaceCast(slot_pointer(b, slots, static_cast<int>(s), n_tensors, e.item.tensor),
                                             e.global, plan_.abi.tensor_slots[s]));
+  // The quantized slots' scales, which the slot table keeps after the scalar slots (compiler/binding.cpp).
+  const std::vector<std::string> quantized = quantized_slots(plan_);
+  const std::size_t slot_rows = plan_.abi.tensor_slots.size() + plan_.abi.scalar_slots.size();
+  for (std::size_t k = 0; k < quantized.size(); ++k)
+    e.bases.push_back(
+        b.CreateAddrSpaceCast(slot_pointer(b, slots, static_cast<int>(slot_rows + k), n_tensors, e.item.tensor),
+                              e.global, scales_slot_name(quantized[k])));
   return e;
 }
 
@@ -76,6 +87,11 @@ void GpuKernelEmitter::end_gpu_kernel(IRBuilder<>& b, const GpuEntry& e, const s
 void GpuKernelEmitter::emit_gpu_kernel(const std::string& symbol) {
   IRBuilder<> b(ctx_);
   GpuEntry e = begin_gpu_kernel(b, symbol);
+  if (const std::optional<int64_t> block = stored_block(plan_)) {
+    emit_gpu_block_walk(b, e, *block);
+    end_gpu_kernel(b, e);
+    return;
+  }
   auto [t, first, last] = e.item;
   Value* scalar_begin = first;
   if (lanes_ > 1) {
@@ -103,6 +119,32 @@ void GpuKernelEmitter::emit_gpu_kernel(const std::string& symbol) {
   emit_loop(b, b.CreateAdd(scalar_begin, e.thread), last, e.threads, "elem",
             [&](Value* j) { emit_body(b, e.bases, e.values, j, 1, e.thread_acc); });
   end_gpu_kernel(b, e);
+}
+
+// A kernel that stores block-quantized state: thread k of the block walks the k-th whole block of its item, then
+// every `threads`-th one, one element at a time, buffering its quantized stores (in the thread's local memory), and
+// ends each block with its scale and codes (quantize_block): the CPU's walk, a block per thread. Deterministic for
+// any thread count: a block's codes depend on its values alone, and each reduction's order on the shape and the
+// block's size, as in the plain kernel.
+void GpuKernelEmitter::emit_gpu_block_walk(IRBuilder<>& b, GpuEntry& e, int64_t block) {
+  if (block > kGpuMaxQuantizationBlock)
+    throw Error("kernel " + plan_.name + " stores state quantized in blocks of " + std::to_string(block) +
+                " values: a GPU thread buffers a block in its local memory, up to " +
+                std::to_string(kGpuMaxQuantizationBlock) +
+                " values; step such state on the CPU, or use smaller blocks");
+  prepare_block_walk(e.fn, block);
+  const auto [t, first, last] = e.item;
+  (void)t;
+  Value* stride = b.CreateMul(e.threads, b.getInt64(block));
+  emit_loop(b, b.CreateAdd(first, b.CreateMul(e.thread, b.getInt64(block))), last, stride, "qblock", [&](Value* start) {
+    block_walk_->start = start;
+    block_walk_->index = b.CreateSDiv(start, b.getInt64(block));
+    reset_block_maxima(b);
+    emit_loop(b, start, b.CreateAdd(start, b.getInt64(block)), b.getInt64(1), "qblock.elem",
+              [&](Value* j) { emit_body(b, e.bases, e.values, j, 1, e.thread_acc); });
+    quantize_block(b, e.bases);
+  });
+  block_walk_->start = block_walk_->index = nullptr;
 }
 
 // The GPU's thread and block registers (%tid.x, %ntid.x, %ctaid.x), its block barrier and its global memory fence;
@@ -369,10 +411,6 @@ llvm::Align GpuKernelEmitter::lanes_align(int slot, int lanes) {
 
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol,
                      const GpuEmulationHooks* emulation) {
-  if (const std::vector<std::string> quantized = quantized_slots(plan); !quantized.empty())
-    throw Error("kernel " + plan.name + " reads or writes block-quantized state ('" + quantized.front() +
-                "'): the GPU kernels do not quantize yet (a block's maximum needs a block-wide reduction before its "
-                "stores); step such state on the CPU");
   if (plan.has_axis) {
     emission::emit_gpu_axis_kernel(plan, module, symbol, emulation);
   } else {

@@ -15,6 +15,9 @@ namespace optjit::emission {
 // f32 kernels over a Transformer encoder's matrices: 347 -> 204 us (update) and 179 -> 139 us (its RMS); 80 or 96
 // registers gained less (264, 256 us: still one block per SM).
 constexpr int kGpuAxisMaxRegisters = 64;
+// The largest quantization block a GPU kernel stores: a thread buffers a block's values in its local memory (8 KB
+// per quantized store at this size).
+constexpr int64_t kGpuMaxQuantizationBlock = 2048;
 // The static shared memory of a GPU block.
 constexpr std::size_t kGpuStaticSharedBytes = 48 * 1024;
 
@@ -44,6 +47,8 @@ public:
   // (128-bit accesses when every slot's address of the item is aligned, scalar ones otherwise), then one at a time
   // over the item's last elements.
   void emit_gpu_kernel(const std::string& symbol);
+  // The element walk of a kernel that stores block-quantized state: each thread walks whole blocks of its item.
+  void emit_gpu_block_walk(IRBuilder<>& b, GpuEntry& e, int64_t block);
   // The GPU's thread and block registers (%tid.x, %ntid.x, %ctaid.x), its block barrier and its global memory fence;
   // in emulation, calls to the emulator's hooks and a host fence.
   Value* gpu_register(IRBuilder<>& b, llvm::Intrinsic::ID id);

@@ -267,3 +267,36 @@ def test_cuda_muon_f32_iterations_match_newton_schulz_in_f64():
         # f32 rounding of the update, plus that of the params themselves (an ulp of |p| ~ 5 is 5e-7)
         bound = 1e-5 * update + 2 * torch.finfo(torch.float32).eps * e.abs().max()
         assert (p.detach().cpu() - e).abs().max() < bound
+
+
+@gpu
+@pytest.mark.parametrize("state_dtype", ["int8", "int4", "fp8"])
+def test_cuda_quantized_state_steps_as_on_the_cpu(state_dtype):
+    """state_dtype on CUDA params: the GPU kernels (a block per thread) against the CPU kernels on the same values.
+    Both round in IEEE f32, so codes agree but where a contracted multiply-add moves a value across a code's
+    boundary; the params follow within such a code's share of the update."""
+    generator = torch.Generator().manual_seed(3)
+    shapes = [(64, 128), (300,), (96, 512)]
+    on_cpu = [torch.nn.Parameter(torch.randn(s, generator=generator)) for s in shapes]
+    on_gpu = [torch.nn.Parameter(p.detach().cuda()) for p in on_cpu]
+    opts = [torch.optim.AdamW([{"params": ps, "state_dtype": state_dtype}], lr=0.01) for ps in (on_cpu, on_gpu)]
+    steps = [optjit.compile(opt) for opt in opts]
+    for s in range(4):
+        grads = torch.Generator().manual_seed(100 + s)
+        for a, b in zip(on_cpu, on_gpu):
+            g = torch.randn(a.shape, generator=grads)
+            a.grad, b.grad = g, g.cuda()
+        for step in steps:
+            step()
+    torch.cuda.synchronize()
+    for a, b in zip(on_cpu, on_gpu):
+        torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-4, atol=2e-4)
+        for key, value in opts[0].state[a].items():
+            other = opts[1].state[b][key].cpu()
+            assert other.dtype == value.dtype, key
+            if value.dtype in (torch.uint8, torch.float8_e4m3fn):
+                differ = (value.view(torch.uint8) != other.view(torch.uint8)).float().mean().item()
+                assert differ < 0.01, f"{key}: {differ:.2%} of the codes differ"
+            else:
+                torch.testing.assert_close(other, value, rtol=1e-4, atol=1e-6)
+    assert steps[1].metrics()["compiles"] == 1

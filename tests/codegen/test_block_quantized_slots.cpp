@@ -11,6 +11,7 @@
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "runtime/block_quantization.h"
+#include "skip.h"
 
 #include <doctest/doctest.h>
 #include <spdlog/fmt/fmt.h>
@@ -18,6 +19,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -319,9 +322,31 @@ TEST_CASE("block-quantized slots: codes and scales that do not fit the slot are 
       "its param has 255 elements, not a multiple of the block of 256");
 }
 
-TEST_CASE("block-quantized slots: GPU kernels refuse quantized state by name rather than run it unquantized") {
-  const Graph g = parse_graph(adam_like(Dtype::f32, "signed8/256", "unsigned8/256"));
-  const PipelineResult plan = run_pipeline(g);
-  test::check_error_contains([&] { (void)compile_gpu_kernel(plan.kernels.front(), 90); },
-                             "the GPU kernels do not quantize yet");
+TEST_CASE("block-quantized slots: GPU kernels assemble for sm_80 and sm_90, and refuse blocks past a thread's buffer") {
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  for (const auto& [m, v] : std::vector<std::pair<std::string, std::string>>{
+           {"signed8/256", "unsigned8/256"}, {"signed4/128", "unsigned4/128"}, {"fp8/36", "fp8/36"}}) {
+    const Graph g = parse_graph(adam_like(Dtype::bf16, m, v));
+    for (const KernelPlan& plan : run_pipeline(g).kernels)
+      for (int sm : {80, 90}) {
+        INFO(m << " " << plan.name << " sm_" << sm);
+        const std::string ptx = compile_gpu_kernel(plan, sm).ptx;
+        const bool searches = ptx.find("_search_") != std::string::npos; // the code search's tables (global memory)
+        CHECK(searches == (m != "fp8/36"));
+        if (!std::filesystem::exists(ptxas))
+          continue;
+        const std::filesystem::path file = test::temp_path("quantized.ptx");
+        std::ofstream(file) << ptx;
+        const std::string command =
+            std::string(ptxas) + " --gpu-name sm_" + std::to_string(sm) + " " + file.string() + " -o /dev/null";
+        CHECK(std::system(command.c_str()) == 0);
+        std::filesystem::remove(file);
+      }
+  }
+  if (!std::filesystem::exists(ptxas))
+    test::skip_test(std::string(ptxas) + " is absent: the PTX was made, not assembled");
+  const Graph big = parse_graph(adam_like(Dtype::f32, "signed8/4096", "unsigned8/4096"));
+  test::check_error_contains([&] { (void)compile_gpu_kernel(run_pipeline(big).kernels.front(), 90); },
+                             "stores state quantized in blocks of 4096 values: a GPU thread buffers a block in its "
+                             "local memory, up to 2048 values");
 }

@@ -7,6 +7,7 @@
 #include "compiler/backend.h"
 #include "compiler/backends/cuda/gpu_table.h"
 #include "compiler/backends/matrix_products.h"
+#include "compiler/compiled_step.h"
 #include "compiler/pipeline.h"
 #include "helpers.h"
 #include "ir/parser.h"
@@ -497,4 +498,58 @@ TEST_CASE("gpu emulation: a list reduction (clipping by the global norm) combine
       CHECK(test::scaled_error(emulated.slot_tensors[s][t], reference.slot_tensors[s][t], 1e-6, 1e-7) <= 1.0);
     }
   CHECK(reference.slot_tensors[2][0].item() > 0); // the peak was written
+}
+
+namespace {
+
+// Every byte of the params and their state, in order (codes and scales included).
+std::vector<std::vector<uint8_t>> state_bytes(const std::vector<Tensor>& params, const Optimizer& opt) {
+  std::vector<std::vector<uint8_t>> all;
+  const auto add = [&](const Tensor& t) {
+    const Tensor dense = t.clone();
+    const auto* bytes = static_cast<const uint8_t*>(dense.data());
+    all.emplace_back(bytes, bytes + dense.nbytes());
+  };
+  for (const Tensor& p : params) {
+    add(p);
+    for (const auto& [key, t] : *opt.state(p))
+      add(t);
+  }
+  return all;
+}
+
+} // namespace
+
+TEST_CASE("gpu emulation: block-quantized state steps as on the CPU, every code and scale, with any thread count") {
+  // torchao's low-bit AdamW (its f32 powf in the prologue: the device's pow) and state_dtype over Adam and SGD; a
+  // matrix in one work item, a small param (plain state), matrices of several items in blocks of 256, 128 or 36.
+  const std::vector<std::pair<std::string, KeywordOptions>> configs = {
+      {"AdamW8bit", {{"lr", {0.01}}}},
+      {"AdamW4bit", {{"lr", {0.01}}, {"amsgrad", {1}}}},
+      {"AdamWFp8", {{"lr", {0.01}}}},
+      {"AdamW8bit", {{"lr", {0.01}}, {"block_size", {36}}}},
+      {"adam", {{"lr", {0.01}}, {"state_dtype", {named_option_value("state_dtype", "int8")}}}},
+      {"sgd", {{"lr", {0.1}}, {"momentum", {0.9}}, {"state_dtype", {named_option_value("state_dtype", "int4")}}}},
+      {"rmsprop", {{"lr", {0.01}}, {"momentum", {0.5}}, {"state_dtype", {named_option_value("state_dtype", "fp8")}}}}};
+  for (const auto& [name, options] : configs)
+    for (const auto& [threads, schedule] : std::vector<std::pair<unsigned, EmulatedSchedule>>{
+             {64, EmulatedSchedule::Concurrent}, {32, EmulatedSchedule::InTurns}}) {
+      INFO(name << " " << config_name(options) << " " << threads << " threads");
+      const std::vector<Tensor> initial = random_params({{64, 72}, {1000}, {96, 512}, {300, 144}}, Dtype::f32, 21);
+      std::vector<Tensor> emulated = copy_params(initial), reference = copy_params(initial);
+      auto opt_emulated = test::make_single_group(name, emulated, options, true);
+      auto opt_reference = test::make_single_group(name, reference, options, true);
+      CompiledStep cpu = compile(*opt_reference);
+      for (int s = 0; s < 3; ++s) {
+        randomize_grads(emulated, 700 + static_cast<uint64_t>(s));
+        randomize_grads(reference, 700 + static_cast<uint64_t>(s));
+        step_emulated(*opt_emulated, threads, schedule);
+        cpu();
+        CHECK(state_bytes(emulated, *opt_emulated) == state_bytes(reference, *opt_reference));
+      }
+      bool quantized = false;
+      for (const auto& [key, t] : *opt_emulated->state(emulated[0]))
+        quantized = quantized || is_code_dtype(t.dtype());
+      CHECK(quantized);
+    }
 }
