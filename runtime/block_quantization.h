@@ -62,7 +62,6 @@ float from_e4m3fn(uint8_t code);
 // Quantizes `values` (numel a multiple of `block`, an even block for 4 bits) into code_bytes() codes and numel /
 // block scales. Throws optjit::Error naming the rule a size breaks.
 void quantize_blocks(BlockFormat format, std::span<const float> values, int64_t block, uint8_t* codes, float* scales);
-// The values the codes stand for: map entry (or e4m3 value) times its block's scale, in f32 as torchao's dequantize.
 // The codes and scale quantize_blocks gives a block whose every value is `value` (a new state entry's starting
 // value: Adagrad's initial_accumulator_value, Rprop's lr): the byte each of its codes is (two equal nibbles for 4
 // bits), and its scale. 0 gives torchao's new state: zero codes and a zero scale.
@@ -71,6 +70,7 @@ struct ConstantBlock {
   float scale = 0;
 };
 ConstantBlock constant_block(BlockFormat format, int64_t block, float value);
+// The values the codes stand for: map entry (or e4m3 value) times its block's scale, in f32 as torchao's dequantize.
 void dequantize_blocks(BlockFormat format, const uint8_t* codes, const float* scales, int64_t numel, int64_t block,
                        float* values);
 

@@ -28,7 +28,7 @@ public:
   bool has_param_structure() const override { return true; }
   void check_grad(int64_t flat) const override;
   double hyper_value(const ParamGroup& group, const std::string& name) const override;
-  std::string state_dtype_refusal() const override {
+  std::string state_dtype_refusal(const ParamGroup&) const override {
     return "its second moment is already factored into a row and a column vector per matrix";
   }
 };

@@ -22,7 +22,7 @@ OPTJIT_DEFINE_OPTIONS(ASGDOptions, OPTJIT_ASGD_OPTIONS)
 class ASGD : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(ASGD, ASGDOptions)
-  std::string state_dtype_refusal() const override {
+  std::string state_dtype_refusal(const ParamGroup&) const override {
     return "its state 'ax' is an average of the param, which 8 or 4 bits would round to no use";
   }
 

@@ -47,7 +47,7 @@ public:
   bool has_forloop_reference() const override { return true; }
   void validate_options(const OptionMap& options) const override;
   std::optional<SlotBlocks> new_state_blocks(int64_t flat, const StateSpec& spec) const override;
-  std::string state_dtype_refusal() const override {
+  std::string state_dtype_refusal(const ParamGroup&) const override {
     return "its class sets its state's format (block_size sets its blocks)";
   }
 

@@ -59,7 +59,7 @@ public:
   bool has_param_structure() const override { return true; }
   // Its products read whole matrices: a param that is not contiguous steps through contiguous copies.
   bool walks_rows_and_columns(int64_t) const override { return true; }
-  std::string state_dtype_refusal() const override {
+  std::string state_dtype_refusal(const ParamGroup&) const override {
     return "its momentum buffer feeds matrix products, which take plain tensors";
   }
 

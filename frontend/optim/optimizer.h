@@ -312,10 +312,11 @@ public:
   // Step-time checks of a group's options, which may have changed since construction (torch checks them only
   // there): options its step cannot take at all, refused before anything changes.
   virtual void check_step_options(const ParamGroup& /*group*/, std::size_t /*index*/) const {}
-  // Why this optimizer's state cannot be kept block-quantized (the group option state_dtype, state_dtype.h), or
-  // empty where it can: its state is not per-element moments (Adafactor's factored rows and columns, ASGD's
-  // average of the param), or its step reads state another way (Muon's products).
-  virtual std::string state_dtype_refusal() const { return {}; }
+  // Why this optimizer cannot keep `group`'s state block-quantized (the group option state_dtype, state_dtype.h),
+  // or empty where it can: its state is not per-element moments (Adafactor's factored rows and columns, ASGD's
+  // average of the param), its step reads state another way (Muon's products), or it subtracts two moments that
+  // are rounded apart (centered RMSprop).
+  virtual std::string state_dtype_refusal(const ParamGroup& /*group*/) const { return {}; }
   // Whether the step refuses non-finite hyperparameters (torch.optim's options are finite); a step function takes
   // whatever its caller passes, as torch's ops take any number (a max_norm of inf only measures the norm).
   virtual bool requires_finite_hyperparameters() const { return true; }

@@ -113,7 +113,7 @@ void Optimizer::check_state_dtype(const ParamGroup& group, std::size_t index) co
   const StateDtype dtype = state_dtype_option(group, static_cast<int64_t>(index));
   if (dtype == StateDtype::plain)
     return;
-  if (const std::string refusal = state_dtype_refusal(); !refusal.empty())
+  if (const std::string refusal = state_dtype_refusal(group); !refusal.empty())
     throw Error(fmt::format("param group {} has state_dtype='{}', which {} cannot keep: {}", index,
                             state_dtype_name(dtype), name_, refusal));
   for (std::size_t k = 0; k < group.params.size(); ++k)

@@ -22,6 +22,12 @@ OPTJIT_DEFINE_OPTIONS(RMSpropOptions, OPTJIT_RMSPROP_OPTIONS)
 class RMSprop : public Optimizer {
 public:
   OPTJIT_DECLARE_OPTIMIZER(RMSprop, RMSpropOptions)
+  std::string state_dtype_refusal(const ParamGroup& group) const override {
+    return group.get("centered") != 0 ? "centered=True takes the square root of square_avg - grad_avg^2, which two "
+                                        "moments rounded apart can make negative (NaN params; bitsandbytes refuses it "
+                                        "too)"
+                                      : "";
+  }
 };
 
 } // namespace optjit

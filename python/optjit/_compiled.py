@@ -211,6 +211,11 @@ class CompiledStep:
                     "three parts around its collectives, without a grad pass; unscale and clip before the step "
                     "(GradScaler.unscale_, clip_grad_norm_)"
                 )
+            if any(_torch_optim.quantizes_state(group) for group in opt.param_groups):
+                raise Error(
+                    "torch.optim.Muon cannot keep its state block-quantized (state_dtype): its momentum buffer feeds "
+                    "matrix products, which take plain tensors"
+                )
             sharded_muon.step(opt)
             self._norm_params = [p for group in opt.param_groups for p in group["params"] if p.grad is not None]
             _increment_versions(self._norm_params)
@@ -256,8 +261,6 @@ class CompiledStep:
             # built again) has limits of its own.
             _torch_optim.check_lr_range(opt, _torch_optim.dtype_limits(opt))
         _widen_cast_masters(opt)
-        _restore_cast_codes(opt)
-        _drop_constructor_state(opt, self._cls)
         _reseed_changed_masters(opt, self._lock)
         rounding = _rounding_groups(opt)
         if rounding:
@@ -339,6 +342,9 @@ class CompiledStep:
         self._groups_seen = groups
         if reason is not None:
             self._retired.append(old)
+        # Quantized state as the new step expects it (once per build: the load hooks keep codes uncast after it).
+        _restore_cast_codes(opt)
+        _quantize_constructor_state(opt, self._cls, cxx, params)
         self._cxx = cxx
         return cxx
 
@@ -619,25 +625,24 @@ def _restore_cast_codes(opt):
         )
 
 
-def _drop_constructor_state(opt, cls):
+def _quantize_constructor_state(opt, cls, cxx, params):
     """torch's Adagrad makes its state in its constructor, in the param's dtype (sum = initial_accumulator_value,
-    step = 0). In a group with state_dtype, that state, still untouched before a first step, is dropped, so that the
-    step makes it again as the option says (the same values, quantized)."""
+    step = 0). In a group with state_dtype, a `sum` still untouched, of a param the new step quantizes (cxx's layout
+    for it), is replaced in place by the same values quantized."""
     if cls is not torch.optim.Adagrad:
         return
-    for group in opt.param_groups:
-        if group.get("state_dtype") in (None, "plain"):
+    group_of = [group for group in opt.param_groups for _ in group["params"]]
+    for flat, p in enumerate(params):
+        group = group_of[flat]
+        state = opt.state.get(p) if _torch_optim.quantizes_state(group) else None
+        held = state.get("sum") if state else None
+        if not isinstance(held, torch.Tensor) or held.dtype in _CODE_DTYPES or float(state.get("step", 0)) != 0:
             continue
-        for p in group["params"]:
-            state = opt.state.get(p)
-            held = state.get("sum") if state else None
-            if (
-                isinstance(held, torch.Tensor)
-                and held.dtype not in _CODE_DTYPES
-                and float(state["step"]) == 0
-                and bool((held == group["initial_accumulator_value"]).all())
-            ):
-                del opt.state[p]
+        if not bool((held == group["initial_accumulator_value"]).all()):
+            continue
+        layout = next((entry[4] for entry in cxx.new_state(flat) if entry[0] == "sum"), None)
+        if layout is not None:
+            state.update(_torch_optim.quantized_state(p, "sum", layout))
 
 
 def _step_lock(opt):

@@ -109,11 +109,21 @@ def check_group_flags(opt):
             _check_capturable(g, group)
 
 
+def quantizes_state(group):
+    """Whether a param group keeps block-quantized state (optjit's group option state_dtype)."""
+    return group.get("state_dtype") not in (None, "plain")
+
+
 def check_supported(opt, cls):
     """Errors for options and params optjit does not compile, naming them."""
     check_group_flags(opt)
     fused_devices = None
     for g, group in enumerate(opt.param_groups):
+        if quantizes_state(group) and any(_is_dtensor(p) for p in group["params"]):
+            raise Error(
+                f"param group {g} has state_dtype={group['state_dtype']!r} and DTensor params (FSDP2's shards): "
+                "block-quantized state of sharded params is not supported yet; use plain state for them"
+            )
         if group.get("fused", False):
             for p in group["params"]:
                 if torch.is_complex(p):  # torch's fused kernels refuse complex params; so does its fused=True step
@@ -279,13 +289,8 @@ def _is_dtensor(tensor):
     return isinstance(tensor, DTensor)
 
 
-def _quantized_state(param, key, layout):
+def quantized_state(param, key, layout):
     codes_dtype, shape, code_byte, scale_count, scale = layout
-    if _is_dtensor(param):
-        raise Error(
-            f"a param of shape {list(param.shape)} is a DTensor (FSDP2's shard) in a group with "
-            f"state_dtype: block-quantized state of sharded params is not supported yet; use plain state for them"
-        )
     codes = torch.full(shape, code_byte, dtype=torch.uint8, device=param.device)
     if codes_dtype == "float8_e4m3fn":
         codes = codes.view(torch.float8_e4m3fn)
@@ -309,7 +314,7 @@ def new_state(param, entries, scalar_dtype, scalar_device, grad_layout=()):
     state = {}
     for key, kind, initial, copies_param, layout in entries:
         if layout is not None:
-            state.update(_quantized_state(param, key, layout))
+            state.update(quantized_state(param, key, layout))
         elif copies_param:
             state[key] = param.detach().to(torch.float32, memory_format=torch.preserve_format, copy=True)
         elif kind == "scalar":

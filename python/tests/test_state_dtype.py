@@ -50,10 +50,10 @@ def relative_error(params, reference, start):
         (torch.optim.AdamW, dict(lr=0.01, weight_decay=0.1)),
         (torch.optim.Adam, dict(lr=0.01, amsgrad=True)),
         (torch.optim.SGD, dict(lr=0.05, momentum=0.9)),
-        (torch.optim.RMSprop, dict(lr=0.001, momentum=0.5, centered=True)),
+        (torch.optim.RMSprop, dict(lr=0.001, momentum=0.5)),
         (torch.optim.Adagrad, dict(lr=0.05, initial_accumulator_value=0.1)),
     ],
-    ids=["AdamW", "Adam-amsgrad", "SGD-momentum", "RMSprop-centered", "Adagrad"],
+    ids=["AdamW", "Adam-amsgrad", "SGD-momentum", "RMSprop-momentum", "Adagrad"],
 )
 def test_quantized_state_follows_torch_plain_state(cls, options, state_dtype):
     params, reference = make_params(1), make_params(1)
@@ -136,13 +136,44 @@ def test_refusals_name_the_option_and_change_nothing():
     assert not opt.state
 
 
-def test_plain_state_a_checkpoint_holds_stays_plain_and_codes_without_scales_are_refused():
+def test_values_beside_scales_are_refused_rather_than_stepped_as_plain_state():
     params = make_params(4)
     opt = torch.optim.Adam([{"params": params, "state_dtype": "int8"}])
     step = optjit.compile(opt)
     set_grads(0, params)
     step()
-    # Codes cast to floats by hand, beside their scales: refused rather than stepped as plain values.
-    opt.state[params[0]]["exp_avg"] = opt.state[params[0]]["exp_avg"].float() + 0.5
-    with pytest.raises(optjit.Error, match=r"are not int8 codes: the state was not saved with state_dtype='int8'"):
+    saved = opt.state_dict()
+    # Codes replaced by floats beside their scales: refused, not stepped as plain values.
+    opt.state[params[0]]["exp_avg"] = opt.state[params[0]]["exp_avg"].float()
+    with pytest.raises(optjit.Error, match=r"state 'exp_avg' of param 0 is f32\[64, 128\] on cpu, beside the scales"):
         step()
+    # A checkpoint whose codes are no int8 codes (not saved with this state_dtype), loaded before compiling.
+    saved["state"][0]["exp_avg"] = saved["state"][0]["exp_avg"].float() + 0.5
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    resumed = torch.optim.Adam([{"params": copies, "state_dtype": "int8"}])
+    resumed.load_state_dict(saved)
+    with pytest.raises(optjit.Error, match=r"its values are not int8 codes: the state was not saved with state_dtype"):
+        optjit.compile(resumed)()
+
+
+def test_rmsprop_centered_is_refused_by_name_and_adagrad_keeps_torch_state_where_it_stays_plain():
+    params = make_params(5)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt = torch.optim.RMSprop([{"params": params, "state_dtype": "int4"}], centered=True)
+    with pytest.raises(optjit.Error, match=r"RMSprop cannot keep: centered=True takes the square root of"):
+        optjit.compile(opt)()
+    assert not opt.state
+    # Adagrad's constructor state: quantized in place where the step quantizes it, torch's own elsewhere (a small
+    # param, and a param without a grad, whose state torch keeps too).
+    params = make_params(6)
+    params[0].grad = torch.ones_like(params[0])
+    params[1].grad = torch.ones_like(params[1])
+    opt = torch.optim.Adagrad([{"params": params, "state_dtype": "int8"}], initial_accumulator_value=0.25)
+    small_sum = opt.state[params[1]]["sum"]
+    optjit.compile(opt)()
+    assert opt.state[params[0]]["sum"].dtype == torch.uint8
+    assert opt.state[params[1]]["sum"] is small_sum
+    assert opt.state[params[2]]["sum"].dtype == torch.uint8  # no grad: made quantized all the same, not stepped
+    assert float(opt.state[params[2]]["step"]) == 0
+    assert sorted(opt.state_dict()["state"][2]) == ["step", "sum", "sum.scale"]
