@@ -7,6 +7,8 @@
 #include "codegen/kernel_body.h"
 #include "runtime/block_quantization.h"
 
+#include <limits>
+
 namespace optjit::emission {
 
 const SlotBlocks* KernelBody::slot_blocks(int slot) const {
@@ -102,7 +104,8 @@ Value* KernelBody::load_quantized(IRBuilder<>& b, const std::vector<Value*>& bas
                                   llvm::Type* type) {
   const SlotBlocks& blocks = *slot_blocks(slot);
   Value* codes = load_codes(b, bases[static_cast<std::size_t>(slot)], blocks.format, j, lanes);
-  Value* values = table_lookup(b, code_table(blocks.format), codes);
+  Value* values =
+      blocks.format == BlockFormat::Fp8 ? from_e4m3_bits(b, codes) : table_lookup(b, code_table(blocks.format), codes);
   return convert(b, b.CreateFMul(values, block_scales(b, bases, slot, j, lanes)), type);
 }
 
@@ -141,6 +144,23 @@ Value* KernelBody::to_e4m3_bits(IRBuilder<>& b, Value* x) {
   Value* result = b.CreateSelect(b.CreateICmpULT(magnitude, constant(121u << 23)), subnormal, normal);
   result = b.CreateSelect(b.CreateICmpUGE(magnitude, constant(1087u << 20)), constant(0x7f), result);
   return b.CreateOr(result, b.CreateLShr(sign, constant(24)));
+}
+
+// The f32 value of float8_e4m3fn bits (i32 lanes), in integer and float operations instead of a table's gather: a
+// normal's exponent rebiased (7 to 127) with its mantissa shifted into place, a subnormal's mantissa times 2^-9
+// (exact), NaN for 0x7f and 0xff (e4m3fn has no infinity), then the sign (0x80 is -0, as c10's).
+Value* KernelBody::from_e4m3_bits(IRBuilder<>& b, Value* bits) {
+  llvm::Type* i32 = bits->getType();
+  llvm::Type* f32 = with_lanes(b.getFloatTy(), i32);
+  const auto constant = [&](uint32_t v) { return llvm::ConstantInt::get(i32, v); };
+  Value* magnitude = b.CreateAnd(bits, constant(0x7f));
+  Value* normal = b.CreateBitCast(b.CreateAdd(b.CreateShl(magnitude, constant(20)), constant(120u << 23)), f32);
+  Value* subnormal = b.CreateFMul(b.CreateUIToFP(magnitude, f32), llvm::ConstantFP::get(f32, 0x1p-9));
+  Value* value = b.CreateSelect(b.CreateICmpULT(magnitude, constant(8)), subnormal, normal);
+  value = b.CreateSelect(b.CreateICmpEQ(magnitude, constant(0x7f)),
+                         llvm::ConstantFP::get(f32, std::numeric_limits<float>::quiet_NaN()), value);
+  Value* sign = b.CreateShl(b.CreateAnd(bits, constant(0x80)), constant(24));
+  return b.CreateBitCast(b.CreateOr(b.CreateBitCast(value, i32), sign), f32);
 }
 
 // The search tables of a map format (runtime/block_quantization.h's CodeSearch), as module constants: the bucket

@@ -178,6 +178,7 @@ public:
                         llvm::Type* type);
   void buffer_quantized_store(IRBuilder<>& b, int slot, Value* j, Value* value);
   Value* to_e4m3_bits(IRBuilder<>& b, Value* x);
+  Value* from_e4m3_bits(IRBuilder<>& b, Value* bits);
   Value* nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format);
   std::pair<Value*, Value*> code_search_tables(BlockFormat format);
   void quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases);

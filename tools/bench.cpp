@@ -6,6 +6,7 @@
 #include "compiler/kernel_cache.h"
 #include "compiler/pipeline.h"
 #include "frontend/optim/adam.h"
+#include "frontend/optim/options.h"
 #include "frontend/optim/registry.h"
 #include "runtime/thread_pool.h"
 #include "tools/bench_arrays.h"
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <tuple>
@@ -97,8 +99,11 @@ json bench_shape(const ShapeCase& c) {
   if (c.clip) // the bound the issue sets: the update's bytes and one more read of the grads (the norm's pass)
     arrays.push_back({static_cast<int>(dtype_size(c.dtype)), true, false});
   const auto [reads, writes] = traffic_of(arrays);
-  // The f32 model covers one pass of an optimizer's usual traffic; anything else takes the mixed probe.
-  const bool mixed = c.dtype != Dtype::f32 || c.f32_state || c.clip || step.kernel_count() > 1;
+  // The f32 model covers one pass of an optimizer's usual traffic; anything else (block-quantized state's codes and
+  // scales among it) takes the mixed probe.
+  const bool mixed = c.dtype != Dtype::f32 || c.f32_state || c.clip || step.kernel_count() > 1 ||
+                     std::any_of(arrays.begin(), arrays.end(),
+                                 [](const TrafficProbe::Array& a) { return a.bytes != 4 || a.per != 1; });
   TrafficProbe probe = mixed ? TrafficProbe(numels, arrays) : TrafficProbe(numels, reads, writes);
   for (int i = 0; i < 3; ++i) { // compile, create state, fault every page in
     step();
@@ -241,6 +246,21 @@ int run_bench(const BenchOptions& options) {
   cases.push_back({"adam", {}, 1000, 10'000, 0, 1.25, Dtype::f32, false, true});
   // Adafactor over transformer-shaped matrices (512 x 512, factored: four passes) against a probe of its bytes.
   cases.push_back({"adafactor", {}, 24, 512 * 512, 0, 0, Dtype::f32, false, false, 512});
+  // Block-quantized state (the issue's bar: 8-bit AdamW at most 1.15x a probe of its own bytes: param and grad in
+  // f32, the codes read and written, a scale per block), as state_dtype and as torchao's class.
+  std::vector<ShapeCase> lowbit;
+  for (const char* dtype : {"int8", "int4", "fp8"})
+    lowbit.push_back({"adamw",
+                      {{"state_dtype", {named_option_value("state_dtype", dtype)}}},
+                      1000,
+                      16384,
+                      0,
+                      std::string(dtype) == "int8" ? 1.15 : 0});
+  lowbit.push_back({"AdamW8bit", {}, 1000, 16384, 0, 1.15});
+  if (options.only == "lowbit")
+    cases = lowbit;
+  else
+    cases.insert(cases.end(), lowbit.begin(), lowbit.end());
   json rows = json::array();
   if (options.only != "muon") {
     if (!options.json)
@@ -260,6 +280,11 @@ int run_bench(const BenchOptions& options) {
         clipped.push_back(row);
     for (const json& row : clipped)
       print_torch_clip_anchor(row, options.json, rows);
+    if (options.only == "lowbit") {
+      if (options.json)
+        std::printf("%s\n", rows.dump(1).c_str());
+      return 0;
+    }
     if (!options.json)
       std::printf("\ncold compile (kernel cache cleared), goal < 100 ms and flat in the param count:\n");
     for (int64_t n : {4, 1000, 10000}) {

@@ -1,6 +1,7 @@
 // optjit counts: kernels per step for every configuration PyTorch's OptimizerInfo lists (CPU rows, float lr),
 // compiled on the 4-param model of PyTorch's compiled-optimizer tests, beside Inductor's CPU counts.
 #include "compiler/compiled_step.h"
+#include "frontend/optim/state_dtype.h"
 #include "tools/commands.h"
 #include "tools/count_configs.h"
 #include "tools/model.h"
@@ -95,8 +96,11 @@ std::vector<CountConfig> torch_optim_configs() {
 
 std::string config_name(const KeywordOptions& options) {
   std::string name;
-  for (const auto& entry : options)
-    name += (name.empty() ? "" : ",") + entry.first;
+  for (const auto& [key, values] : options) {
+    name += (name.empty() ? "" : ",") + key;
+    if (key == "state_dtype" && values.size() == 1) // a choice: its name says which
+      name += std::string("=") + state_dtype_name(static_cast<StateDtype>(static_cast<int>(values[0])));
+  }
   return name.empty() ? "default" : name;
 }
 

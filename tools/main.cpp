@@ -70,8 +70,11 @@ int main(int argc, char** argv) {
       "bench", "compiled steps vs a memory-traffic probe (Muon: vs its products alone), compile and dispatch time");
   bench_cmd->add_flag("--json", bench.json, "print a JSON array");
   bench_cmd
-      ->add_option("--only", bench.only, "a section: pointwise (every pointwise optimizer, compile, dispatch), muon")
-      ->check(CLI::IsMember({"all", "pointwise", "muon"}))
+      ->add_option(
+          "--only", bench.only,
+          "a section: pointwise (every pointwise optimizer, compile, dispatch), lowbit (block-quantized state), "
+          "muon")
+      ->check(CLI::IsMember({"all", "pointwise", "lowbit", "muon"}))
       ->capture_default_str();
   bench_cmd->add_option("--muon-layers", bench.muon_layers, "Muon's rows: the matrices of this many d=768 layers")
       ->check(CLI::Range(1, 96))

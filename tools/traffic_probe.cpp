@@ -46,13 +46,18 @@ TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels, int reads, int wr
 
 TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels, const std::vector<Array>& arrays) : mixed_(arrays) {
   for (const Array& a : arrays)
-    if ((a.bytes != 2 && a.bytes != 4 && a.bytes != 8) || !(a.read || a.written))
-      throw Error("the mixed traffic probe takes arrays of 2, 4 or 8 bytes that are read or written");
+    if ((a.bytes != 1 && a.bytes != 2 && a.bytes != 4 && a.bytes != 8) || !(a.read || a.written) || a.per < 1)
+      throw Error("the mixed traffic probe takes arrays of 1, 2, 4 or 8 bytes that are read or written, an entry "
+                  "per one or more elements");
   for (int64_t n : numels) {
     std::vector<Tensor> buffers;
     for (const Array& a : arrays) {
-      buffers.push_back(Tensor::zeros({n}, a.bytes == 2 ? Dtype::bf16 : a.bytes == 4 ? Dtype::f32 : Dtype::f64));
-      bytes_ += a.bytes * ((a.read ? 1 : 0) + (a.written ? 1 : 0)) * n;
+      const int64_t entries = (n + a.per - 1) / a.per;
+      buffers.push_back(Tensor::zeros({entries}, a.bytes == 1   ? Dtype::u8
+                                                 : a.bytes == 2 ? Dtype::bf16
+                                                 : a.bytes == 4 ? Dtype::f32
+                                                                : Dtype::f64));
+      bytes_ += a.bytes * ((a.read ? 1 : 0) + (a.written ? 1 : 0)) * entries;
     }
     tensors_.push_back(std::move(buffers));
   }
@@ -83,12 +88,16 @@ void TrafficProbe::run_mixed(const std::vector<Tensor>& arrays, int64_t begin, i
   uint64_t sink = 0;
   for (std::size_t a = 0; a < mixed_.size(); ++a) {
     const Array& array = mixed_[a];
-    if (array.bytes == 2)
-      sink += stream(arrays[a].data_as<uint16_t>(), begin, end, array.read, array.written);
+    // The entries of elements [begin, end): work items are cut at whole blocks where entries are shared.
+    const int64_t from = begin / array.per, to = (end + array.per - 1) / array.per;
+    if (array.bytes == 1)
+      sink += stream(static_cast<uint8_t*>(arrays[a].data()), from, to, array.read, array.written);
+    else if (array.bytes == 2)
+      sink += stream(arrays[a].data_as<uint16_t>(), from, to, array.read, array.written);
     else if (array.bytes == 4)
-      sink += stream(arrays[a].data_as<uint32_t>(), begin, end, array.read, array.written);
+      sink += stream(arrays[a].data_as<uint32_t>(), from, to, array.read, array.written);
     else
-      sink += stream(arrays[a].data_as<uint64_t>(), begin, end, array.read, array.written);
+      sink += stream(arrays[a].data_as<uint64_t>(), from, to, array.read, array.written);
   }
   volatile uint64_t keep = sink; // the sums are used, so the reads stay
   (void)keep;

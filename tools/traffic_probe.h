@@ -18,10 +18,12 @@ public:
   // param, grad and S state arrays and writes the param and the state back: reads = S + 2, writes = S + 1, with
   // S from 0 to 3. Throws optjit::Error for other shapes of traffic.
   TrafficProbe(const std::vector<int64_t>& numels, int reads = 4, int writes = 3);
-  // One array a step touches per element: its width in bytes (2, 4 or 8), and whether it is read and written.
+  // One array a step touches: its width in bytes (1, 2, 4 or 8), whether it is read and written, and how many of
+  // the step's elements share one of its entries (1; 2 for 4-bit codes, two a byte; a block for its scales).
   struct Array {
     int bytes;
     bool read, written;
+    int64_t per = 1;
   };
   TrafficProbe(const std::vector<int64_t>& numels, const std::vector<Array>& arrays);
   void run(); // one pass over every buffer

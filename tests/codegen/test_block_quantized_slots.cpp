@@ -292,6 +292,31 @@ TEST_CASE("block-quantized slots: a compiled store quantizes exact ties, NaN, in
   }
 }
 
+TEST_CASE("block-quantized slots: every e4m3 code loads as c10's value, NaN codes and -0 included") {
+  // The kernels decode FP8 in integer and float operations (no table): each of the 256 codes, times a scale of 2.
+  const Graph g = parse_graph(copy_through("fp8/256"));
+  const Tensor param = Tensor::zeros({256}, Dtype::f32), grad = Tensor::zeros({256}, Dtype::f32);
+  const Tensor codes = Tensor::zeros({256}, Dtype::e4m3), scales = Tensor::full({1}, 2.0, Dtype::f32);
+  for (int code = 0; code < 256; ++code)
+    static_cast<uint8_t*>(codes.data())[code] = static_cast<uint8_t>(code);
+  ListArguments args;
+  args.slot_names = {"param", "grad", "m", "m.scale"};
+  args.slot_tensors = {{param}, {grad}, {codes}, {scales}};
+  args.group_of = {0};
+  args.shapes = {{256}};
+  std::unique_ptr<Executable> kernel = compile_cpu(g, 32768);
+  kernel->bind(args);
+  kernel->launch();
+  for (int code = 0; code < 256; ++code) {
+    CAPTURE(code);
+    const float expected = from_e4m3fn(static_cast<uint8_t>(code)) * 2.0f, got = param.data_as<float>()[code];
+    if (std::isnan(expected))
+      CHECK(std::isnan(got));
+    else
+      CHECK(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(expected)); // -0 stays -0
+  }
+}
+
 TEST_CASE("block-quantized slots: codes and scales that do not fit the slot are refused before anything is written") {
   const Graph g = parse_graph(adam_like(Dtype::f32, "signed8/256", "unsigned8/256"));
   std::unique_ptr<Executable> kernel = compile_cpu(g, 32768);

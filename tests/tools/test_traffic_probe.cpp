@@ -15,5 +15,16 @@ TEST_CASE("traffic probe: the f32 model and the mixed model count each array's b
                      {{2, false, true}, {2, true, false}, {4, true, true}, {4, true, true}, {4, true, true}});
   CHECK(mixed.bytes_per_pass() == 28 * 103);
   mixed.run();
-  optjit::test::check_error_contains([] { TrafficProbe({4}, {{3, true, false}}); }, "arrays of 2, 4 or 8 bytes");
+  // 8-bit AdamW's block-quantized state: p and g in f32, two moments' codes (a byte each) and scales (one f32 per
+  // block of 256) read and written; 4-bit codes are a byte per two elements.
+  TrafficProbe lowbit({512, 256},
+                      {{4, true, true}, {4, true, false}, {1, true, true}, {4, true, true, 256}, {1, true, true, 2}});
+  CHECK(lowbit.bytes_per_pass() == (12 + 2) * 768 + 8 * 3 + 2 * 384);
+  lowbit.run();
+  optjit::test::check_error_contains([] { TrafficProbe({4}, {{3, true, false}}); }, "arrays of 1, 2, 4 or 8 bytes");
+  optjit::test::check_error_contains(
+      [] {
+        TrafficProbe({4}, {{1, true, false, 0}});
+      },
+      "an entry per one or more elements");
 }
