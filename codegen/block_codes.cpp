@@ -148,7 +148,8 @@ Value* KernelBody::to_e4m3_bits(IRBuilder<>& b, Value* x) {
 
 // The f32 value of float8_e4m3fn bits (i32 lanes), in integer and float operations instead of a table's gather: a
 // normal's exponent rebiased (7 to 127) with its mantissa shifted into place, a subnormal's mantissa times 2^-9
-// (exact), NaN for 0x7f and 0xff (e4m3fn has no infinity), then the sign (0x80 is -0, as c10's).
+// (exact), NaN for 0x7f and 0xff (e4m3fn has no infinity; c10's bits, 0x7ff00000), then the sign (0x80 is -0, as
+// c10's).
 Value* KernelBody::from_e4m3_bits(IRBuilder<>& b, Value* bits) {
   llvm::Type* i32 = bits->getType();
   llvm::Type* f32 = with_lanes(b.getFloatTy(), i32);
@@ -157,8 +158,7 @@ Value* KernelBody::from_e4m3_bits(IRBuilder<>& b, Value* bits) {
   Value* normal = b.CreateBitCast(b.CreateAdd(b.CreateShl(magnitude, constant(20)), constant(120u << 23)), f32);
   Value* subnormal = b.CreateFMul(b.CreateUIToFP(magnitude, f32), llvm::ConstantFP::get(f32, 0x1p-9));
   Value* value = b.CreateSelect(b.CreateICmpULT(magnitude, constant(8)), subnormal, normal);
-  value = b.CreateSelect(b.CreateICmpEQ(magnitude, constant(0x7f)),
-                         llvm::ConstantFP::get(f32, std::numeric_limits<float>::quiet_NaN()), value);
+  value = b.CreateSelect(b.CreateICmpEQ(magnitude, constant(0x7f)), b.CreateBitCast(constant(0x7ff00000u), f32), value);
   Value* sign = b.CreateShl(b.CreateAnd(bits, constant(0x80)), constant(24));
   return b.CreateBitCast(b.CreateOr(b.CreateBitCast(value, i32), sign), f32);
 }

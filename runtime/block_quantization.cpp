@@ -191,12 +191,13 @@ std::span<const float> quantization_map(BlockFormat format) {
   return {};
 }
 
-// e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinity, 0x7f and 0xff are NaN; subnormals step 2^-9.
+// e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinity, 0x7f and 0xff are NaN (c10's bits: the sign
+// and 0x7ff00000); subnormals step 2^-9.
 float from_e4m3fn(uint8_t code) {
   const uint8_t magnitude = code & 0x7f;
   const float sign = (code & 0x80) != 0 ? -1.0f : 1.0f;
   if (magnitude == 0x7f)
-    return std::numeric_limits<float>::quiet_NaN();
+    return std::bit_cast<float>(0x7ff00000u | static_cast<uint32_t>(code & 0x80) << 24);
   const int exponent = magnitude >> 3, mantissa = magnitude & 7;
   const float value = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
                                     : std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);

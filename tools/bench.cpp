@@ -131,7 +131,7 @@ json bench_shape(const ShapeCase& c) {
           {"options", described},
           {"shape", std::to_string(c.count) + "x" + std::to_string(c.numel)},
           {"threads", threads},
-          {"bytes_per_element", probe.bytes_per_pass() / elements},
+          {"bytes_per_element", static_cast<double>(probe.bytes_per_pass()) / static_cast<double>(elements)},
           {"ms", ms},
           {"probe_ms", probe_ms},
           {"gb_per_s", static_cast<double>(probe.bytes_per_pass()) / (ms * 1e6)},
@@ -163,11 +163,11 @@ void print_torch_clip_anchor(const json& row, bool as_json, json& rows) {
 
 void print_row(const json& row) {
   const double goal = row["goal"].get<double>();
-  std::printf("%-9s %-30s %-13s %7d %5lld %9.3f %9.3f %7.1f %7.2f %6s\n", row["optimizer"].get<std::string>().c_str(),
+  std::printf("%-9s %-30s %-13s %7d %5.4g %9.3f %9.3f %7.1f %7.2f %6s\n", row["optimizer"].get<std::string>().c_str(),
               row["options"].get<std::string>().c_str(), row["shape"].get<std::string>().c_str(),
-              row["threads"].get<int>(), static_cast<long long>(row["bytes_per_element"].get<int64_t>()),
-              row["ms"].get<double>(), row["probe_ms"].get<double>(), row["gb_per_s"].get<double>(),
-              row["ratio_to_probe"].get<double>(), goal > 0 ? fmt::format("{:.2f}", goal).c_str() : "");
+              row["threads"].get<int>(), row["bytes_per_element"].get<double>(), row["ms"].get<double>(),
+              row["probe_ms"].get<double>(), row["gb_per_s"].get<double>(), row["ratio_to_probe"].get<double>(),
+              goal > 0 ? fmt::format("{:.2f}", goal).c_str() : "");
 }
 
 double cold_compile_ms(int64_t param_count) {

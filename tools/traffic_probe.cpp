@@ -4,6 +4,7 @@
 #include "runtime/thread_pool.h"
 
 #include <array>
+#include <numeric>
 
 namespace optjit {
 namespace {
@@ -61,8 +62,14 @@ TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels, const std::vector
     }
     tensors_.push_back(std::move(buffers));
   }
-  items_ = make_work_items(numels, LaunchShape{});
-  grain_ = items_per_task(items_, LaunchShape{});
+  // Items of whole entries, as Binding cuts a quantized kernel's items at whole blocks: no entry is in two items.
+  LaunchShape shape;
+  int64_t alignment = 1;
+  for (const Array& a : arrays)
+    alignment = std::lcm(alignment, a.per);
+  shape.chunk_elements = (shape.chunk_elements + alignment - 1) / alignment * alignment;
+  items_ = make_work_items(numels, shape);
+  grain_ = items_per_task(items_, shape);
 }
 
 namespace {

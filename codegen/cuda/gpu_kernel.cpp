@@ -123,16 +123,18 @@ void GpuKernelEmitter::emit_gpu_kernel(const std::string& symbol) {
 
 // A kernel that stores block-quantized state: thread k of the block walks the k-th whole block of its item, then
 // every `threads`-th one, one element at a time, buffering its quantized stores (in the thread's local memory), and
-// ends each block with its scale and codes (quantize_block): the CPU's walk, a block per thread. Deterministic for
-// any thread count: a block's codes depend on its values alone, and each reduction's order on the shape and the
-// block's size, as in the plain kernel.
+// ends each block with its scale and codes (quantize_block): the CPU's walk, a block per thread (make_gpu_table
+// launches as many threads as an item has blocks). A block's codes depend on its values alone, whatever the thread
+// count; a reduction's order, as in the plain kernel, on the shape and the block's thread count.
 void GpuKernelEmitter::emit_gpu_block_walk(IRBuilder<>& b, GpuEntry& e, int64_t block) {
-  if (block > kGpuMaxQuantizationBlock)
-    throw Error("kernel " + plan_.name + " stores state quantized in blocks of " + std::to_string(block) +
-                " values: a GPU thread buffers a block in its local memory, up to " +
-                std::to_string(kGpuMaxQuantizationBlock) +
-                " values; step such state on the CPU, or use smaller blocks");
   prepare_block_walk(e.fn, block);
+  const int64_t buffered = block * static_cast<int64_t>(block_walk_->buffers.size());
+  if (buffered > kGpuMaxBufferedValues)
+    throw Error("kernel " + plan_.name + " stores " + std::to_string(block_walk_->buffers.size()) +
+                " entries of state quantized in blocks of " + std::to_string(block) +
+                " values: a GPU thread buffers its block of each in its local memory, up to " +
+                std::to_string(kGpuMaxBufferedValues) +
+                " values in all; step such state on the CPU, or use smaller blocks");
   const auto [t, first, last] = e.item;
   (void)t;
   Value* stride = b.CreateMul(e.threads, b.getInt64(block));

@@ -15,9 +15,9 @@ namespace optjit::emission {
 // f32 kernels over a Transformer encoder's matrices: 347 -> 204 us (update) and 179 -> 139 us (its RMS); 80 or 96
 // registers gained less (264, 256 us: still one block per SM).
 constexpr int kGpuAxisMaxRegisters = 64;
-// The largest quantization block a GPU kernel stores: a thread buffers a block's values in its local memory (8 KB
-// per quantized store at this size).
-constexpr int64_t kGpuMaxQuantizationBlock = 2048;
+// The most values a GPU thread buffers while it walks a block (a block of each quantized store, in its local memory:
+// 8 KB, which the driver reserves for every thread an SM can hold).
+constexpr int64_t kGpuMaxBufferedValues = 2048;
 // The static shared memory of a GPU block.
 constexpr std::size_t kGpuStaticSharedBytes = 48 * 1024;
 

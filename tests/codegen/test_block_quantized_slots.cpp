@@ -309,11 +309,11 @@ TEST_CASE("block-quantized slots: every e4m3 code loads as c10's value, NaN code
   kernel->launch();
   for (int code = 0; code < 256; ++code) {
     CAPTURE(code);
-    const float expected = from_e4m3fn(static_cast<uint8_t>(code)) * 2.0f, got = param.data_as<float>()[code];
-    if (std::isnan(expected))
-      CHECK(std::isnan(got));
-    else
-      CHECK(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(expected)); // -0 stays -0
+    const float got = param.data_as<float>()[code];
+    const float expected = from_e4m3fn(static_cast<uint8_t>(code)) * 2.0f;    // NaN times 2 keeps its bits
+    CHECK(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(expected)); // -0 stays -0, NaNs are c10's
+    if ((code & 0x7f) == 0x7f)
+      CHECK(std::bit_cast<uint32_t>(got) == (0x7ff00000u | static_cast<uint32_t>(code & 0x80) << 24));
   }
 }
 
@@ -370,8 +370,8 @@ TEST_CASE("block-quantized slots: GPU kernels assemble for sm_80 and sm_90, and 
   }
   if (!std::filesystem::exists(ptxas))
     test::skip_test(std::string(ptxas) + " is absent: the PTX was made, not assembled");
-  const Graph big = parse_graph(adam_like(Dtype::f32, "signed8/4096", "unsigned8/4096"));
+  const Graph big = parse_graph(adam_like(Dtype::f32, "signed8/2048", "unsigned8/2048"));
   test::check_error_contains([&] { (void)compile_gpu_kernel(run_pipeline(big).kernels.front(), 90); },
-                             "stores state quantized in blocks of 4096 values: a GPU thread buffers a block in its "
-                             "local memory, up to 2048 values");
+                             "stores 2 entries of state quantized in blocks of 2048 values: a GPU thread buffers its "
+                             "block of each in its local memory, up to 2048 values in all");
 }

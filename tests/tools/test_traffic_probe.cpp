@@ -21,6 +21,10 @@ TEST_CASE("traffic probe: the f32 model and the mixed model count each array's b
                       {{4, true, true}, {4, true, false}, {1, true, true}, {4, true, true, 256}, {1, true, true, 2}});
   CHECK(lowbit.bytes_per_pass() == (12 + 2) * 768 + 8 * 3 + 2 * 384);
   lowbit.run();
+  // Blocks of 36 (which do not divide the default item): items cut at whole entries, each entry counted once.
+  TrafficProbe blocks({300, 40000}, {{4, true, true}, {4, true, true, 36}});
+  CHECK(blocks.bytes_per_pass() == 8 * 40300 + 8 * (9 + 1112));
+  blocks.run();
   optjit::test::check_error_contains([] { TrafficProbe({4}, {{3, true, false}}); }, "arrays of 1, 2, 4 or 8 bytes");
   optjit::test::check_error_contains(
       [] {

@@ -41,7 +41,12 @@ GpuTable make_gpu_table(const KernelPlan& plan, const Binding& host) {
     elements += item.end - item.begin;
   }
   table.grid = static_cast<unsigned>(host.items().size());
-  table.block_threads = gpu_block_threads(elements / std::max<int64_t>(1, static_cast<int64_t>(host.items().size())));
+  const int64_t mean_item = elements / std::max<int64_t>(1, static_cast<int64_t>(host.items().size()));
+  if (const std::optional<int64_t> block = stored_block(plan)) // a thread per quantization block (emit_gpu_block_walk)
+    table.block_threads =
+        static_cast<int>(std::clamp<int64_t>((mean_item / *block + 31) / 32 * 32, 32, kGpuMaxBlockThreads));
+  else
+    table.block_threads = gpu_block_threads(mean_item);
   const std::size_t n_partials = host.items().size() * static_cast<std::size_t>(host.n_reduce());
   const std::size_t sizes[] = {host.slots().size() * 8,
                                n * 8,
