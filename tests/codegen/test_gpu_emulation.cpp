@@ -553,3 +553,33 @@ TEST_CASE("gpu emulation: block-quantized state steps as on the CPU, every code 
       CHECK(quantized);
     }
 }
+
+TEST_CASE("gpu emulation: a kernel that quantizes its stores and reduces (LAMB's norms) steps as on the CPU") {
+  // LAMB's first kernel stores the quantized moments and sums the norms of the param and the update, a thread's
+  // blocks at a time: its codes equal the CPU's; the params, through the norms' order, within a few ulp.
+  for (const char* dtype : {"int8", "int4"}) {
+    INFO(dtype);
+    const KeywordOptions options = {
+        {"lr", {0.01}}, {"weight_decay", {0.1}}, {"state_dtype", {named_option_value("state_dtype", dtype)}}};
+    const std::vector<Tensor> initial = random_params({{64, 72}, {96, 512}}, Dtype::f32, 23);
+    std::vector<Tensor> emulated = copy_params(initial), reference = copy_params(initial);
+    auto opt_emulated = test::make_single_group("lamb", emulated, options, true);
+    auto opt_reference = test::make_single_group("lamb", reference, options, true);
+    CompiledStep cpu = compile(*opt_reference);
+    randomize_grads(emulated, 900);
+    randomize_grads(reference, 900);
+    step_emulated(*opt_emulated, 64);
+    cpu();
+    for (std::size_t k = 0; k < emulated.size(); ++k) {
+      CHECK(test::scaled_error(emulated[k], reference[k], 1e-5, 1e-7) <= 1.0);
+      for (const char* key : {"exp_avg", "exp_avg_sq"}) {
+        CAPTURE(key);
+        const Tensor codes = find_state(*opt_emulated->state(emulated[k]), key);
+        REQUIRE(is_code_dtype(codes.dtype()));
+        const auto* a = static_cast<const uint8_t*>(codes.data());
+        const auto* b = static_cast<const uint8_t*>(find_state(*opt_reference->state(reference[k]), key).data());
+        CHECK(std::equal(a, a + codes.nbytes(), b));
+      }
+    }
+  }
+}
