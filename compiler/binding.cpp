@@ -89,12 +89,8 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
     LaunchShape cut = shape;
     if (plan.has_axis)
       cut.chunk_elements = std::numeric_limits<int64_t>::max();
-    // Items of whole blocks where the kernel touches quantized state (a tensor's numel is a multiple of its blocks;
-    // such a kernel walks no rows, so its chunk is the launch's, far from int64's end).
-    if (const int64_t alignment = quantization_alignment(plan); alignment > 1) {
-      const int64_t rest = cut.chunk_elements % alignment;
-      cut.chunk_elements = std::max(alignment, rest == 0 ? cut.chunk_elements : cut.chunk_elements + alignment - rest);
-    }
+    // Items of whole blocks where the kernel touches quantized state (a tensor's numel is a multiple of its blocks).
+    cut = with_whole_blocks(cut, quantization_alignment(plan));
     items_ = make_work_items(numels, cut);
     for (std::size_t t = 0; t < numels.size(); ++t)
       col_split_[2 * t] = 1;

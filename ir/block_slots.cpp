@@ -36,6 +36,10 @@ void check_block_slot_tensors(const Slot& slot, const Tensor& codes, const Tenso
                             scales.device().to_string()));
 }
 
+Shape block_codes_shape(BlockFormat format, const Shape& values) {
+  return block_format_bits(format) == 4 ? Shape{code_bytes(format, shape_numel(values))} : values;
+}
+
 BlockFormat held_block_format(Dtype codes, int64_t codes_numel, int64_t numel, bool signed_values) {
   if (codes != Dtype::u8)
     return BlockFormat::Fp8;

@@ -17,6 +17,10 @@ namespace optjit {
 void check_block_slot_tensors(const Slot& slot, const Tensor& codes, const Tensor& scales, int64_t numel,
                               const std::string& owner);
 
+// The shape of the codes of `values` in `format`, as torchao lays them out: the values' own shape, or for 4 bits one
+// byte per two values, flat.
+Shape block_codes_shape(BlockFormat format, const Shape& values);
+
 // The format of held codes as torchao reads it: e4m3 codes are FP8; u8 codes of half the param's `numel` values are 4
 // bits, other u8 codes 8 bits; `signed_values` (the entry holds values of both signs) picks the signed or unsigned map.
 BlockFormat held_block_format(Dtype codes, int64_t codes_numel, int64_t numel, bool signed_values);

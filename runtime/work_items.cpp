@@ -1,6 +1,7 @@
 #include "runtime/work_items.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace optjit {
 
@@ -51,6 +52,15 @@ int64_t items_per_task(const std::vector<WorkItem>& items, const LaunchShape& sh
     total += item.end - item.begin;
   const int64_t average_item = std::max<int64_t>(1, total / static_cast<int64_t>(items.size()));
   return std::max<int64_t>(1, shape.elements_per_task / average_item);
+}
+
+LaunchShape with_whole_blocks(LaunchShape shape, int64_t alignment) {
+  if (alignment <= 1 || shape.chunk_elements == std::numeric_limits<int64_t>::max())
+    return shape;
+  const int64_t rest = shape.chunk_elements % alignment;
+  shape.chunk_elements =
+      std::max(alignment, rest == 0 ? shape.chunk_elements : shape.chunk_elements + alignment - rest);
+  return shape;
 }
 
 } // namespace optjit

@@ -40,6 +40,9 @@ AxisWorkItems make_axis_work_items(const std::vector<MatrixExtents>& tensors, co
 // none, or one empty item with shape.item_per_empty_tensor). The compiled kernels, the interpreter and the benchmark's
 // traffic probe all walk this table.
 std::vector<WorkItem> make_work_items(const std::vector<int64_t>& numels, const LaunchShape& shape);
+// `shape` with items of whole blocks of `alignment` elements (block-quantized state: no block in two items): its chunk
+// rounded up to a multiple of the alignment. A chunk of int64's largest (one item per tensor) is kept as it is.
+LaunchShape with_whole_blocks(LaunchShape shape, int64_t alignment);
 // How many whole items one task takes so that it holds about shape.elements_per_task elements.
 int64_t items_per_task(const std::vector<WorkItem>& items, const LaunchShape& shape);
 

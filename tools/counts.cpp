@@ -98,8 +98,9 @@ std::string config_name(const KeywordOptions& options) {
   std::string name;
   for (const auto& [key, values] : options) {
     name += (name.empty() ? "" : ",") + key;
-    if (key == "state_dtype" && values.size() == 1) // a choice: its name says which
-      name += std::string("=") + state_dtype_name(static_cast<StateDtype>(static_cast<int>(values[0])));
+    if (const std::optional<StateDtype> dtype =
+            key == "state_dtype" && values.size() == 1 ? state_dtype_of(values[0]) : std::nullopt)
+      name += std::string("=") + state_dtype_name(*dtype); // a choice: its name says which
   }
   return name.empty() ? "default" : name;
 }

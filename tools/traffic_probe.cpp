@@ -63,11 +63,10 @@ TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels, const std::vector
     tensors_.push_back(std::move(buffers));
   }
   // Items of whole entries, as Binding cuts a quantized kernel's items at whole blocks: no entry is in two items.
-  LaunchShape shape;
   int64_t alignment = 1;
   for (const Array& a : arrays)
     alignment = std::lcm(alignment, a.per);
-  shape.chunk_elements = (shape.chunk_elements + alignment - 1) / alignment * alignment;
+  const LaunchShape shape = with_whole_blocks(LaunchShape{}, alignment);
   items_ = make_work_items(numels, shape);
   grain_ = items_per_task(items_, shape);
 }

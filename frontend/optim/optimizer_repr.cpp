@@ -16,10 +16,8 @@ std::string python_value(const Optimizer& opt, const std::string& key, double va
     return value != 0 ? "True" : "False";
   if (key == "eps1" && value == kOptionNone)
     return "None";
-  if (key == "state_dtype") // a choice, by name
-    for (StateDtype dtype : {StateDtype::plain, StateDtype::int8, StateDtype::int4, StateDtype::fp8})
-      if (value == static_cast<double>(dtype))
-        return state_dtype_name(dtype);
+  if (const std::optional<StateDtype> dtype = key == "state_dtype" ? state_dtype_of(value) : std::nullopt)
+    return state_dtype_name(*dtype); // a choice, by name
   return python_float(value);
 }
 

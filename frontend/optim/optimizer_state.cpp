@@ -97,9 +97,9 @@ bool optimizer_detail::state_fits(const StateSpec& spec, const Tensor& t, const 
 // state (the value 0, or -0 for the signed map's first code).
 std::pair<Tensor, Tensor> optimizer_detail::new_block_state(const SlotBlocks& blocks, const Tensor& param,
                                                             double initial) {
-  const Shape codes_shape = block_format_bits(blocks.format) == 4 ? Shape{param.numel() / 2} : param.shape();
   const ConstantBlock constant = constant_block(blocks.format, blocks.block, static_cast<float>(initial));
-  Tensor codes = Tensor::empty(codes_shape, block_code_dtype(blocks.format), Device::cpu());
+  Tensor codes =
+      Tensor::empty(block_codes_shape(blocks.format, param.shape()), block_code_dtype(blocks.format), Device::cpu());
   std::memset(codes.data(), constant.code_byte, static_cast<std::size_t>(codes.numel()));
   const Tensor scales = Tensor::full({param.numel() / blocks.block}, constant.scale, Dtype::f32, Device::cpu());
   if (param.device().kind == DeviceKind::cpu)

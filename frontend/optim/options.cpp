@@ -23,10 +23,16 @@ const std::array<std::string, 3>* triple_option_keys(const std::string& name) {
 
 namespace {
 
+std::vector<std::string> state_dtype_names() { // in StateDtype's order: a name's index is its value
+  std::vector<std::string> names;
+  for (StateDtype dtype : kStateDtypes)
+    names.push_back(state_dtype_name(dtype));
+  return names;
+}
+
 const std::map<std::string, std::vector<std::string>>& option_choices() {
   static const std::map<std::string, std::vector<std::string>> choices = {
-      {"adjust_lr_fn", {"original", "match_rms_adamw", "spectral_unclamped"}},
-      {"state_dtype", {"plain", "int8", "int4", "fp8"}}}; // StateDtype's order
+      {"adjust_lr_fn", {"original", "match_rms_adamw", "spectral_unclamped"}}, {"state_dtype", state_dtype_names()}};
   return choices;
 }
 

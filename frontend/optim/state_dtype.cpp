@@ -6,17 +6,18 @@
 #include <spdlog/fmt/fmt.h>
 
 namespace optjit {
-namespace {
-
-constexpr StateDtype kStateDtypes[] = {StateDtype::plain, StateDtype::int8, StateDtype::int4, StateDtype::fp8};
-
 std::optional<StateDtype> state_dtype_of(double code) {
-  if (code == kOptionNone) // Python's None
-    return StateDtype::plain;
   for (StateDtype dtype : kStateDtypes)
     if (code == static_cast<double>(dtype))
       return dtype;
   return std::nullopt;
+}
+
+namespace {
+
+// The option's value, Python's None being the default.
+std::optional<StateDtype> option_value(double code) {
+  return code == kOptionNone ? StateDtype::plain : state_dtype_of(code);
 }
 
 } // namespace
@@ -39,7 +40,7 @@ StateDtype state_dtype_option(const ParamGroup& group, int64_t index) {
   if (!group.has("state_dtype"))
     return StateDtype::plain;
   const double code = group.get("state_dtype");
-  if (const std::optional<StateDtype> dtype = state_dtype_of(code))
+  if (const std::optional<StateDtype> dtype = option_value(code))
     return *dtype;
   throw Error(fmt::format("option state_dtype of param group {} is {}: it takes 'plain', 'int8', 'int4' or 'fp8'",
                           index, python_float(code)));
@@ -51,7 +52,7 @@ void keyword_value(StateDtype& member, const std::string& cls, const std::string
                    const std::vector<double>& values) {
   if (values.size() != 1)
     throw Error(fmt::format("{} option '{}' takes one value, got {}", cls, key, values.size()));
-  const std::optional<StateDtype> dtype = state_dtype_of(values[0]);
+  const std::optional<StateDtype> dtype = option_value(values[0]);
   if (!dtype)
     throw Error(fmt::format("{} option '{}' is {}: it takes 'plain', 'int8', 'int4' or 'fp8'", cls, key,
                             python_float(values[0])));

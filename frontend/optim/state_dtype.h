@@ -23,9 +23,12 @@
 namespace optjit {
 
 enum class StateDtype { plain, int8, int4, fp8 };
+inline constexpr StateDtype kStateDtypes[] = {StateDtype::plain, StateDtype::int8, StateDtype::int4, StateDtype::fp8};
 
 // torch's words for the option's values: "plain", "int8", "int4", "fp8" (the group option holds their index).
 const char* state_dtype_name(StateDtype dtype);
+// The state dtype whose index `code` is; none for another number.
+std::optional<StateDtype> state_dtype_of(double code);
 // The value of param group `index`'s state_dtype option (plain where it has none, or holds None); throws
 // optjit::Error naming the group for a number that is no state dtype.
 StateDtype state_dtype_option(const ParamGroup& group, int64_t index);

@@ -597,9 +597,9 @@ def _restore_cast_codes(opt):
     which codes; values that are not such codes are refused."""
     widened = 0
     for group in opt.param_groups:
-        dtype = group.get("state_dtype")
-        if dtype in (None, "plain"):
+        if not _torch_optim.quantizes_state(group):
             continue
+        dtype = group["state_dtype"]
         for p in group["params"]:
             state = opt.state.get(p)
             for key, value in list(state.items()) if state else ():

@@ -319,11 +319,8 @@ nb::list TorchStep::new_state(int64_t flat) const {
     if (const std::optional<SlotBlocks> blocks = optimizer_->state_blocks(flat, spec)) {
       const ConstantBlock start = constant_block(blocks->format, blocks->block, static_cast<float>(spec.initial));
       nb::list shape;
-      if (block_format_bits(blocks->format) == 4)
-        shape.append(param.numel() / 2);
-      else
-        for (int64_t size : param.shape())
-          shape.append(size);
+      for (int64_t size : block_codes_shape(blocks->format, param.shape()))
+        shape.append(size);
       layout = nb::make_tuple(blocks->format == BlockFormat::Fp8 ? "float8_e4m3fn" : "uint8", shape, start.code_byte,
                               param.numel() / blocks->block, start.scale);
     }
