@@ -138,10 +138,10 @@ std::vector<StateSpec> LowBitAdam::state_specs(const Structure& s) const {
 
 std::vector<std::string> LowBitAdam::hyper_names() const { return {"lr", "beta1", "beta2", "eps", "weight_decay"}; }
 
-std::optional<SlotBlocks> LowBitAdam::new_state_blocks(int64_t flat, const StateSpec& spec) const {
+std::optional<SlotBlocks> LowBitAdam::state_format(int64_t flat, const StateSpec& spec) const {
   const auto block =
       static_cast<int64_t>(param_groups()[static_cast<std::size_t>(group_of_flat(flat))].get("block_size"));
-  return quantized_state_blocks(state_, spec, flat_param(flat).numel(), block);
+  return state_dtype_format(state_, spec, block);
 }
 
 // torchao's single_param_adam over tensor lists, in f32 (docs/torchao_lowbit.md, section 4.4).

@@ -46,7 +46,7 @@ public:
   void forloop_step(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) const override;
   bool has_forloop_reference() const override { return true; }
   void validate_options(const OptionMap& options) const override;
-  std::optional<SlotBlocks> new_state_blocks(int64_t flat, const StateSpec& spec) const override;
+  std::optional<SlotBlocks> state_format(int64_t flat, const StateSpec& spec) const override;
   std::string state_dtype_refusal(const ParamGroup&) const override {
     return "its class sets its state's format (block_size sets its blocks)";
   }

@@ -126,10 +126,14 @@ public:
       return number_dtype(param.dtype());
     return spec.copies_param ? compute_dtype(param.dtype()) : param.dtype();
   }
-  // Whether new state entry `spec` of param `flat` is kept block-quantized (ir.h's SlotBlocks: codes, and the f32
-  // scales in the entry "<name>.scale"), and how; none: plain, in new_state_dtype. The default: none. Held state
-  // keeps the format it was made or adopted with (held_state_blocks).
-  virtual std::optional<SlotBlocks> new_state_blocks(int64_t flat, const StateSpec& spec) const;
+  // The block-quantized format (ir.h's SlotBlocks: codes, and the f32 scales in the entry "<name>.scale") param
+  // `flat`'s group keeps state entry `spec` in, whatever the param's size; none: plain. The default reads the group
+  // option state_dtype.
+  virtual std::optional<SlotBlocks> state_format(int64_t flat, const StateSpec& spec) const;
+  // Whether new state entry `spec` of param `flat` is kept block-quantized, and how: state_format for a param under
+  // torchao's size rule (quantizes_param_of); none: plain, in new_state_dtype. Held state keeps the format it was
+  // made or adopted with (held_state_blocks).
+  std::optional<SlotBlocks> new_state_blocks(int64_t flat, const StateSpec& spec) const;
   // The format of param `flat`'s state entry `spec`: as held (codes and scales say it, as torchao derives it), or as
   // new_state_blocks makes it; none for plain state.
   std::optional<SlotBlocks> state_blocks(int64_t flat, const StateSpec& spec) const;

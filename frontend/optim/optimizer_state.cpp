@@ -84,11 +84,21 @@ std::vector<StateSpec> Optimizer::step_state_specs(const Structure& structure) c
   return specs;
 }
 
+// Whether 4-bit codes of `codes` shape hold the values of a param of `param` shape two per byte: flat (torchao's), or
+// in the param's shape with its last dimension halved (the layout of FSDP2's shards, python/optjit/_quantized_shards).
+static bool holds_pairs_of(const Shape& codes, const Shape& param) {
+  if (codes.size() == 1 && codes[0] * 2 == shape_numel(param))
+    return true;
+  if (codes.size() != param.size() || param.empty() || codes.back() * 2 != param.back())
+    return false;
+  return std::equal(codes.begin(), codes.end() - 1, param.begin());
+}
+
 // Whether state entry `t` has the shape `spec` gives it for `param`: one element for a scalar, else state_shape.
 bool optimizer_detail::state_fits(const StateSpec& spec, const Tensor& t, const Tensor& param) {
   if (is_code_dtype(t.dtype())) // block-quantized codes: the param's shape, or one byte per two values (4 bits)
     return spec.kind == StateKind::Tensor &&
-           (t.shape() == param.shape() || (t.dtype() == Dtype::u8 && t.shape() == Shape{param.numel() / 2}));
+           (t.shape() == param.shape() || (t.dtype() == Dtype::u8 && holds_pairs_of(t.shape(), param.shape())));
   return spec.kind == StateKind::Scalar ? t.numel() == 1 : t.shape() == state_shape(spec.kind, param.shape());
 }
 
@@ -107,10 +117,16 @@ std::pair<Tensor, Tensor> optimizer_detail::new_block_state(const SlotBlocks& bl
   return {codes.to(param.device()), scales.to(param.device())};
 }
 
-std::optional<SlotBlocks> Optimizer::new_state_blocks(int64_t flat, const StateSpec& spec) const {
+std::optional<SlotBlocks> Optimizer::state_format(int64_t flat, const StateSpec& spec) const {
   const int64_t g = group_of_flat(flat);
-  const StateDtype dtype = state_dtype_option(groups_[static_cast<std::size_t>(g)], g);
-  return quantized_state_blocks(dtype, spec, flat_param(flat).numel());
+  return state_dtype_format(state_dtype_option(groups_[static_cast<std::size_t>(g)], g), spec);
+}
+
+std::optional<SlotBlocks> Optimizer::new_state_blocks(int64_t flat, const StateSpec& spec) const {
+  std::optional<SlotBlocks> format = state_format(flat, spec);
+  if (format && !quantizes_param_of(flat_param(flat).numel(), *format))
+    return std::nullopt;
+  return format;
 }
 
 std::optional<SlotBlocks> Optimizer::state_blocks(int64_t flat, const StateSpec& spec) const {

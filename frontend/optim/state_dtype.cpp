@@ -59,8 +59,7 @@ void keyword_value(StateDtype& member, const std::string& cls, const std::string
   member = *dtype;
 }
 
-std::optional<SlotBlocks> quantized_state_blocks(StateDtype dtype, const StateSpec& spec, int64_t numel,
-                                                 int64_t block) {
+std::optional<SlotBlocks> state_dtype_format(StateDtype dtype, const StateSpec& spec, int64_t block) {
   if (dtype == StateDtype::plain || spec.kind != StateKind::Tensor || spec.copies_param || spec.holds_param_index ||
       !spec.visible)
     return std::nullopt;
@@ -69,11 +68,11 @@ std::optional<SlotBlocks> quantized_state_blocks(StateDtype dtype, const StateSp
     format = spec.signed_values ? BlockFormat::Signed8 : BlockFormat::Unsigned8;
   else if (dtype == StateDtype::int4)
     format = spec.signed_values ? BlockFormat::Signed4 : BlockFormat::Unsigned4;
-  if (block == 0)
-    block = default_block_size(format);
-  if (numel < kMinQuantizedValues || numel % block != 0)
-    return std::nullopt;
-  return SlotBlocks{format, block};
+  return SlotBlocks{format, block == 0 ? default_block_size(format) : block};
+}
+
+bool quantizes_param_of(int64_t numel, const SlotBlocks& format) {
+  return numel >= kMinQuantizedValues && numel % format.block == 0;
 }
 
 } // namespace optjit

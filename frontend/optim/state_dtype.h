@@ -41,9 +41,12 @@ void keyword_value(StateDtype& member, const std::string& cls, const std::string
 // torchao's rule: only tensors of at least this many values, in whole blocks, are quantized.
 inline constexpr int64_t kMinQuantizedValues = 4096;
 
-// The format of a new state entry of a param of `numel` values kept in `dtype` with blocks of `block` values (0: the
-// format's default): none for plain state, or a param under torchao's rule.
-std::optional<SlotBlocks> quantized_state_blocks(StateDtype dtype, const StateSpec& spec, int64_t numel,
-                                                 int64_t block = 0);
+// The format `dtype` keeps state entry `spec` in, with blocks of `block` values (0: the format's default), whatever
+// the param's size: none for plain state, and for the entries that stay plain (scalars, master weights, bookkeeping).
+std::optional<SlotBlocks> state_dtype_format(StateDtype dtype, const StateSpec& spec, int64_t block = 0);
+
+// Whether a param of `numel` values is quantized in `format` under torchao's rule (at least kMinQuantizedValues, in
+// whole blocks).
+bool quantizes_param_of(int64_t numel, const SlotBlocks& format);
 
 } // namespace optjit

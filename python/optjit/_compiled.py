@@ -15,7 +15,7 @@ from itertools import chain
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
-from . import _torch_optim
+from . import _quantized_shards, _torch_optim
 from ._optjit import CudaStreams, Error, TorchStep
 from ._shards import _check_sharded_reductions, _grad_norm_reducer, _inf_check_reducer, _local, _sharded
 
@@ -367,7 +367,7 @@ class CompiledStep:
             p = self._params[flat]
             have = opt.state[p]
             group = opt.param_groups[self._group_of[flat]]
-            entries = [e for e in cxx.new_state(flat) if e[0] not in have]
+            entries = [e for e in _new_state_entries(cxx, flat, p) if e[0] not in have]
             scalar_device = _torch_optim.scalar_state_device(self._cls, group, p)
             grad_layout = _torch_optim.grad_layout_state(self._cls)
             scalar_dtype = _torch_optim.scalar_state_dtype(group)
@@ -625,6 +625,16 @@ def _restore_cast_codes(opt):
         )
 
 
+def _new_state_entries(cxx, flat, p):
+    """cxx.new_state(flat) for param `p`: for a DTensor, whether its state is quantized is the whole tensor's
+    (_quantized_shards.shards_quantize), not its shard's."""
+    shard_quantizes = None
+    if _quantized_shards.is_dtensor(p):
+        block = cxx.state_block_size(flat)
+        shard_quantizes = block > 0 and _quantized_shards.shards_quantize(p, block)
+    return cxx.new_state(flat, shard_quantizes)
+
+
 def _quantize_constructor_state(opt, cls, cxx, params):
     """torch's Adagrad makes its state in its constructor, in the param's dtype (sum = initial_accumulator_value,
     step = 0). In a group with state_dtype, a `sum` still untouched, of a param the new step quantizes (cxx's layout
@@ -640,7 +650,7 @@ def _quantize_constructor_state(opt, cls, cxx, params):
             continue
         if not bool((held == group["initial_accumulator_value"]).all()):
             continue
-        layout = next((entry[4] for entry in cxx.new_state(flat) if entry[0] == "sum"), None)
+        layout = next((entry[4] for entry in _new_state_entries(cxx, flat, p) if entry[0] == "sum"), None)
         if layout is not None:
             state.update(_torch_optim.quantized_state(p, "sum", layout))
 

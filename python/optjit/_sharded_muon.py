@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.optim._muon import _adjust_lr  # torch >= 2.9, as Muon itself
 
 from ._optjit import Error
-from ._shards import _local, _sharded
+from ._shards import _chunk_sizes, _local, _sharded
 from ._step_function import step_function
 
 
@@ -58,12 +58,6 @@ def _orthogonalizer(ns_steps, tall, f32):
             out.copy_(x)
 
     return step_function(orthogonalize, name=f"muon_orthogonalize_{'tall' if tall else 'wide'}")
-
-
-def _chunk_sizes(size, world):
-    """The sizes of torch.chunk(size, world) padded with empty chunks: how DTensor's Shard splits a dimension."""
-    sizes = [len(c) for c in torch.arange(size).chunk(world)]
-    return sizes + [0] * (world - len(sizes))
 
 
 class ShardedMuon:

@@ -13,6 +13,12 @@ def _local(tensor):
     return getattr(tensor, "_local_tensor", tensor)
 
 
+def _chunk_sizes(size, world):
+    """The sizes of torch.chunk(size, world) padded with empty chunks: how DTensor's Shard splits a dimension."""
+    sizes = [len(c) for c in torch.arange(size).chunk(world)]
+    return sizes + [0] * (world - len(sizes))
+
+
 def _sharded(params):
     """The params that are shards of DTensors (FSDP2's), which optjit steps through their local tensors."""
     try:

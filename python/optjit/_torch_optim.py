@@ -9,7 +9,9 @@ import numbers
 
 import torch
 
+from . import _quantized_shards
 from ._optjit import OPTION_NONE, Error
+from ._shards import _local
 
 # torch.optim classes optjit compiles, by the class that defines their step.
 SUPPORTED = {
@@ -119,11 +121,6 @@ def check_supported(opt, cls):
     check_group_flags(opt)
     fused_devices = None
     for g, group in enumerate(opt.param_groups):
-        if quantizes_state(group) and any(_is_dtensor(p) for p in group["params"]):
-            raise Error(
-                f"param group {g} has state_dtype={group['state_dtype']!r} and DTensor params (FSDP2's shards): "
-                "block-quantized state of sharded params is not supported yet; use plain state for them"
-            )
         if group.get("fused", False):
             for p in group["params"]:
                 if torch.is_complex(p):  # torch's fused kernels refuse complex params; so does its fused=True step
@@ -281,20 +278,17 @@ def torchao_new_state(opt, param, entries):
     return state
 
 
-def _is_dtensor(tensor):
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # torch built without distributed
-        return False
-    return isinstance(tensor, DTensor)
-
-
 def quantized_state(param, key, layout):
-    codes_dtype, shape, code_byte, scale_count, scale = layout
-    codes = torch.full(shape, code_byte, dtype=torch.uint8, device=param.device)
+    """A block-quantized state entry of `param` made as `layout` (TorchStep.new_state's) says: its codes under `key`
+    and its f32 scales under "<key>.scale"; DTensors for a DTensor param (_quantized_shards)."""
+    codes_dtype, shape, code_byte, scale_count, scale, block = layout
+    device = _local(param).device
+    codes = torch.full(shape, code_byte, dtype=torch.uint8, device=device)
     if codes_dtype == "float8_e4m3fn":
         codes = codes.view(torch.float8_e4m3fn)
-    scales = torch.full((scale_count,), scale, dtype=torch.float32, device=param.device)
+    scales = torch.full((scale_count,), scale, dtype=torch.float32, device=device)
+    if _quantized_shards.is_dtensor(param):
+        return _quantized_shards.as_dtensors(param, key, codes, scales, block)
     return {key: codes, key + ".scale": scales}
 
 

@@ -2,6 +2,7 @@
 // else is python/optjit/.
 #include "cuda_streams.h"
 #include "frontend/optim/options.h"
+#include "frontend/optim/state_dtype.h"
 #include "runtime/error.h"
 #include "step_recording_binding.h"
 #include "torch_step.h"
@@ -22,7 +23,8 @@ using optjit::python::TorchStepFunction;
 NB_MODULE(_optjit, m) {
   m.doc() = "optjit's compiled optimizer steps (the C++ side of the optjit package)";
   nb::exception<optjit::Error>(m, "Error", PyExc_RuntimeError);
-  m.attr("OPTION_NONE") = optjit::kOptionNone; // an option torch gives as None (Adafactor's eps1)
+  m.attr("OPTION_NONE") = optjit::kOptionNone;                  // an option torch gives as None (Adafactor's eps1)
+  m.attr("MIN_QUANTIZED_VALUES") = optjit::kMinQuantizedValues; // torchao's size rule for quantized state
 
   nb::class_<CudaStreams>(m, "CudaStreams")
       .def(nb::init<std::vector<std::pair<int, uintptr_t>>>(), nb::arg("streams"))
@@ -44,7 +46,8 @@ NB_MODULE(_optjit, m) {
       .def("stochastic_rounding_steps", &TorchStep::stochastic_rounding_steps)
       .def("set_stochastic_rounding_steps", &TorchStep::set_stochastic_rounding_steps, nb::arg("steps"))
       .def("params_without_state", &TorchStep::params_without_state)
-      .def("new_state", &TorchStep::new_state, nb::arg("flat"))
+      .def("new_state", &TorchStep::new_state, nb::arg("flat"), nb::arg("shard_quantizes").none() = nb::none())
+      .def("state_block_size", &TorchStep::state_block_size, nb::arg("flat"))
       .def("adopt", &TorchStep::adopt, nb::arg("flat"), nb::arg("state"), nb::arg("loaded"))
       .def("sync_state", &TorchStep::sync_state, nb::arg("state"))
       .def("params_with_grads", &TorchStep::params_with_grads)

@@ -307,22 +307,39 @@ std::vector<int64_t> TorchStep::params_without_state() const {
   return missing;
 }
 
-nb::list TorchStep::new_state(int64_t flat) const {
+void TorchStep::check_flat(int64_t flat) const {
   if (flat < 0 || flat >= param_count())
     throw Error("param " + std::to_string(flat) + " is not one of the " + std::to_string(param_count()) + " params");
+}
+
+int64_t TorchStep::state_block_size(int64_t flat) const {
+  check_flat(flat);
+  int64_t block = 0;
+  for (const StateSpec& spec : optimizer_->param_state_specs(flat))
+    if (const std::optional<SlotBlocks> format = optimizer_->state_format(flat, spec))
+      block = std::max(block, format->block);
+  return block;
+}
+
+nb::list TorchStep::new_state(int64_t flat, std::optional<bool> shard_quantizes) const {
+  check_flat(flat);
   nb::list entries;
   const Tensor& param = params_[static_cast<std::size_t>(flat)].view;
+  const ParamState& held = optimizer_->flat_state(flat);
   for (const StateSpec& spec : optimizer_->param_state_specs(flat)) {
     if (!spec.visible)
       continue;
     nb::object layout = nb::none();
-    if (const std::optional<SlotBlocks> blocks = optimizer_->state_blocks(flat, spec)) {
+    std::optional<SlotBlocks> blocks = optimizer_->state_blocks(flat, spec);
+    if (shard_quantizes && !find_state(held, spec.name).defined())
+      blocks = *shard_quantizes ? optimizer_->state_format(flat, spec) : std::nullopt;
+    if (blocks) {
       const ConstantBlock start = constant_block(blocks->format, blocks->block, static_cast<float>(spec.initial));
       nb::list shape;
       for (int64_t size : block_codes_shape(blocks->format, param.shape()))
         shape.append(size);
       layout = nb::make_tuple(blocks->format == BlockFormat::Fp8 ? "float8_e4m3fn" : "uint8", shape, start.code_byte,
-                              param.numel() / blocks->block, start.scale);
+                              param.numel() / blocks->block, start.scale, blocks->block);
     }
     entries.append(nb::make_tuple(spec.name, state_kind_name(spec.kind), spec.initial, spec.copies_param, layout));
   }
@@ -330,19 +347,19 @@ nb::list TorchStep::new_state(int64_t flat) const {
 }
 
 void TorchStep::adopt(int64_t flat, nb::dict state, bool loaded) {
-  if (flat < 0 || flat >= param_count())
-    throw Error("param " + std::to_string(flat) + " is not one of the " + std::to_string(param_count()) + " params");
+  check_flat(flat);
   BoundParam& p = params_[static_cast<std::size_t>(flat)];
   ParamState views;
   std::vector<HeldState> held;
   for (auto [key, tensor] : state) {
     const std::string name = nb::cast<std::string>(key);
     const std::string what = "state '" + name + "' of " + p.name;
-    if (torch_.is_tensor(tensor) && nb::hasattr(tensor, "codes") && nb::hasattr(tensor, "scale")) {
-      HeldState quantized; // torchao's: its codes and scales, zero-copy
+    const nb::object local = torch_.is_tensor(tensor) ? torch_.local(tensor) : nb::borrow(tensor);
+    if (torch_.is_tensor(tensor) && nb::hasattr(local, "codes") && nb::hasattr(local, "scale")) {
+      HeldState quantized; // torchao's: its codes and scales (of this process's shard under FSDP2), zero-copy
       quantized.key = nb::borrow(key);
       quantized.tensor = nb::borrow(tensor);
-      view_quantized_state(flat, name, tensor, quantized, views);
+      view_quantized_state(flat, name, local, quantized, views);
       held.push_back(std::move(quantized));
       continue;
     }

@@ -67,8 +67,14 @@ public:
   // value, starts as an f32 copy of the param, block-quantized layout or None), visible entries only. A
   // block-quantized entry (the group option state_dtype) is two tensors: its codes under `key` and its f32 scales
   // under "<key>.scale"; its layout says how to make them: (codes dtype "uint8" or "float8_e4m3fn", codes shape, the
-  // byte every code starts as, the number of scales, the value each starts as).
-  nb::list new_state(int64_t flat) const;
+  // byte every code starts as, the number of scales, the value each starts as, the block).
+  // `shard_quantizes`: for a param that is a process's shard of a larger tensor (FSDP2's DTensor), whether the
+  // whole tensor's state is quantized (decided for the whole tensor so that every process holds the same format,
+  // python/optjit/_shards.py); none: the param's own size decides (torchao's rule, quantizes_param_of).
+  nb::list new_state(int64_t flat, std::optional<bool> shard_quantizes) const;
+  // The block of the quantized format param `flat`'s group keeps its state in (the largest over its entries); 0 for
+  // plain state.
+  int64_t state_block_size(int64_t flat) const;
   // Makes torch's `state` tensors (key -> tensor) the state of param `flat`; `loaded`: they come from a checkpoint
   // or an earlier step rather than being made for this one. An empty dict drops the param's state.
   void adopt(int64_t flat, nb::dict state, bool loaded);
@@ -100,6 +106,8 @@ public:
   int64_t param_count() const { return static_cast<int64_t>(params_.size()); }
 
 private:
+  void check_flat(int64_t flat) const; // an Error for an index that is not a param's
+
   // A state entry adopted from torch: its key, the torch tensor, and the view the kernels write: of the tensor
   // itself, or of `staged`, a resolved copy of a tensor with torch's lazy negation or conjugation bit (written back
   // after each step, through torch, which resolves the bit as its own in-place ops do).

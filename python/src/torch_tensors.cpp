@@ -125,9 +125,10 @@ bool TorchTensors::plain_dispatch(nb::handle type) const {
   return true;
 }
 
-Tensor TorchTensors::codes_view(nb::handle tensor, const std::string& what) const {
-  if (!is_tensor(tensor))
-    throw Error(what + " is a " + text(nb::handle(Py_TYPE(tensor.ptr()))) + ", not a torch.Tensor");
+Tensor TorchTensors::codes_view(nb::handle held, const std::string& what) const {
+  if (!is_tensor(held))
+    throw Error(what + " is a " + text(nb::handle(Py_TYPE(held.ptr()))) + ", not a torch.Tensor");
+  const nb::object tensor = local(held); // a DTensor's codes: this process's shard
   if (nb::object layout = attr(tensor, names_.layout); !layout.is(strided_))
     throw Error(what + " has layout " + text(layout) + ": codes are dense (torch.strided) tensors");
   const Device device = device_of(tensor, what);

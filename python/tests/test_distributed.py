@@ -444,6 +444,154 @@ def _fsdp_muon_resumes(mesh):
         assert torch.equal(p.detach().to_local(), q.detach().to_local()), f"param {i} after resuming"
 
 
+def _quantized_model():
+    """Linear(256, 64)'s weight is quantized under FSDP2 (rows of whole blocks); Linear(64, 256)'s is not (its rows
+    of 64 values are no whole number of blocks), nor the biases (under 4096 values); rank 1's shard of the last bias
+    is empty."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(256, 64), torch.nn.Tanh(), torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1)
+    )
+
+
+# (optimizer, options, state_dtype, FSDP2's shard_placement_fn). Adam's int4 blocks of 128 values split along
+# columns: each rank's half of a 256-value row is one block.
+QUANTIZED_CONFIGS = [
+    (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1), "int8", None),
+    (torch.optim.Adam, dict(lr=1e-2, amsgrad=True), "int4", _weights_on_dim_1),
+    (torch.optim.RMSprop, dict(lr=1e-2, momentum=0.5), "fp8", None),
+]
+
+
+def _my_part(whole, shard):
+    """The part of `whole` (an unsharded run's state or param) that DTensor `shard` holds on this process: viewed in
+    the shard's global shape, split as its placements say."""
+    from torch.distributed.tensor import Shard
+
+    part = whole.reshape(shard.shape)
+    for mesh_dim, placement in enumerate(shard.placements):
+        if isinstance(placement, Shard):
+            chunks = part.chunk(shard.device_mesh.size(mesh_dim), dim=placement.dim)
+            index = shard.device_mesh.get_local_rank(mesh_dim)
+            part = chunks[index] if index < len(chunks) else part.narrow(placement.dim, 0, 0)  # an empty shard
+    return part
+
+
+def _train_beside_whole(model, opt, whole, opt_whole, rank, steps, first=0):
+    """Trains FSDP2's `model` and an unsharded copy `whole` on the same grads (the sharded run's, gathered)."""
+    for t in range(first, first + steps):
+        x = torch.randn(4, 256, generator=torch.Generator().manual_seed(100 * rank + t))
+        model(x).square().mean().backward()
+        for p, q in zip(model.parameters(), whole.parameters()):
+            q.grad = p.grad.full_tensor()
+        opt.step()
+        opt.zero_grad()
+        opt_whole.step()
+        opt_whole.zero_grad()
+
+
+def _assert_whole_run_sharded(model, opt, whole, opt_whole, what):
+    """Each process's params and state (codes and scales too) equal its part of the unsharded run's, bit for bit: a
+    shard made of whole blocks of the tensor quantizes them as the whole tensor does."""
+    for i, (p, q) in enumerate(zip(model.parameters(), whole.parameters())):
+        assert torch.equal(p.detach().to_local(), _my_part(q.detach(), p)), f"{what}: param {i}"
+        state, state_whole = opt.state[p], opt_whole.state[q]
+        assert list(state) == list(state_whole), f"{what}: param {i} keys {list(state)} vs {list(state_whole)}"
+        for key, value in state.items():
+            if value.dim() == 0:
+                assert torch.equal(value, state_whole[key]), f"{what}: param {i} {key}"
+                continue
+            expected = _my_part(state_whole[key], value)
+            assert value.to_local().dtype == expected.dtype, f"{what}: param {i} {key}: {value.to_local().dtype}"
+            local = value.to_local()
+            if local.dtype == torch.float8_e4m3fn:
+                local, expected = local.view(torch.uint8), expected.view(torch.uint8)
+            assert torch.equal(local, expected), f"{what}: param {i} {key}"
+
+
+def _quantized_pair(mesh, cls, options, state_dtype, placement_fn):
+    """FSDP2's model with one param group in `state_dtype`, and the unsharded copy with the same formats: its
+    Linear(64, 256) weight in a plain group (FSDP2's rows of 64 values leave it plain, see _quantized_model), and for
+    int8 and fp8 split along columns (Shard(1): halves of 64 values) every weight in a plain group."""
+    model = _fsdp_model(mesh, placement_fn, make=_quantized_model)
+    opt = cls([{"params": list(model.parameters()), "state_dtype": state_dtype}], **options)
+    optjit.patch(opt)
+    whole = _quantized_model()
+    plain = {2}
+    groups = [
+        {"params": [q for i, q in enumerate(whole.parameters()) if i not in plain], "state_dtype": state_dtype},
+        {"params": [q for i, q in enumerate(whole.parameters()) if i in plain]},
+    ]
+    opt_whole = cls(groups, **options)
+    optjit.patch(opt_whole)
+    return model, opt, whole, opt_whole
+
+
+def _fsdp_state_dtype(rank, mesh):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    for cls, options, state_dtype, placement_fn in QUANTIZED_CONFIGS:
+        what = f"rank {rank}, FSDP2 {cls.__name__} state_dtype={state_dtype}"
+        model, opt, whole, opt_whole = _quantized_pair(mesh, cls, options, state_dtype, placement_fn)
+        _train_beside_whole(model, opt, whole, opt_whole, rank, STEPS)
+        weight = opt.state[model[0].weight]
+        codes = next(iter(v for k, v in weight.items() if k.endswith(".scale"))).to_local()
+        assert codes.dtype == torch.float32 and codes.numel() > 0, what
+        assert all(not k.endswith(".scale") for k in opt.state[model[2].weight]), f"{what}: Linear(64, 256) plain"
+        _assert_whole_run_sharded(model, opt, whole, opt_whole, what)
+
+    # A checkpoint of the sharded quantized state through torch.distributed.checkpoint, on disk: a new model and
+    # optimizer loading it continue the run as the unsharded copy does.
+    cls, options, state_dtype, placement_fn = QUANTIZED_CONFIGS[0]
+    model, opt, whole, opt_whole = _quantized_pair(mesh, cls, options, state_dtype, placement_fn)
+    _train_beside_whole(model, opt, whole, opt_whole, rank, STEPS // 2)
+    folder = [tempfile.mkdtemp() if rank == 0 else None]
+    dist.broadcast_object_list(folder)
+    dcp.save({"model": model.state_dict(), "optim": get_optimizer_state_dict(model, opt)}, checkpoint_id=folder[0])
+    resumed = _fsdp_model(mesh, placement_fn, make=_quantized_model)
+    opt_resumed = cls([{"params": list(resumed.parameters()), "state_dtype": state_dtype}], **options)
+    optjit.patch(opt_resumed)
+    loaded = {"model": resumed.state_dict(), "optim": get_optimizer_state_dict(resumed, opt_resumed)}
+    dcp.load(loaded, checkpoint_id=folder[0])
+    resumed.load_state_dict(loaded["model"])
+    set_optimizer_state_dict(resumed, opt_resumed, loaded["optim"])
+    _train_beside_whole(resumed, opt_resumed, whole, opt_whole, rank, STEPS // 2, first=STEPS // 2)
+    _assert_whole_run_sharded(resumed, opt_resumed, whole, opt_whole, f"rank {rank}, resumed from DCP")
+    _fsdp_torchao(rank, mesh)
+
+
+def _fsdp_torchao(rank, mesh):
+    """torchao's low-bit AdamWs under FSDP2: their state is DTensors of torchao's state subclasses, each process's
+    shard quantized by torchao's own rule (here every weight's shard is whole blocks of the whole tensor's); optjit
+    steps each shard's codes and scales, equal to the unsharded run's. (torchao 0.18's own step is no reference under
+    FSDP2 on the CPU: AdamW4bit and AdamWFp8 raise, and AdamW8bit moves even the plain-state biases away from torch's
+    AdamW by about 3 lr steps in 3 steps.)"""
+    from torchao.optim import AdamW4bit, AdamW8bit, AdamWFp8
+
+    for cls in (AdamW8bit, AdamW4bit, AdamWFp8):
+        what = f"rank {rank}, torchao {cls.__name__}"
+        model = _fsdp_model(mesh, make=_quantized_model)
+        opt = cls(model.parameters(), lr=1e-2)
+        optjit.patch(opt)
+        whole = _quantized_model()
+        opt_whole = cls(whole.parameters(), lr=1e-2)
+        optjit.patch(opt_whole)
+        _train_beside_whole(model, opt, whole, opt_whole, rank, STEPS)
+        quantized = 0
+        for i, (p, q) in enumerate(zip(model.parameters(), whole.parameters())):
+            assert torch.equal(p.detach().to_local(), _my_part(q.detach(), p)), f"{what}: param {i}"
+            for key in ("exp_avg", "exp_avg_sq"):
+                state, state_whole = opt.state[p][key].to_local(), opt_whole.state[q][key]
+                assert hasattr(state, "codes") == hasattr(state_whole, "codes"), f"{what}: param {i} {key}"
+                if hasattr(state, "codes"):
+                    codes, codes_whole = state.codes.view(torch.uint8), state_whole.codes.view(torch.uint8)
+                    if codes_whole.shape == q.shape:  # 8 bits and FP8 (4-bit codes are flat)
+                        assert torch.equal(codes, _my_part(codes_whole, p)), f"{what}: param {i} {key}"
+                    quantized += 1
+        assert quantized == 4, f"{what}: {quantized} quantized moments"  # both weights' two moments
+
+
 SCENARIOS = {
     "fsdp_every_optimizer": _fsdp_every_optimizer,
     "fsdp_checkpoint": _fsdp_checkpoint_resumes,
@@ -452,6 +600,7 @@ SCENARIOS = {
     "fsdp_fused_inf_check": _fsdp_fused_inf_check,
     "ddp": _ddp,
     "fsdp_muon": _fsdp_muon,
+    "fsdp_state_dtype": _fsdp_state_dtype,
 }
 
 
