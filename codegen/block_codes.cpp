@@ -110,7 +110,9 @@ Value* KernelBody::load_quantized(IRBuilder<>& b, const std::vector<Value*>& bas
 }
 
 // A store's `lanes` values from j into its block's buffer (as f32, what torchao quantizes), and their magnitudes into
-// the block's running maximum (NaN-propagating, as torch's amax).
+// the block's running maximum (NaN-propagating, as torch's amax). The maximum is kept as the magnitudes' bits: their
+// order as unsigned integers is the floats' with every NaN above +inf, so one integer maximum does what
+// llvm.maximum's lowering takes six instructions for (quantize_block reads any NaN as the quiet one).
 void KernelBody::buffer_quantized_store(IRBuilder<>& b, int slot, Value* j, Value* value) {
   OPTJIT_ASSERT(block_walk_, "kernel " + plan_.name + " stores quantized state outside a walk over blocks");
   BlockWalk::Buffer& buffer = block_walk_->buffers.at(slot);
@@ -118,9 +120,9 @@ void KernelBody::buffer_quantized_store(IRBuilder<>& b, int slot, Value* j, Valu
   b.CreateAlignedStore(f32, b.CreateGEP(b.getFloatTy(), buffer.values, b.CreateSub(j, block_walk_->start)),
                        llvm::Align(4));
   llvm::AllocaInst* absmax = f32->getType()->isVectorTy() ? buffer.vector_absmax : buffer.scalar_absmax;
-  Value* magnitude = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, f32);
+  Value* magnitude = b.CreateBitCast(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, f32), absmax->getAllocatedType());
   b.CreateStore(
-      b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b.CreateLoad(absmax->getAllocatedType(), absmax), magnitude),
+      b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, b.CreateLoad(absmax->getAllocatedType(), absmax), magnitude),
       absmax);
 }
 
@@ -163,46 +165,77 @@ Value* KernelBody::from_e4m3_bits(IRBuilder<>& b, Value* bits) {
   return b.CreateBitCast(b.CreateOr(b.CreateBitCast(value, i32), sign), f32);
 }
 
-// The search tables of a map format (runtime/block_quantization.h's CodeSearch), as module constants: the bucket
-// codes (padded by three bytes, read four at a time by a 32-bit gather) and the thresholds.
-std::pair<Value*, Value*> KernelBody::code_search_tables(BlockFormat format) {
+// The search table of a map format (runtime/block_quantization.h's CodeSearch), a module constant.
+Value* KernelBody::code_search_table(BlockFormat format) {
   const std::string name = "optjit.search." + block_format_name(format);
-  llvm::GlobalVariable* buckets = module_.getNamedGlobal(name + ".buckets");
-  llvm::GlobalVariable* thresholds = module_.getNamedGlobal(name + ".thresholds");
-  if (!buckets) {
-    const CodeSearch& search = code_search(format);
-    std::vector<uint8_t> padded = search.bucket_codes;
-    padded.resize(padded.size() + 3, 0);
-    llvm::Constant* bytes = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint8_t>(padded));
-    buckets = new llvm::GlobalVariable(module_, bytes->getType(), /*isConstant=*/true,
-                                       llvm::GlobalValue::PrivateLinkage, bytes, name + ".buckets");
-    llvm::Constant* values = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<float>(search.thresholds));
-    thresholds = new llvm::GlobalVariable(module_, values->getType(), /*isConstant=*/true,
-                                          llvm::GlobalValue::PrivateLinkage, values, name + ".thresholds");
-  }
-  return {buckets, thresholds};
+  if (llvm::GlobalVariable* table = module_.getNamedGlobal(name))
+    return table;
+  llvm::Constant* entries = llvm::ConstantDataArray::get(ctx_, llvm::ArrayRef<uint32_t>(code_search(format).buckets));
+  return new llvm::GlobalVariable(module_, entries->getType(), /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
+                                  entries, name);
 }
 
 // The nearest code (i32 lanes) of f32 lanes `x` in `format`'s sorted map, as torchao's quantize_{8,4}bit_with_qmap
 // finds it (a branchless binary search for the last entry <= x, then one up when x - down >= (up - down) * 0.5),
-// found in two table reads (runtime/block_quantization.h's CodeSearch): the code of x's bucket, plus one when x
-// reaches the next threshold; NaN is code 0, as torchao's comparisons make it. FP8: c10's rounding.
+// found in one table read (runtime/block_quantization.h's CodeSearch): x's bucket's code, plus one when x's key
+// reaches the bucket's next; NaN is code 0, as torchao's comparisons make it. FP8: c10's rounding.
 Value* KernelBody::nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format) {
   if (format == BlockFormat::Fp8)
     return to_e4m3_bits(b, x);
   llvm::Type* i32 = with_lanes(b.getInt32Ty(), x->getType());
-  const auto [buckets, thresholds] = code_search_tables(format);
-  Value* bucket = b.CreateLShr(b.CreateBitCast(x, i32), llvm::ConstantInt::get(i32, 32 - CodeSearch::bucket_bits));
-  Value* at = b.CreateGEP(b.getInt8Ty(), buckets, bucket);
-  Value* four = x->getType()->isVectorTy() ? b.CreateMaskedGather(i32, at, llvm::Align(1))
-                                           : static_cast<Value*>(b.CreateAlignedLoad(i32, at, llvm::Align(1)));
-  Value* base = b.CreateAnd(four, llvm::ConstantInt::get(i32, 0xff)); // the byte at the address (little-endian)
-  Value* threshold_at = b.CreateGEP(b.getFloatTy(), thresholds, base);
-  Value* threshold = x->getType()->isVectorTy()
-                         ? b.CreateMaskedGather(x->getType(), threshold_at, llvm::Align(4))
-                         : static_cast<Value*>(b.CreateAlignedLoad(x->getType(), threshold_at, llvm::Align(4)));
-  Value* code = b.CreateAdd(base, b.CreateZExt(b.CreateFCmpOGE(x, threshold), i32));
+  const CodeSearch& search = code_search(format);
+  const auto constant = [&](uint32_t v) { return llvm::ConstantInt::get(i32, v); };
+  // CodeSearch::bucket: the sign's exponents, the exponent clamped to [min_exponent, 127], the first mantissa bits.
+  Value* bits = b.CreateBitCast(x, i32);
+  Value* exponent = b.CreateAnd(b.CreateLShr(bits, constant(23)), constant(0xff));
+  exponent = b.CreateBinaryIntrinsic(llvm::Intrinsic::umax, exponent, constant(search.min_exponent));
+  exponent = b.CreateBinaryIntrinsic(llvm::Intrinsic::umin, exponent, constant(127));
+  Value* row = b.CreateAdd(b.CreateMul(b.CreateLShr(bits, constant(31)), constant(search.exponents())),
+                           b.CreateSub(exponent, constant(search.min_exponent)));
+  Value* mantissa =
+      b.CreateAnd(b.CreateLShr(bits, constant(CodeSearch::key_bits)), constant((1u << CodeSearch::mantissa_bits) - 1));
+  Value* bucket = b.CreateOr(b.CreateShl(row, constant(CodeSearch::mantissa_bits)), mantissa);
+  Value* at = b.CreateGEP(b.getInt32Ty(), code_search_table(format), bucket);
+  Value* entry = x->getType()->isVectorTy() ? b.CreateMaskedGather(i32, at, llvm::Align(4))
+                                            : static_cast<Value*>(b.CreateAlignedLoad(i32, at, llvm::Align(4)));
+  // CodeSearch::key: the low mantissa bits, complemented for a negative x.
+  Value* key =
+      b.CreateAnd(b.CreateXor(bits, b.CreateAShr(bits, constant(31))), constant((1u << CodeSearch::key_bits) - 1));
+  Value* up = b.CreateZExt(b.CreateICmpUGE(key, b.CreateLShr(entry, constant(8))), i32);
+  Value* code = b.CreateAdd(b.CreateAnd(entry, constant(0xff)), up);
   return b.CreateSelect(b.CreateFCmpUNO(x, x), llvm::Constant::getNullValue(i32), code);
+}
+
+// The scale of a block with a normal reciprocal (finite, under 2^126; it is at least 1e-12) times 2^-e, e its
+// exponent, so that the divisor is in [1, 2) and every remainder divide_by_scale takes is a normal number.
+KernelBody::ScaleDivision KernelBody::prepare_scale_division(IRBuilder<>& b, Value* scale) {
+  Value* biased_exponent = b.CreateAnd(b.CreateLShr(b.CreateBitCast(scale, b.getInt32Ty()), 23), 255);
+  Value* factor = b.CreateBitCast(b.CreateShl(b.CreateSub(b.getInt32(254), biased_exponent), 23), b.getFloatTy());
+  Value* divisor = b.CreateFMul(scale, factor);
+  return {factor, divisor, b.CreateFDiv(llvm::ConstantFP::get(b.getFloatTy(), 1.0), divisor)};
+}
+
+// values / scale exactly as one f32 division rounds it (torchao divides), without a division per value: the dividend
+// and divisor scaled by the same power of two (exact), q = x * (1 / d) rounded, then two of Markstein's corrections
+// q += fma(-d, q, x) * (1 / d), whose remainders are exact by fma. With a correctly rounded reciprocal and a faithful q
+// (the first correction gives one) the second gives the correctly rounded quotient (Markstein's theorem, Muller et
+// al., Handbook of Floating-Point Arithmetic, section 4.7). A remainder that is not a normal number comes from a
+// quotient under 2^-100, whose code is that of a zero of its sign in every format (runtime/block_quantization.h), so
+// the sign is the dividend's; ±0 keep theirs. The vectors of a block walk: a vdivps costs several fma's.
+Value* KernelBody::divide_by_scale(IRBuilder<>& b, Value* values, const ScaleDivision& d) {
+  const auto splat = [&](Value* v) {
+    return b.CreateVectorSplat(llvm::cast<llvm::FixedVectorType>(values->getType())->getNumElements(), v);
+  };
+  Value* x = b.CreateFMul(values, splat(d.factor));
+  Value* divisor = splat(d.divisor);
+  Value* reciprocal = splat(d.reciprocal);
+  Value* negated = b.CreateFNeg(divisor);
+  Value* q = b.CreateFMul(x, reciprocal);
+  for (int correction = 0; correction < 2; ++correction) {
+    Value* remainder = b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {negated, q, x});
+    q = b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {remainder, reciprocal, q});
+  }
+  return b.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, q, values);
 }
 
 void KernelBody::prepare_block_walk(llvm::Function* fn, int64_t block) {
@@ -218,7 +251,7 @@ void KernelBody::prepare_block_walk(llvm::Function* fn, int64_t block) {
     walk.buffers[slot] = BlockWalk::Buffer{
         entry.CreateAlloca(llvm::ArrayType::get(entry.getFloatTy(), static_cast<uint64_t>(block)), nullptr,
                            s.name + ".block"),
-        entry.CreateAlloca(vector_type_of(entry.getFloatTy(), lanes_)), entry.CreateAlloca(entry.getFloatTy())};
+        entry.CreateAlloca(vector_type_of(entry.getInt32Ty(), lanes_)), entry.CreateAlloca(entry.getInt32Ty())};
   }
   block_walk_ = std::move(walk);
 }
@@ -226,7 +259,7 @@ void KernelBody::prepare_block_walk(llvm::Function* fn, int64_t block) {
 void KernelBody::reset_block_maxima(IRBuilder<>& b) {
   for (auto& [slot, buffer] : block_walk_->buffers) {
     b.CreateStore(llvm::Constant::getNullValue(buffer.vector_absmax->getAllocatedType()), buffer.vector_absmax);
-    b.CreateStore(llvm::ConstantFP::get(b.getFloatTy(), 0.0), buffer.scalar_absmax);
+    b.CreateStore(b.getInt32(0), buffer.scalar_absmax);
   }
 }
 
@@ -238,11 +271,15 @@ void KernelBody::quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases
   const int64_t vector_part = block - block % lanes_;
   for (auto& [slot, buffer] : block_walk_->buffers) {
     const BlockFormat format = slot_blocks(slot)->format;
-    Value* absmax = b.CreateLoad(b.getFloatTy(), buffer.scalar_absmax);
+    Value* absmax_bits = b.CreateLoad(b.getInt32Ty(), buffer.scalar_absmax);
     if (lanes_ > 1)
-      absmax = b.CreateBinaryIntrinsic(
-          llvm::Intrinsic::maximum, absmax,
-          b.CreateFPMaximumReduce(b.CreateLoad(buffer.vector_absmax->getAllocatedType(), buffer.vector_absmax)));
+      absmax_bits = b.CreateBinaryIntrinsic(
+          llvm::Intrinsic::umax, absmax_bits,
+          b.CreateUnaryIntrinsic(llvm::Intrinsic::vector_reduce_umax,
+                                 b.CreateLoad(buffer.vector_absmax->getAllocatedType(), buffer.vector_absmax)));
+    Value* absmax = b.CreateBitCast(absmax_bits, b.getFloatTy());
+    absmax = b.CreateSelect(b.CreateFCmpUNO(absmax, absmax), llvm::ConstantFP::getQNaN(b.getFloatTy()),
+                            absmax); // torch's NaN, whichever came
     Value* scale =
         b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, absmax, llvm::ConstantFP::get(b.getFloatTy(), 1e-12f));
     if (format == BlockFormat::Fp8)
@@ -251,10 +288,14 @@ void KernelBody::quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases
     b.CreateStore(scale, b.CreateGEP(b.getFloatTy(), scales, block_walk_->index));
     Value* codes = bases[static_cast<std::size_t>(slot)];
     const bool packed = block_format_bits(format) == 4;
-    // `lanes` buffered values from offset k, divided by the scale, as codes.
+    // `lanes` buffered values from offset k, divided by the scale (by its reciprocal where `division` is given), as
+    // codes.
+    const ScaleDivision* division = nullptr;
     const auto codes_at = [&](Value* k, int lanes) {
       llvm::Type* type = lanes == 1 ? b.getFloatTy() : vector_type_of(b.getFloatTy(), lanes);
       Value* values = b.CreateAlignedLoad(type, b.CreateGEP(b.getFloatTy(), buffer.values, k), llvm::Align(4));
+      if (division && lanes > 1)
+        return nearest_codes(b, divide_by_scale(b, values, *division), format);
       Value* divisor = lanes == 1 ? scale : b.CreateVectorSplat(static_cast<unsigned>(lanes), scale);
       return nearest_codes(b, b.CreateFDiv(values, divisor), format);
     };
@@ -284,9 +325,22 @@ void KernelBody::quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases
       b.CreateAlignedStore(b.CreateTrunc(byte, with_lanes(b.getInt8Ty(), byte->getType())),
                            b.CreateGEP(b.getInt8Ty(), codes, b.CreateLShr(element, 1)), llvm::Align(1));
     };
-    if (vector_part > 0 && lanes_ > 1)
-      emit_loop(b, b.getInt64(0), b.getInt64(lanes_ > 1 ? vector_part : 0), b.getInt64(lanes_), "quantize.vec",
-                [&](Value* k) { store_codes(k, lanes_); });
+    if (vector_part > 0 && lanes_ > 1) {
+      // Vectors divide by the reciprocal of a scale that has a normal one, the rare others (an inf or NaN maximum)
+      // by division.
+      const ScaleDivision by_reciprocal = prepare_scale_division(b, scale);
+      const auto vector_loop = [&](const char* name) {
+        emit_loop(b, b.getInt64(0), b.getInt64(vector_part), b.getInt64(lanes_), name,
+                  [&](Value* k) { store_codes(k, lanes_); });
+      };
+      Value* normal_reciprocal = b.CreateFCmpOLT(scale, llvm::ConstantFP::get(b.getFloatTy(), 0x1p126));
+      emit_if(b, normal_reciprocal, "quantize.by_reciprocal", [&] {
+        division = &by_reciprocal;
+        vector_loop("quantize.vec");
+        division = nullptr;
+      });
+      emit_if(b, b.CreateNot(normal_reciprocal), "quantize.by_division", [&] { vector_loop("quantize.vec_divide"); });
+    }
     const int64_t tail_from = lanes_ > 1 ? vector_part : 0;
     emit_loop(b, b.getInt64(tail_from), b.getInt64(block), b.getInt64(packed ? 2 : 1), "quantize.tail",
               [&](Value* k) { store_codes(k, 1); });

@@ -180,7 +180,16 @@ public:
   Value* to_e4m3_bits(IRBuilder<>& b, Value* x);
   Value* from_e4m3_bits(IRBuilder<>& b, Value* bits);
   Value* nearest_codes(IRBuilder<>& b, Value* x, BlockFormat format);
-  std::pair<Value*, Value*> code_search_tables(BlockFormat format);
+  Value* code_search_table(BlockFormat format);
+  // A block's scale made ready to divide by without a division per value (divide_by_scale): a power of two that
+  // brings it into [1, 2), the scaled divisor and its rounded reciprocal.
+  struct ScaleDivision {
+    Value* factor;
+    Value* divisor;
+    Value* reciprocal;
+  };
+  ScaleDivision prepare_scale_division(IRBuilder<>& b, Value* scale);
+  Value* divide_by_scale(IRBuilder<>& b, Value* values, const ScaleDivision& d);
   void quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases);
   // A kernel that stores quantized state walks its items (whole blocks: Binding cuts them so) block by block: per
   // quantized store, a buffer of the block's values and their running maximum, made once in `fn`'s entry block.
@@ -189,7 +198,7 @@ public:
   void reset_block_maxima(IRBuilder<>& b);
   // A walk over whole blocks of `block` elements (a kernel that stores quantized state): the block's first element
   // and its index, and per quantized store (by ABI tensor slot) its buffer of the block's values and their running
-  // absolute maximum (a vector's lanes, and the scalar tail's).
+  // absolute maximum (a vector's lanes, and the scalar tail's; as the bits of the magnitudes, buffer_quantized_store).
   struct BlockWalk {
     struct Buffer {
       llvm::AllocaInst* values;

@@ -100,18 +100,34 @@ CodeSearch make_code_search(std::span<const float> map) {
     return static_cast<std::size_t>(std::upper_bound(search.thresholds.begin(), search.thresholds.end() - 1, x) -
                                     search.thresholds.begin());
   };
-  const int shift = 32 - CodeSearch::bucket_bits;
-  search.bucket_codes.resize(std::size_t{1} << CodeSearch::bucket_bits);
-  for (uint32_t bucket = 0; bucket < search.bucket_codes.size(); ++bucket) {
-    const uint32_t first = bucket << shift, last = first | ((1u << shift) - 1);
-    const bool negative = (first & 0x80000000u) != 0;
-    const float least = std::bit_cast<float>(negative ? last : first);
-    const float most = std::bit_cast<float>(negative ? first : last);
-    const std::size_t base = code_of(least);
-    search.bucket_codes[bucket] = static_cast<uint8_t>(base);
-    OPTJIT_ASSERT(std::isnan(least) || std::isnan(most) || code_of(most) <= base + 1,
-                  "a bucket of the code search holds two thresholds");
+  // The least exponent with buckets of its own: the largest whose floats, and every smaller one, have the code of a
+  // zero of their sign (the codes are monotone: its largest float tells).
+  search.min_exponent = 0;
+  while (search.min_exponent < 127) {
+    const float largest = std::bit_cast<float>((search.min_exponent + 1) << 23 | 0x7fffffu);
+    if (code_of(largest) != code_of(0.0f) || code_of(-largest) != code_of(-0.0f))
+      break;
+    ++search.min_exponent;
   }
+  search.buckets.resize(std::size_t{2} * search.exponents() << CodeSearch::mantissa_bits);
+  for (uint32_t sign = 0; sign < 2; ++sign)
+    for (uint32_t exponent = search.min_exponent; exponent < 128; ++exponent)
+      for (uint32_t mantissa = 0; mantissa < (1u << CodeSearch::mantissa_bits); ++mantissa) {
+        // The bucket's floats, from its first to its last bits; the least exponent's bucket holds the smaller floats
+        // too, whose code is its (the loop above), and the last exponent's the larger, which code as ±1 do.
+        const uint32_t first = sign << 31 | exponent << 23 | mantissa << CodeSearch::key_bits;
+        const uint32_t last = first | ((1u << CodeSearch::key_bits) - 1);
+        const float least = std::bit_cast<float>(sign != 0 ? last : first);
+        const float most = std::bit_cast<float>(sign != 0 ? first : last);
+        const std::size_t base = code_of(least);
+        OPTJIT_ASSERT(code_of(most) <= base + 1, "a bucket of the code search holds two thresholds");
+        const uint32_t next =
+            code_of(most) == base ? 1u << CodeSearch::key_bits : CodeSearch::key(search.thresholds[base]);
+        search.buckets[search.bucket(least)] = static_cast<uint32_t>(base) | next << 8;
+      }
+  const float one = 1.0f, beyond = std::numeric_limits<float>::max();
+  OPTJIT_ASSERT(code_of(beyond) == code_of(one) && code_of(-beyond) == code_of(-one),
+                "the code search clamps floats beyond ±1 to ±1's exponent: the map spans more than [-1, 1]");
   return search;
 }
 
@@ -161,6 +177,24 @@ const CodeSearch& code_search(BlockFormat format) {
                                                    make_code_search(quantization_map(BlockFormat::Signed4)),
                                                    make_code_search(quantization_map(BlockFormat::Unsigned4))};
   return tables[static_cast<std::size_t>(format)];
+}
+
+uint32_t CodeSearch::key(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t negative = static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31);
+  return (bits ^ negative) & ((1u << key_bits) - 1);
+}
+
+uint8_t CodeSearch::code(float x) const {
+  const uint32_t entry = buckets[bucket(x)];
+  return static_cast<uint8_t>((entry & 0xffu) + (key(x) >= entry >> 8 ? 1u : 0u));
+}
+
+uint32_t CodeSearch::bucket(float x) const {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t exponent = std::clamp((bits >> 23) & 0xffu, min_exponent, 127u) - min_exponent;
+  const uint32_t mantissa = (bits >> key_bits) & ((1u << mantissa_bits) - 1);
+  return ((bits >> 31) * exponents() + exponent) << mantissa_bits | mantissa;
 }
 
 uint8_t nearest_map_code(BlockFormat format, float x) { return nearest_code(x, quantization_map(format)); }

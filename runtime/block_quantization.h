@@ -37,17 +37,30 @@ int64_t code_bytes(BlockFormat format, int64_t numel); // numel, or numel / 2 fo
 // without its zero): sorted f32 values, 256 or 16 of them. Empty for FP8, whose codes are values.
 std::span<const float> quantization_map(BlockFormat format);
 
-// torchao's nearest code of a map, found in two table reads instead of a binary search (what the kernels do).
+// torchao's nearest code of a map, found in one table read instead of a binary search (what the kernels do).
 // Its rule (a code c = the last entry <= x, then c + 1 when x - map[c] >= (map[c + 1] - map[c]) * 0.5, each in f32)
 // is monotone in x, so the code of x is the number of thresholds <= x: thresholds[i], the least f32 that rounds up
-// past entry i (thresholds[size - 1] is NaN: no x reaches past the last). A float's upper bits (`bucket_bits` of them:
-// sign, exponent and the first mantissa bits) then bound its code: bucket_codes[bits >> (32 - bucket_bits)] is the code
-// of the bucket's least value, and no bucket holds two thresholds (checked when the tables are made), so the code is
-// that base plus (x >= thresholds[base]). NaN has code 0, which a kernel selects itself (NaNs share +inf's bucket).
+// past entry i (thresholds[size - 1] is NaN: no x reaches past the last). A float's sign, exponent and first
+// `mantissa_bits` mantissa bits (its bucket) then bound its code, since no bucket holds two thresholds (checked when
+// the tables are made): buckets[bucket(x)] holds the code of the bucket's least value, and the key (x's remaining
+// mantissa bits, in x's order: complemented for a negative x) from which its values have the next code; no key
+// reaches 1 << key_bits. The exponent is clamped to [min_exponent, 127]: every float under 2^(min_exponent - 126) in
+// magnitude has the code of a zero of its sign, and every one of at least 1 that of ±1 (the maps span [-1, 1]), so the
+// table holds 2 signs x 24 exponents x 128 buckets (24 KB for the 8-bit maps: the L1 cache keeps it beside the
+// streams). NaN has code 0, which a kernel selects itself.
 struct CodeSearch {
-  static constexpr int bucket_bits = 17;
-  std::vector<uint8_t> bucket_codes; // 2^bucket_bits of them
-  std::vector<float> thresholds;     // one per map entry
+  static constexpr int mantissa_bits = 7;
+  static constexpr int key_bits = 23 - mantissa_bits;
+  uint32_t min_exponent = 0;     // the least biased exponent with buckets of its own
+  std::vector<float> thresholds; // one per map entry
+  // Per bucket (the signs, then the exponents, then the mantissa bits): its least value's code | the key of the next
+  // code << 8.
+  std::vector<uint32_t> buckets;
+  uint32_t exponents() const { return 128 - min_exponent; }
+  uint32_t bucket(float x) const;
+  static uint32_t key(float x);
+  // The code of x (not NaN): the bucket's code, plus one from its key.
+  uint8_t code(float x) const;
 };
 // The tables of a map format (not FP8, whose codes are rounded values).
 const CodeSearch& code_search(BlockFormat format);

@@ -143,20 +143,16 @@ TEST_CASE("block quantization: a count not a multiple of the block, and an odd 4
 }
 
 TEST_CASE(
-    "block quantization: the two-table code search finds quantize_blocks' code for every float near a threshold") {
+    "block quantization: the one-table code search finds quantize_blocks' code for every float near a threshold") {
   for (const BlockFormat format :
        {BlockFormat::Signed8, BlockFormat::Unsigned8, BlockFormat::Signed4, BlockFormat::Unsigned4}) {
     CAPTURE(block_format_name(format));
     const CodeSearch& search = code_search(format);
     const std::span<const float> map = quantization_map(format);
     REQUIRE(search.thresholds.size() == map.size());
-    REQUIRE(search.bucket_codes.size() == std::size_t{1} << CodeSearch::bucket_bits);
-    const auto searched = [&](float x) -> int {
-      if (std::isnan(x))
-        return 0;
-      const uint8_t base = search.bucket_codes[std::bit_cast<uint32_t>(x) >> (32 - CodeSearch::bucket_bits)];
-      return base + (x >= search.thresholds[base] ? 1 : 0);
-    };
+    REQUIRE(search.buckets.size() == std::size_t{2} * search.exponents() << CodeSearch::mantissa_bits);
+    CHECK(search.buckets.size() * sizeof(uint32_t) <= 32768); // an L1 cache holds them
+    const auto searched = [&](float x) -> int { return std::isnan(x) ? 0 : search.code(x); };
     std::vector<float> probes = {0.0f,
                                  -0.0f,
                                  1.0f,
@@ -177,6 +173,8 @@ TEST_CASE(
     std::uniform_real_distribution<float> uniform(-1.05f, 1.05f);
     for (int k = 0; k < 200000; ++k)
       probes.push_back(uniform(rng) * (k % 3 == 0 ? 1e-4f : 1.0f));
+    for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 65521) // every exponent, subnormals and beyond ±1
+      probes.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
     int wrong = 0;
     for (float x : probes)
       if (searched(x) != nearest_map_code(format, x) && ++wrong <= 5)
