@@ -264,11 +264,22 @@ void KernelBody::reset_block_maxima(IRBuilder<>& b) {
 }
 
 // The end of a walked block: for each quantized store, the block's scale (its absolute maximum, floored at 1e-12 with
-// NaN kept, over 448 for FP8) and its codes (each buffered value divided by the scale, then its nearest code).
+// NaN kept, over 448 for FP8) and its codes (each buffered value divided by the scale, then its nearest code). Every
+// store's scale comes first and one loop writes every store's codes, so that the stores' scalar chains (a reduction,
+// a reciprocal) and their codes overlap.
 void KernelBody::quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases) {
   OPTJIT_ASSERT(block_walk_, "quantize_block outside a walk over blocks");
   const int64_t block = block_walk_->block;
-  const int64_t vector_part = block - block % lanes_;
+  const int64_t vector_part = lanes_ > 1 ? block - block % lanes_ : 0;
+  struct Quantized {
+    BlockFormat format;
+    const BlockWalk::Buffer* buffer;
+    Value* scale;
+    Value* codes;
+    ScaleDivision by_reciprocal{};
+  };
+  std::vector<Quantized> stores;
+  Value* normal_reciprocals = b.getTrue();
   for (auto& [slot, buffer] : block_walk_->buffers) {
     const BlockFormat format = slot_blocks(slot)->format;
     Value* absmax_bits = b.CreateLoad(b.getInt32Ty(), buffer.scalar_absmax);
@@ -286,65 +297,67 @@ void KernelBody::quantize_block(IRBuilder<>& b, const std::vector<Value*>& bases
       scale = b.CreateFDiv(scale, llvm::ConstantFP::get(b.getFloatTy(), 448.0f));
     Value* scales = bases[static_cast<std::size_t>(scales_base(slot))];
     b.CreateStore(scale, b.CreateGEP(b.getFloatTy(), scales, block_walk_->index));
-    Value* codes = bases[static_cast<std::size_t>(slot)];
-    const bool packed = block_format_bits(format) == 4;
-    // `lanes` buffered values from offset k, divided by the scale (by its reciprocal where `division` is given), as
-    // codes.
-    const ScaleDivision* division = nullptr;
-    const auto codes_at = [&](Value* k, int lanes) {
-      llvm::Type* type = lanes == 1 ? b.getFloatTy() : vector_type_of(b.getFloatTy(), lanes);
-      Value* values = b.CreateAlignedLoad(type, b.CreateGEP(b.getFloatTy(), buffer.values, k), llvm::Align(4));
-      if (division && lanes > 1)
-        return nearest_codes(b, divide_by_scale(b, values, *division), format);
-      Value* divisor = lanes == 1 ? scale : b.CreateVectorSplat(static_cast<unsigned>(lanes), scale);
-      return nearest_codes(b, b.CreateFDiv(values, divisor), format);
-    };
-    const auto store_codes = [&](Value* k, int lanes) {
-      Value* element = b.CreateAdd(block_walk_->start, k);
-      if (!packed) {
-        b.CreateAlignedStore(b.CreateTrunc(codes_at(k, lanes), with_lanes(b.getInt8Ty(), lane_type(lanes))),
-                             b.CreateGEP(b.getInt8Ty(), codes, element), llvm::Align(1));
-        return;
-      }
-      // Two codes to a byte, the even element's in the high nibble: pairs of lanes (a tail is two scalars).
-      Value *even, *odd;
-      if (lanes == 1) {
-        even = codes_at(k, 1);
-        odd = codes_at(b.CreateAdd(k, b.getInt64(1)), 1);
-      } else {
-        Value* all = codes_at(k, lanes);
-        std::vector<int> evens, odds;
-        for (int lane = 0; lane < lanes; lane += 2) {
-          evens.push_back(lane);
-          odds.push_back(lane + 1);
-        }
-        even = b.CreateShuffleVector(all, evens);
-        odd = b.CreateShuffleVector(all, odds);
-      }
-      Value* byte = b.CreateOr(b.CreateShl(even, llvm::ConstantInt::get(even->getType(), 4)), odd);
-      b.CreateAlignedStore(b.CreateTrunc(byte, with_lanes(b.getInt8Ty(), byte->getType())),
-                           b.CreateGEP(b.getInt8Ty(), codes, b.CreateLShr(element, 1)), llvm::Align(1));
-    };
-    if (vector_part > 0 && lanes_ > 1) {
-      // Vectors divide by the reciprocal of a scale that has a normal one, the rare others (an inf or NaN maximum)
-      // by division.
-      const ScaleDivision by_reciprocal = prepare_scale_division(b, scale);
-      const auto vector_loop = [&](const char* name) {
-        emit_loop(b, b.getInt64(0), b.getInt64(vector_part), b.getInt64(lanes_), name,
-                  [&](Value* k) { store_codes(k, lanes_); });
-      };
-      Value* normal_reciprocal = b.CreateFCmpOLT(scale, llvm::ConstantFP::get(b.getFloatTy(), 0x1p126));
-      emit_if(b, normal_reciprocal, "quantize.by_reciprocal", [&] {
-        division = &by_reciprocal;
-        vector_loop("quantize.vec");
-        division = nullptr;
-      });
-      emit_if(b, b.CreateNot(normal_reciprocal), "quantize.by_division", [&] { vector_loop("quantize.vec_divide"); });
+    Quantized store{format, &buffer, scale, bases[static_cast<std::size_t>(slot)]};
+    if (vector_part > 0) {
+      store.by_reciprocal = prepare_scale_division(b, scale);
+      normal_reciprocals =
+          b.CreateAnd(normal_reciprocals, b.CreateFCmpOLT(scale, llvm::ConstantFP::get(b.getFloatTy(), 0x1p126)));
     }
-    const int64_t tail_from = lanes_ > 1 ? vector_part : 0;
-    emit_loop(b, b.getInt64(tail_from), b.getInt64(block), b.getInt64(packed ? 2 : 1), "quantize.tail",
-              [&](Value* k) { store_codes(k, 1); });
+    stores.push_back(store);
   }
+  // `lanes` buffered values of `store` from offset k, divided by its scale (by its reciprocal when `by_reciprocal`),
+  // as codes.
+  const auto codes_at = [&](const Quantized& store, Value* k, int lanes, bool by_reciprocal) {
+    llvm::Type* type = lanes == 1 ? b.getFloatTy() : vector_type_of(b.getFloatTy(), lanes);
+    Value* values = b.CreateAlignedLoad(type, b.CreateGEP(b.getFloatTy(), store.buffer->values, k), llvm::Align(4));
+    if (by_reciprocal && lanes > 1)
+      return nearest_codes(b, divide_by_scale(b, values, store.by_reciprocal), store.format);
+    Value* divisor = lanes == 1 ? store.scale : b.CreateVectorSplat(static_cast<unsigned>(lanes), store.scale);
+    return nearest_codes(b, b.CreateFDiv(values, divisor), store.format);
+  };
+  const auto store_codes = [&](const Quantized& store, Value* k, int lanes, bool by_reciprocal) {
+    Value* element = b.CreateAdd(block_walk_->start, k);
+    if (block_format_bits(store.format) == 8) {
+      b.CreateAlignedStore(
+          b.CreateTrunc(codes_at(store, k, lanes, by_reciprocal), with_lanes(b.getInt8Ty(), lane_type(lanes))),
+          b.CreateGEP(b.getInt8Ty(), store.codes, element), llvm::Align(1));
+      return;
+    }
+    // Two codes to a byte, the even element's in the high nibble: pairs of lanes (a tail is two scalars).
+    Value *even, *odd;
+    if (lanes == 1) {
+      even = codes_at(store, k, 1, false);
+      odd = codes_at(store, b.CreateAdd(k, b.getInt64(1)), 1, false);
+    } else {
+      Value* all = codes_at(store, k, lanes, by_reciprocal);
+      std::vector<int> evens, odds;
+      for (int lane = 0; lane < lanes; lane += 2) {
+        evens.push_back(lane);
+        odds.push_back(lane + 1);
+      }
+      even = b.CreateShuffleVector(all, evens);
+      odd = b.CreateShuffleVector(all, odds);
+    }
+    Value* byte = b.CreateOr(b.CreateShl(even, llvm::ConstantInt::get(even->getType(), 4)), odd);
+    b.CreateAlignedStore(b.CreateTrunc(byte, with_lanes(b.getInt8Ty(), byte->getType())),
+                         b.CreateGEP(b.getInt8Ty(), store.codes, b.CreateLShr(element, 1)), llvm::Align(1));
+  };
+  if (vector_part > 0) {
+    // Vectors divide by the reciprocals of scales that have normal ones; a block with another (an inf or NaN
+    // maximum, rare) divides.
+    const auto vector_loop = [&](const char* name, bool by_reciprocal) {
+      emit_loop(b, b.getInt64(0), b.getInt64(vector_part), b.getInt64(lanes_), name, [&](Value* k) {
+        for (const Quantized& store : stores)
+          store_codes(store, k, lanes_, by_reciprocal);
+      });
+    };
+    emit_if(b, normal_reciprocals, "quantize.by_reciprocal", [&] { vector_loop("quantize.vec", true); });
+    emit_if(b, b.CreateNot(normal_reciprocals), "quantize.by_division",
+            [&] { vector_loop("quantize.vec_divide", false); });
+  }
+  for (const Quantized& store : stores)
+    emit_loop(b, b.getInt64(vector_part), b.getInt64(block), b.getInt64(block_format_bits(store.format) == 4 ? 2 : 1),
+              "quantize.tail", [&](Value* k) { store_codes(store, k, 1, false); });
 }
 
 } // namespace optjit::emission
