@@ -18,6 +18,7 @@ AdamOptions from_adamw(const AdamWOptions& w) {
   o.master_weights = w.master_weights;
   o.stochastic_rounding = w.stochastic_rounding;
   o.state_dtype = w.state_dtype;
+  o.state_block_size = w.state_block_size;
   o.foreach = w.foreach;
   o.decoupled_weight_decay = true;
   return o;

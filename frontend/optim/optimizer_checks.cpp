@@ -111,11 +111,16 @@ void Optimizer::check_precision_options() const {
 
 void Optimizer::check_state_dtype(const ParamGroup& group, std::size_t index) const {
   const StateDtype dtype = state_dtype_option(group, static_cast<int64_t>(index));
-  if (dtype == StateDtype::plain)
+  const int64_t block = state_block_size_option(group, static_cast<int64_t>(index), dtype); // refuses a non-block
+  if (dtype == StateDtype::plain && block == 0)
     return;
   if (const std::string refusal = state_dtype_refusal(group); !refusal.empty())
-    throw Error(fmt::format("param group {} has state_dtype='{}', which {} cannot keep: {}", index,
-                            state_dtype_name(dtype), name_, refusal));
+    throw Error(fmt::format("param group {} has {}, which {} cannot keep: {}", index,
+                            dtype != StateDtype::plain ? fmt::format("state_dtype='{}'", state_dtype_name(dtype))
+                                                       : fmt::format("state_block_size={}", block),
+                            name_, refusal));
+  if (dtype == StateDtype::plain)
+    return;
   for (std::size_t k = 0; k < group.params.size(); ++k)
     if (is_complex(group.params[k].dtype()))
       throw Error(fmt::format("param group {} has state_dtype='{}' and a complex param ({}): block-quantized state "

@@ -19,8 +19,10 @@ Tensor clipped(const Tensor& grad, double coefficient);
 double forloop_grad_norm(const std::vector<Tensor>& grads, double norm_type);
 
 // The format of held block-quantized codes and scales (ir/block_slots.h's held_block_format, the spec saying which
-// map), and their block: the values over the scales (0 when there are none: refused by name when bound).
-SlotBlocks held_blocks(const StateSpec& spec, const Tensor& codes, const Tensor& scales, int64_t numel);
+// map), and their block: the values over the scales (0 when there are none: refused by name when bound). An empty
+// param's (a process's empty shard) show neither: `group_format`, its group's, when its codes are of that format.
+SlotBlocks held_blocks(const StateSpec& spec, const Tensor& codes, const Tensor& scales, int64_t numel,
+                       const std::optional<SlotBlocks>& group_format = std::nullopt);
 // A new block-quantized state entry of `param`, every value `initial`: its codes and its scales.
 std::pair<Tensor, Tensor> new_block_state(const SlotBlocks& blocks, const Tensor& param, double initial);
 // The block-quantized format of each of the param's state entries (none for plain ones), held or to be created.

@@ -119,7 +119,9 @@ std::pair<Tensor, Tensor> optimizer_detail::new_block_state(const SlotBlocks& bl
 
 std::optional<SlotBlocks> Optimizer::state_format(int64_t flat, const StateSpec& spec) const {
   const int64_t g = group_of_flat(flat);
-  return state_dtype_format(state_dtype_option(groups_[static_cast<std::size_t>(g)], g), spec);
+  const ParamGroup& group = groups_[static_cast<std::size_t>(g)];
+  const StateDtype dtype = state_dtype_option(group, g);
+  return state_dtype_format(dtype, spec, state_block_size_option(group, g, dtype));
 }
 
 std::optional<SlotBlocks> Optimizer::new_state_blocks(int64_t flat, const StateSpec& spec) const {
@@ -136,14 +138,19 @@ std::optional<SlotBlocks> Optimizer::state_blocks(int64_t flat, const StateSpec&
     return spec.kind == StateKind::Tensor ? new_state_blocks(flat, spec) : std::nullopt;
   if (!is_code_dtype(codes.dtype()))
     return std::nullopt;
-  return held_blocks(spec, codes, find_state(state, scales_slot_name(spec.name)), flat_param(flat).numel());
+  return held_blocks(spec, codes, find_state(state, scales_slot_name(spec.name)), flat_param(flat).numel(),
+                     state_format(flat, spec));
 }
 
 SlotBlocks optimizer_detail::held_blocks(const StateSpec& spec, const Tensor& codes, const Tensor& scales,
-                                         int64_t numel) {
+                                         int64_t numel, const std::optional<SlotBlocks>& group_format) {
+  const BlockFormat format = held_block_format(codes.dtype(), codes.numel(), numel, spec.signed_values);
+  if (numel == 0) // a process's empty shard of a quantized tensor (FSDP2): its group's format, which no codes show
+    return group_format && block_code_dtype(group_format->format) == codes.dtype()
+               ? *group_format
+               : SlotBlocks{format, default_block_size(format)};
   const int64_t blocks = scales.defined() ? scales.numel() : 0;
-  return SlotBlocks{held_block_format(codes.dtype(), codes.numel(), numel, spec.signed_values),
-                    blocks > 0 ? numel / blocks : 0};
+  return SlotBlocks{format, blocks > 0 ? numel / blocks : 0};
 }
 
 // Whether state entry `t` may live where it does for `param`: on the param's device or, for a scalar entry of a
@@ -300,11 +307,11 @@ Optimizer::state_from_entries(const Tensor& param, const std::vector<StateSpec>&
       return;
     const std::string key = scales_slot_name(spec.name);
     const Tensor scales = find_state(given, key);
-    if (scales.defined() && (scales.numel() == 0 || param.numel() % scales.numel() != 0))
+    if (scales.defined() && param.numel() > 0 && (scales.numel() == 0 || param.numel() % scales.numel() != 0))
       throw Error(fmt::format("state '{}' of param {} is {}: the param's {} values do not fall into {} whole blocks",
                               key, id, scales.describe(), param.numel(), scales.numel()));
     const Slot slot{spec.name, SlotRole::State, SlotKind::Tensor, Dtype::f32,
-                    held_blocks(spec, t, scales, param.numel())};
+                    held_blocks(spec, t, scales, param.numel(), state_format(flat, spec))};
     check_block_slot_tensors(slot, t, scales, param.numel(), "param " + std::to_string(id));
     const bool copied = !codes.same(t); // loaded state is copied, adopted state kept as given
     if (!copied && scales.device() != param.device())

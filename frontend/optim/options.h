@@ -80,7 +80,7 @@ template <class Options> std::set<std::string> flag_names(const Options&) {
 // The options struct `Struct` of the options in `LIST`, plus the group options every optimizer has beyond torch's
 // (master_weights: f32 master copies of bf16 and f16 params, in the state as `master_param`; stochastic_rounding:
 // bf16 values stored with counter-based stochastic rounding, runtime/stochastic_rounding.h; state_dtype: moments kept
-// block-quantized, frontend/optim/state_dtype.h) and `foreach`
+// block-quantized, and state_block_size their blocks, frontend/optim/state_dtype.h) and `foreach`
 // (default: false on the CPU, as torch), and for_each_option(visit): visit(torch's name, member pointer) for each,
 // `foreach` last.
 #define OPTJIT_DEFINE_OPTIONS(Struct, LIST)                                                                            \
@@ -90,12 +90,14 @@ template <class Options> std::set<std::string> flag_names(const Options&) {
     bool master_weights = false;                                                                                       \
     bool stochastic_rounding = false;                                                                                  \
     ::optjit::StateDtype state_dtype = ::optjit::StateDtype::plain;                                                    \
+    double state_block_size = 0;                                                                                       \
     std::optional<bool> foreach;                                                                                       \
     template <class Visit> static void for_each_option(Visit&& visit) {                                                \
       LIST(OPTJIT_OPTION_FIELD)                                                                                        \
       visit("master_weights", &Self::master_weights);                                                                  \
       visit("stochastic_rounding", &Self::stochastic_rounding);                                                        \
       visit("state_dtype", &Self::state_dtype);                                                                        \
+      visit("state_block_size", &Self::state_block_size);                                                              \
       visit("foreach", &Self::foreach);                                                                                \
     }                                                                                                                  \
   };

@@ -5,6 +5,8 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <cmath>
+
 namespace optjit {
 std::optional<StateDtype> state_dtype_of(double code) {
   for (StateDtype dtype : kStateDtypes)
@@ -44,6 +46,19 @@ StateDtype state_dtype_option(const ParamGroup& group, int64_t index) {
     return *dtype;
   throw Error(fmt::format("option state_dtype of param group {} is {}: it takes 'plain', 'int8', 'int4' or 'fp8'",
                           index, python_float(code)));
+}
+
+int64_t state_block_size_option(const ParamGroup& group, int64_t index, StateDtype dtype) {
+  const double block = group.has("state_block_size") ? group.get("state_block_size") : 0.0;
+  if (block == 0.0 || block == kOptionNone)
+    return 0;
+  if (!(block >= 1 && block <= static_cast<double>(kMaxQuantizationBlock) && block == std::floor(block)) ||
+      (dtype == StateDtype::int4 && std::fmod(block, 2.0) != 0))
+    throw Error(fmt::format("option state_block_size of param group {} is {}: quantized state keeps whole blocks of 1 "
+                            "to {} values{}",
+                            index, python_float(block), kMaxQuantizationBlock,
+                            dtype == StateDtype::int4 ? ", an even number for int4 (two codes share a byte)" : ""));
+  return static_cast<int64_t>(block);
 }
 
 void put_option(OptionMap& map, const std::string& name, StateDtype value) { map[name] = static_cast<double>(value); }

@@ -33,6 +33,10 @@ std::optional<StateDtype> state_dtype_of(double code);
 // optjit::Error naming the group for a number that is no state dtype.
 StateDtype state_dtype_option(const ParamGroup& group, int64_t index);
 
+// The block size of param group `index`'s quantized state: its state_block_size option, or 0 (the format's default)
+// where it has none; throws for a value that is no block of `dtype` (1 to kMaxQuantizationBlock values, even for int4).
+int64_t state_block_size_option(const ParamGroup& group, int64_t index, StateDtype dtype);
+
 // The options struct's member as its group option value, and a keyword option as the member.
 void put_option(OptionMap& map, const std::string& name, StateDtype value);
 void keyword_value(StateDtype& member, const std::string& cls, const std::string& key,

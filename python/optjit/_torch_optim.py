@@ -55,7 +55,7 @@ _NAMING_KEYS = {"param_names"}
 # Keys LR schedulers add to param groups.
 _SCHEDULER_KEYS = {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
 # optjit's own group options, which torch's groups carry and its step ignores.
-_OPTJIT_OPTIONS = {"master_weights", "stochastic_rounding", "state_dtype"}
+_OPTJIT_OPTIONS = {"master_weights", "stochastic_rounding", "state_dtype", "state_block_size"}
 # state_dtype's values, by name, as optjit's option holds them (StateDtype's order).
 _STATE_DTYPES = {"plain": 0.0, "int8": 1.0, "int4": 2.0, "fp8": 3.0}
 # ... and those of one class: Muon's f32_iterations (its normalization and Newton-Schulz iterations in f32).
@@ -281,14 +281,14 @@ def torchao_new_state(opt, param, entries):
 def quantized_state(param, key, layout):
     """A block-quantized state entry of `param` made as `layout` (TorchStep.new_state's) says: its codes under `key`
     and its f32 scales under "<key>.scale"; DTensors for a DTensor param (_quantized_shards)."""
-    codes_dtype, shape, code_byte, scale_count, scale, block = layout
+    codes_dtype, shape, code_byte, scale_count, scale, block, bits = layout
     device = _local(param).device
     codes = torch.full(shape, code_byte, dtype=torch.uint8, device=device)
     if codes_dtype == "float8_e4m3fn":
         codes = codes.view(torch.float8_e4m3fn)
     scales = torch.full((scale_count,), scale, dtype=torch.float32, device=device)
     if _quantized_shards.is_dtensor(param):
-        return _quantized_shards.as_dtensors(param, key, codes, scales, block)
+        return _quantized_shards.as_dtensors(param, key, codes, scales, block, bits)
     return {key: codes, key + ".scale": scales}
 
 

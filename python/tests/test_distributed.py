@@ -445,22 +445,43 @@ def _fsdp_muon_resumes(mesh):
 
 
 def _quantized_model():
-    """Linear(256, 64)'s weight is quantized under FSDP2 (rows of whole blocks); Linear(64, 256)'s is not (its rows
-    of 64 values are no whole number of blocks), nor the biases (under 4096 values); rank 1's shard of the last bias
-    is empty."""
+    """Linear(256, 64)'s weight is quantized (rows of whole blocks; torchao's rule too: each shard is whole blocks),
+    Linear(64, 256)'s only where a shard's blocks may span rows (torchao's rule), the biases nowhere (under 4096
+    values); rank 1's shard of the last bias is empty."""
     torch.manual_seed(0)
     return torch.nn.Sequential(
         torch.nn.Linear(256, 64), torch.nn.Tanh(), torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1)
     )
 
 
+def _state_dtype_model():
+    """For state_dtype under FSDP2 (optjit/_quantized_shards.py's rule): Linear(256, 63)'s weight is quantized and
+    split unevenly (32 and 31 rows); Linear(63, 4096)'s weight (rows of 63 values) and bias (a vector) keep plain
+    state, though an unsharded run quantizes them; Linear(4096, 1)'s weight is quantized, and rank 1's shard of it is
+    empty."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(256, 63), torch.nn.Tanh(), torch.nn.Linear(63, 4096), torch.nn.Tanh(), torch.nn.Linear(4096, 1)
+    )
+
+
+def _even_columns_of_matrices(param):
+    """FSDP2's shard_placement_fn: matrices whose columns split evenly along them (Shard(1)), other params along dim
+    0 (FSDP2 refuses uneven column shards)."""
+    from torch.distributed.tensor import Shard
+
+    return Shard(1) if param.dim() == 2 and param.shape[1] % WORLD == 0 else None
+
+
 # (optimizer, options, state_dtype, FSDP2's shard_placement_fn). Adam's int4 blocks of 128 values split along
-# columns: each rank's half of a 256-value row is one block.
+# columns: each rank's half of a 256-value row is one block, and of a 4096-value row 16.
 QUANTIZED_CONFIGS = [
     (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1), "int8", None),
-    (torch.optim.Adam, dict(lr=1e-2, amsgrad=True), "int4", _weights_on_dim_1),
+    (torch.optim.Adam, dict(lr=1e-2, amsgrad=True), "int4", _even_columns_of_matrices),
     (torch.optim.RMSprop, dict(lr=1e-2, momentum=0.5), "fp8", None),
 ]
+QUANTIZED = (0, 4)  # the params _state_dtype_model's FSDP2 run quantizes
+PLAIN_THOUGH_WHOLE_QUANTIZES = (2, 3)
 
 
 def _my_part(whole, shard):
@@ -482,7 +503,7 @@ def _train_beside_whole(model, opt, whole, opt_whole, rank, steps, first=0):
     for t in range(first, first + steps):
         x = torch.randn(4, 256, generator=torch.Generator().manual_seed(100 * rank + t))
         model(x).square().mean().backward()
-        for p, q in zip(model.parameters(), whole.parameters()):
+        for p, q in zip(model.parameters(), whole.parameters()):  # FSDP2's grads: the mean over the ranks
             q.grad = p.grad.full_tensor()
         opt.step()
         opt.zero_grad()
@@ -510,14 +531,13 @@ def _assert_whole_run_sharded(model, opt, whole, opt_whole, what):
 
 
 def _quantized_pair(mesh, cls, options, state_dtype, placement_fn):
-    """FSDP2's model with one param group in `state_dtype`, and the unsharded copy with the same formats: its
-    Linear(64, 256) weight in a plain group (FSDP2's rows of 64 values leave it plain, see _quantized_model), and for
-    int8 and fp8 split along columns (Shard(1): halves of 64 values) every weight in a plain group."""
-    model = _fsdp_model(mesh, placement_fn, make=_quantized_model)
+    """FSDP2's _state_dtype_model with one param group in `state_dtype`, and the unsharded copy with the same formats:
+    the params FSDP2's run keeps plain though an unsharded run quantizes them in a plain group."""
+    model = _fsdp_model(mesh, placement_fn, make=_state_dtype_model)
     opt = cls([{"params": list(model.parameters()), "state_dtype": state_dtype}], **options)
     optjit.patch(opt)
-    whole = _quantized_model()
-    plain = {2}
+    whole = _state_dtype_model()
+    plain = set(PLAIN_THOUGH_WHOLE_QUANTIZES)
     groups = [
         {"params": [q for i, q in enumerate(whole.parameters()) if i not in plain], "state_dtype": state_dtype},
         {"params": [q for i, q in enumerate(whole.parameters()) if i in plain]},
@@ -535,11 +555,26 @@ def _fsdp_state_dtype(rank, mesh):
         what = f"rank {rank}, FSDP2 {cls.__name__} state_dtype={state_dtype}"
         model, opt, whole, opt_whole = _quantized_pair(mesh, cls, options, state_dtype, placement_fn)
         _train_beside_whole(model, opt, whole, opt_whole, rank, STEPS)
-        weight = opt.state[model[0].weight]
-        codes = next(iter(v for k, v in weight.items() if k.endswith(".scale"))).to_local()
-        assert codes.dtype == torch.float32 and codes.numel() > 0, what
-        assert all(not k.endswith(".scale") for k in opt.state[model[2].weight]), f"{what}: Linear(64, 256) plain"
+        params = list(model.parameters())
+        for i in QUANTIZED:
+            scales = [v.to_local() for k, v in opt.state[params[i]].items() if k.endswith(".scale")]
+            assert scales and all(s.dtype == torch.float32 for s in scales), f"{what}: param {i} quantized"
+        if placement_fn is None:  # rank 1's empty shard of the (1, 4096) weight is quantized too
+            assert (params[4].to_local().numel() == 0) == (rank == 1), what
+        for i in PLAIN_THOUGH_WHOLE_QUANTIZES:
+            assert not any(k.endswith(".scale") for k in opt.state[params[i]]), f"{what}: param {i} plain"
         _assert_whole_run_sharded(model, opt, whole, opt_whole, what)
+
+    # Rows split into parts that cut their blocks (FSDP2's Shard(1) of 256-value rows into halves of 128, blocks of
+    # 256) are refused by name before anything changes.
+    model = _fsdp_model(mesh, _even_columns_of_matrices, make=_state_dtype_model)
+    opt = torch.optim.AdamW([{"params": list(model.parameters()), "state_dtype": "int8"}], lr=1e-2)
+    optjit.patch(opt)
+    model(torch.randn(4, 256)).square().mean().backward()
+    before = [p.detach().to_local().clone() for p in model.parameters()]
+    with pytest.raises(optjit.Error, match=r"into parts of \[128, 128\] values, which cut its blocks of 256"):
+        opt.step()
+    assert all(torch.equal(p.detach().to_local(), b) for p, b in zip(model.parameters(), before))
 
     # A checkpoint of the sharded quantized state through torch.distributed.checkpoint, on disk: a new model and
     # optimizer loading it continue the run as the unsharded copy does.
@@ -549,7 +584,7 @@ def _fsdp_state_dtype(rank, mesh):
     folder = [tempfile.mkdtemp() if rank == 0 else None]
     dist.broadcast_object_list(folder)
     dcp.save({"model": model.state_dict(), "optim": get_optimizer_state_dict(model, opt)}, checkpoint_id=folder[0])
-    resumed = _fsdp_model(mesh, placement_fn, make=_quantized_model)
+    resumed = _fsdp_model(mesh, placement_fn, make=_state_dtype_model)
     opt_resumed = cls([{"params": list(resumed.parameters()), "state_dtype": state_dtype}], **options)
     optjit.patch(opt_resumed)
     loaded = {"model": resumed.state_dict(), "optim": get_optimizer_state_dict(resumed, opt_resumed)}

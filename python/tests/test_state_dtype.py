@@ -78,6 +78,27 @@ def test_quantized_state_follows_torch_plain_state(cls, options, state_dtype):
     assert step.metrics()["compiles"] == 1
 
 
+@pytest.mark.parametrize("state_dtype,block", [("int8", 64), ("int4", 32), ("fp8", 1024)])
+def test_state_block_size_sets_the_blocks(state_dtype, block):
+    """optjit's group option state_block_size: the values per scale (torchao's block_size), here finer or coarser than
+    the defaults; a group may change it for state made later, and a value that is no block is refused by name."""
+    params, reference = make_params(2), make_params(2)
+    start = [p.detach().clone() for p in params]
+    opt = torch.optim.AdamW([{"params": params, "state_dtype": state_dtype, "state_block_size": block}], lr=0.01)
+    opt_ref = torch.optim.AdamW(reference, lr=0.01)
+    step = optjit.compile(opt)
+    for t in range(12):
+        set_grads(t, params, reference)
+        step()
+        opt_ref.step()
+    assert relative_error(params, reference, start) < BOUNDS[state_dtype]
+    assert opt.state[params[0]]["exp_avg.scale"].numel() == 8192 // block
+    assert opt.state[params[2]]["exp_avg_sq.scale"].numel() == 8192 // block
+    opt.param_groups[0]["state_block_size"] = 33 if state_dtype == "int4" else 0.5
+    with pytest.raises(optjit.Error, match="state_block_size of param group 0 is"):
+        step()
+
+
 @pytest.mark.parametrize("compile_first", [True, False], ids=["compiled-then-loaded", "loaded-then-compiled"])
 @pytest.mark.parametrize("state_dtype", ["int8", "fp8"])
 def test_state_dict_round_trips_through_torch_save(state_dtype, compile_first):

@@ -16,6 +16,8 @@
 
 #include <cmath>
 
+#include <tuple>
+
 using namespace optjit;
 using test::Mode;
 
@@ -302,6 +304,42 @@ TEST_CASE("state_dtype: quantized state saves and loads, and the loaded run step
   CHECK(snapshot(*loaded) == snapshot(*opt));
 }
 
+TEST_CASE("state_dtype: state_block_size sets the blocks, and the compiled step still equals the foreach step") {
+  for (const auto& [dtype, block] :
+       std::vector<std::pair<const char*, double>>{{"int8", 64}, {"int4", 32}, {"fp8", 1024}}) {
+    CAPTURE(dtype);
+    const KeywordOptions options = {
+        {"lr", {0.01}}, {"state_dtype", {state_dtype_code(dtype)}}, {"state_block_size", {block}}};
+    std::vector<Tensor> eager_params = random_params(kShapes, Dtype::f32, 4);
+    std::vector<Tensor> compiled_params = copy_params(eager_params);
+    auto eager = make("adamw", options, eager_params, Mode::Eager);
+    auto compiled_opt = make("adamw", options, compiled_params, Mode::Compiled);
+    std::optional<CompiledStep> none, compiled(compile(*compiled_opt));
+    for (int step = 0; step < 3; ++step) {
+      step_all(eager_params, step, *eager, none);
+      step_all(compiled_params, step, *compiled_opt, compiled);
+    }
+    CHECK(snapshot(*compiled_opt) == snapshot(*eager));
+    const std::vector<StateSpec> specs = compiled_opt->param_state_specs(0);
+    const auto spec = std::find_if(specs.begin(), specs.end(), [](const StateSpec& s) { return s.name == "exp_avg"; });
+    REQUIRE(spec != specs.end());
+    CHECK(compiled_opt->state_blocks(0, *spec)->block == static_cast<int64_t>(block));
+    CHECK(find_state(compiled_opt->flat_state(0), "exp_avg.scale").numel() == 64 * 128 / static_cast<int64_t>(block));
+  }
+  for (const auto& [dtype, block, rule] : std::vector<std::tuple<const char*, double, const char*>>{
+           {"int8", 0.5, "quantized state keeps whole blocks of 1 to 16384 values"},
+           {"int8", 32768, "quantized state keeps whole blocks of 1 to 16384 values"},
+           {"int4", 33, "an even number for int4 (two codes share a byte)"}}) {
+    CAPTURE(block);
+    test::check_error_contains(
+        [&] {
+          make("adam", {{"state_dtype", {state_dtype_code(dtype)}}, {"state_block_size", {block}}},
+               random_params({{64, 128}}, Dtype::f32, 1), Mode::Eager);
+        },
+        rule);
+  }
+}
+
 TEST_CASE("state_dtype: refusals name the option, the optimizer and the rule, and change nothing") {
   const double int8 = state_dtype_code("int8");
   test::check_error(
@@ -327,6 +365,12 @@ TEST_CASE("state_dtype: refusals name the option, the optimizer and the rule, an
         make("AdamW8bit", {{"state_dtype", {int8}}}, random_params({{64, 128}}, Dtype::f32, 1), Mode::Eager);
       },
       "param group 0 has state_dtype='int8', which AdamW8bit cannot keep: its class sets its state's format "
+      "(block_size sets its blocks)");
+  test::check_error(
+      [&] {
+        make("AdamW8bit", {{"state_block_size", {64}}}, random_params({{64, 128}}, Dtype::f32, 1), Mode::Eager);
+      },
+      "param group 0 has state_block_size=64, which AdamW8bit cannot keep: its class sets its state's format "
       "(block_size sets its blocks)");
   test::check_error(
       [&] {
