@@ -45,14 +45,14 @@ class TokenData(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def tiny_gpt2():
+def tiny_gpt2(n_layer=2, n_embd=32):
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16)
+    config = transformers.GPT2Config(n_layer=n_layer, n_head=2, n_embd=n_embd, vocab_size=64, n_positions=16)
     return transformers.GPT2LMHeadModel(config)
 
 
-def train_with_trainer(tmp_path, name, optimizers=(None, None), callbacks=None, **arguments):
-    model = tiny_gpt2()
+def train_with_trainer(tmp_path, name, optimizers=(None, None), callbacks=None, model=None, **arguments):
+    model = model or tiny_gpt2()
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / name),
         max_steps=STEPS,
@@ -108,6 +108,30 @@ def test_hf_trainer_with_the_callback_trains_as_torch(tmp_path):
     assert_same_params(model, reference)
     # The Trainer's two groups (with and without weight decay), compiled once.
     assert len(trainer.optimizer.optimizer.param_groups) == 2
+    metrics = callback.compiled.metrics()
+    assert metrics["steps"] == STEPS and metrics["compiles"] == 1 and metrics["recompiles"] == 0, metrics
+
+
+def test_hf_trainer_with_torchao_8bit_adamw_and_the_callback_trains_as_torchao(tmp_path):
+    """TrainingArguments(optim="adamw_torch_8bit"): the Trainer makes torchao's AdamW8bit, the callback patches it;
+    n_embd=64 gives matrices of 64 x 192 (quantized: at least 4096 values) beside plain state. The losses equal
+    torchao's own run's (its step compiled by torch.compile: seconds on the first step, optjit's milliseconds)."""
+    pytest.importorskip("torchao")
+    from optjit.integrations.transformers import OptjitCallback
+
+    callback = OptjitCallback()
+    model, losses, trainer = train_with_trainer(
+        tmp_path, "torchao_optjit", callbacks=[callback], model=tiny_gpt2(1, 64), optim="adamw_torch_8bit"
+    )
+    reference, reference_losses, _ = train_with_trainer(
+        tmp_path, "torchao", model=tiny_gpt2(1, 64), optim="adamw_torch_8bit"
+    )
+    inner = trainer.optimizer.optimizer
+    assert type(inner).__name__ == "AdamW8bit"
+    assert any(hasattr(entry, "codes") for state in inner.state.values() for entry in state.values())
+    assert losses == pytest.approx(reference_losses, rel=1e-5)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-4, atol=1e-5)
     metrics = callback.compiled.metrics()
     assert metrics["steps"] == STEPS and metrics["compiles"] == 1 and metrics["recompiles"] == 0, metrics
 
