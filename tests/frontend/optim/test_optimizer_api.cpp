@@ -203,15 +203,15 @@ TEST_CASE("api: an optimizer prints in torch's format, groups in order, keys sor
     return "    amsgrad: True\n    betas: (0.9, 0.999)\n    decoupled_weight_decay: False\n    eps: 1e-08\n"
            "    foreach: True\n    lr: " +
            lr +
-           "\n    master_weights: False\n    maximize: False\n    state_dtype: plain\n"
+           "\n    master_weights: False\n    maximize: False\n    state_block_size: 0\n    state_dtype: plain\n"
            "    stochastic_rounding: False\n    weight_decay: 0.0\n";
   };
   CHECK(adam.repr() == "Adam (\nParameter Group 0\n" + group("0.1") + "\nParameter Group 1\n" + group("0.5") + ")");
 
   Rprop rprop(random_params({{2}}, Dtype::f32, 2));
   CHECK(rprop.repr() == "Rprop (\nParameter Group 0\n    etas: (0.5, 1.2)\n    foreach: False\n    lr: 0.01\n"
-                        "    master_weights: False\n    maximize: False\n    state_dtype: plain\n"
-                        "    step_sizes: (1e-06, 50.0)\n    stochastic_rounding: False\n)");
+                        "    master_weights: False\n    maximize: False\n    state_block_size: 0\n"
+                        "    state_dtype: plain\n    step_sizes: (1e-06, 50.0)\n    stochastic_rounding: False\n)");
   // A tensor-held lr prints as its tensor, and keys LR schedulers add (initial_lr) are printed as torch prints them.
   rprop.param_groups()[0].set("lr", Tensor::full({}, 0.25, Dtype::f32));
   rprop.param_groups()[0].put("initial_lr", 0.01);
