@@ -43,6 +43,23 @@ def relative_error(params, reference, start):
     return (error / moved) ** 0.5
 
 
+def run_beside_torch(cls, options, group, seed):
+    """12 steps of optimizer `cls` over one param group with optjit's `group` options, compiled, beside torch's own
+    plain-state run of the same params and grads: (params, opt, step, reference params, torch's optimizer), after
+    checking the params stayed within the format's bound of torch's."""
+    params, reference = make_params(seed), make_params(seed)
+    start = [p.detach().clone() for p in params]
+    opt = cls([{"params": params, **group}], **options)
+    opt_ref = cls(reference, **options)
+    step = optjit.compile(opt)
+    for t in range(12):
+        set_grads(t, params, reference)
+        step()
+        opt_ref.step()
+    assert relative_error(params, reference, start) < BOUNDS[group["state_dtype"]]
+    return params, opt, step, reference, opt_ref
+
+
 @pytest.mark.parametrize("state_dtype", ["int8", "int4", "fp8"])
 @pytest.mark.parametrize(
     "cls,options",
@@ -56,16 +73,7 @@ def relative_error(params, reference, start):
     ids=["AdamW", "Adam-amsgrad", "SGD-momentum", "RMSprop-momentum", "Adagrad"],
 )
 def test_quantized_state_follows_torch_plain_state(cls, options, state_dtype):
-    params, reference = make_params(1), make_params(1)
-    start = [p.detach().clone() for p in params]
-    opt = cls([{"params": params, "state_dtype": state_dtype}], **options)
-    opt_ref = cls(reference, **options)
-    step = optjit.compile(opt)
-    for t in range(12):
-        set_grads(t, params, reference)
-        step()
-        opt_ref.step()
-    assert relative_error(params, reference, start) < BOUNDS[state_dtype]
+    params, opt, step, reference, opt_ref = run_beside_torch(cls, options, {"state_dtype": state_dtype}, 1)
     big = opt.state[params[0]]
     moments = [key for key in opt_ref.state[reference[0]] if key != "step"]
     for key in moments:  # the 64 x 128 param's: codes and scales
@@ -81,17 +89,9 @@ def test_quantized_state_follows_torch_plain_state(cls, options, state_dtype):
 @pytest.mark.parametrize("state_dtype,block", [("int8", 64), ("int4", 32), ("fp8", 1024)])
 def test_state_block_size_sets_the_blocks(state_dtype, block):
     """optjit's group option state_block_size: the values per scale (torchao's block_size), here finer or coarser than
-    the defaults; a group may change it for state made later, and a value that is no block is refused by name."""
-    params, reference = make_params(2), make_params(2)
-    start = [p.detach().clone() for p in params]
-    opt = torch.optim.AdamW([{"params": params, "state_dtype": state_dtype, "state_block_size": block}], lr=0.01)
-    opt_ref = torch.optim.AdamW(reference, lr=0.01)
-    step = optjit.compile(opt)
-    for t in range(12):
-        set_grads(t, params, reference)
-        step()
-        opt_ref.step()
-    assert relative_error(params, reference, start) < BOUNDS[state_dtype]
+    the defaults; a value that is no block is refused by name."""
+    group = {"state_dtype": state_dtype, "state_block_size": block}
+    params, opt, step, _, _ = run_beside_torch(torch.optim.AdamW, dict(lr=0.01), group, 2)
     assert opt.state[params[0]]["exp_avg.scale"].numel() == 8192 // block
     assert opt.state[params[2]]["exp_avg_sq.scale"].numel() == 8192 // block
     opt.param_groups[0]["state_block_size"] = 33 if state_dtype == "int4" else 0.5
