@@ -47,6 +47,8 @@ public:
   bool has_forloop_reference() const override { return true; }
   void validate_options(const OptionMap& options) const override;
   std::optional<SlotBlocks> state_format(int64_t flat, const StateSpec& spec) const override;
+  // torchao's single_param_adam computes in f32 for every param dtype (p.float(), then p.copy_): f64 params too.
+  Dtype step_compute_dtype(Dtype) const override { return Dtype::f32; }
   std::string state_dtype_refusal(const ParamGroup&) const override {
     return "its class sets its state's format (block_size sets its blocks)";
   }

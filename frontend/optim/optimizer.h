@@ -231,6 +231,9 @@ public:
   // The dtype a bucket's step computes element values in: its params' compute dtype (bf16 and f16 in f32, complex in
   // its component), or f64 where a state tensor is f64 beside narrower params: torch's ops on them promote.
   Dtype bucket_compute_dtype(const ParamBucket& bucket) const;
+  // The dtype a step computes in for params and state of `dtype`: their compute dtype (f32 for bf16 and f16). An
+  // optimizer that computes in f32 whatever its params (torchao's low-bit Adams: f64 params too) says so.
+  virtual Dtype step_compute_dtype(Dtype dtype) const { return compute_dtype(dtype); }
   // The slots a bucket's step declares, by role: the param and its grad in the bucket's dtype, then each state
   // entry in its storage dtype.
   std::vector<Slot> slots(const Structure& structure, const ParamBucket& bucket) const;

@@ -79,7 +79,7 @@ void Optimizer::forloop_step_in_storage(const ParamGroup& group, const Tensor& c
   ParamState state;
   for (const auto& [key, t] : complex_or_real_state)
     state.emplace_back(key, t.real_view()); // the same memory: updates land in the complex state
-  const Dtype compute = compute_dtype(param.dtype());
+  const Dtype compute = step_compute_dtype(param.dtype());
   const bool flat = LayoutStaging::walkable_flat(param, grad, state); // the references index memory flat
   if (compute == param.dtype() && flat)
     return forloop_step(group, param, grad, state);

@@ -123,10 +123,10 @@ std::vector<Slot> Optimizer::slots(const Structure& structure, const ParamBucket
 
 Dtype Optimizer::bucket_compute_dtype(const ParamBucket& bucket) const {
   const std::vector<StateSpec> specs = step_state_specs(param_traced_structure(bucket.members.front().flat));
-  Dtype widest = compute_dtype(bucket.dtype);
+  Dtype widest = step_compute_dtype(bucket.dtype);
   for (std::size_t k = 0; k < specs.size() && k < bucket.state_dtypes.size(); ++k)
     if (specs[k].kind != StateKind::Scalar && !specs[k].copies_param &&
-        compute_dtype(bucket.state_dtypes[k]) == Dtype::f64)
+        step_compute_dtype(bucket.state_dtypes[k]) == Dtype::f64)
       widest = Dtype::f64;
   return widest;
 }

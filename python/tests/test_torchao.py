@@ -29,7 +29,7 @@ def bits(t):
     t = t.detach()
     if t.dtype in (torch.uint8, torch.float8_e4m3fn):
         return t.view(torch.uint8)
-    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
+    return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
 def state_tensors(state):
@@ -59,6 +59,9 @@ CASES = [
     ("AdamWFp8", torch.float32, {}),
     ("AdamW8bit", torch.bfloat16, {"lr": 1e-2, "weight_decay": 0.1}),
     ("Adam8bit", torch.float32, {"weight_decay": 0.01, "betas": (0.3, 0.6)}),
+    # torchao computes in f32 whatever the params (p.float(), then p.copy_): f64 params and their plain state too.
+    ("AdamW4bit", torch.float64, {"lr": 1e-2}),
+    ("AdamW8bit", torch.float16, {}),
 ]
 
 

@@ -144,12 +144,17 @@ void set_grads(std::vector<Tensor>& params, int step) {
 
 } // namespace
 
+// f64 params compute in f32 as torchao's do (p.float(), then p.copy_), in every mode.
 TEST_CASE("lowbit adam: amsgrad's max kept in 8 bits (torchao raises there) steps alike in every mode") {
-  for (const char* name : {"AdamW8bit", "AdamW4bit", "AdamWFp8"}) {
+  for (const auto& [name, dtype] : std::vector<std::pair<const char*, Dtype>>{{"AdamW8bit", Dtype::bf16},
+                                                                              {"AdamW4bit", Dtype::bf16},
+                                                                              {"AdamWFp8", Dtype::bf16},
+                                                                              {"AdamW8bit", Dtype::f64}}) {
     CAPTURE(name);
+    CAPTURE(dtype_name(dtype));
     std::vector<std::vector<std::string>> runs;
     for (const Mode mode : {Mode::Forloop, Mode::Foreach, Mode::Compiled}) {
-      std::vector<Tensor> params = lowbit_params(Dtype::bf16);
+      std::vector<Tensor> params = lowbit_params(dtype);
       auto opt = test::make_single_group(name, params, {{"amsgrad", {1}}, {"lr", {0.01}}}, mode != Mode::Forloop);
       std::optional<CompiledStep> compiled;
       if (mode == Mode::Compiled)
@@ -161,7 +166,7 @@ TEST_CASE("lowbit adam: amsgrad's max kept in 8 bits (torchao raises there) step
       const Tensor held = find_state(opt->flat_state(0), "max_exp_avg_sq");
       CHECK(held.dtype() ==
             block_code_dtype(std::string(name) == "AdamWFp8" ? BlockFormat::Fp8 : BlockFormat::Signed8));
-      CHECK(find_state(opt->flat_state(1), "max_exp_avg_sq").dtype() == Dtype::bf16); // small: plain, the param's
+      CHECK(find_state(opt->flat_state(1), "max_exp_avg_sq").dtype() == dtype); // small: plain, the param's
       runs.push_back(snapshot(*opt));
     }
     CHECK(runs[1] == runs[0]);
