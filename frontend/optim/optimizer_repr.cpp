@@ -3,7 +3,6 @@
 #include "frontend/optim/options.h"
 #include "frontend/optim/validation.h"
 
-#include <cmath>
 #include <map>
 #include <string>
 
@@ -19,8 +18,8 @@ std::string python_value(const Optimizer& opt, const std::string& key, double va
     return "None";
   if (const std::optional<StateDtype> dtype = key == "state_dtype" ? state_dtype_of(value) : std::nullopt)
     return state_dtype_name(*dtype); // a choice, by name
-  if (key == "state_block_size" && value == std::floor(value) && std::fabs(value) < 1e15)
-    return std::to_string(static_cast<int64_t>(value)); // a count, given as a Python int
+  if (key == "state_block_size")
+    return python_count(value); // a count, given as a Python int
   return python_float(value);
 }
 

@@ -56,7 +56,7 @@ int64_t state_block_size_option(const ParamGroup& group, int64_t index, StateDty
       (dtype == StateDtype::int4 && std::fmod(block, 2.0) != 0))
     throw Error(fmt::format("option state_block_size of param group {} is {}: quantized state keeps whole blocks of 1 "
                             "to {} values{}",
-                            index, python_float(block), kMaxQuantizationBlock,
+                            index, python_count(block), kMaxQuantizationBlock,
                             dtype == StateDtype::int4 ? ", an even number for int4 (two codes share a byte)" : ""));
   return static_cast<int64_t>(block);
 }

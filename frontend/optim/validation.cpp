@@ -7,6 +7,12 @@
 
 namespace optjit {
 
+std::string python_count(double value) {
+  if (value == std::floor(value) && std::fabs(value) < 1e15)
+    return std::to_string(static_cast<int64_t>(value));
+  return python_float(value);
+}
+
 std::string python_float(double value) {
   if (std::isnan(value))
     return "nan";

@@ -9,6 +9,8 @@ namespace optjit {
 
 // Python's repr of a float: "1.0", "-0.5", "1e-08", "inf", "nan".
 std::string python_float(double value);
+// A count held as a double as Python prints the int a user gives ("256"), or python_float where it is no integer.
+std::string python_count(double value);
 
 // Throws optjit::Error("Invalid <what> value: <value>") unless 0 <= value (NaN fails, as `not 0.0 <= x`).
 void require_non_negative(double value, const std::string& message_prefix);
