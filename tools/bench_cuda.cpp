@@ -1,11 +1,15 @@
 // optjit bench --device cuda: compiled Adam (f32) on the GPU over the three shapes against the device's
 // measured copy bandwidth (a device-to-device copy reads and writes each byte once, as the step does), timed with
 // CUDA events in one run; PyTorch's Adam(fused=True) and Adam(foreach=True) on the same shapes beside it when
-// python3 with torch is present (tools/bench_torch.py).
+// python3 with torch is present (tools/bench_torch.py). Then block-quantized state (AdamW with state_dtype, torchao's
+// AdamW8bit) against the bound of its own bytes (tools/bench_arrays.h: codes, a scale per block).
 #include "compiler/compiled_step.h"
 #include "frontend/optim/adam.h"
+#include "frontend/optim/options.h"
+#include "frontend/optim/registry.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/error.h"
+#include "tools/bench_arrays.h"
 #include "tools/commands.h"
 #include "tools/device_timing.h"
 #include "tools/torch_anchors.h"
@@ -56,7 +60,53 @@ json bench_adam(int device, const Shape2& s, double bandwidth, bool graphs) {
           {"dispatch_us", step.metrics().dispatch_ms * 1e3 / static_cast<double>(step.metrics().steps)}};
 }
 
-// PyTorch's numbers for the same shapes, or an empty object with the reason.
+// The bytes per element `opt`'s step moves: each array of its kernels read and written at its width, once per the
+// elements it holds one entry for (codes per byte, scales per block).
+double bytes_per_element(const Optimizer& opt) {
+  double bytes = 0;
+  for (const TrafficProbe::Array& a : arrays_of(opt, opt.make_buckets().front()))
+    bytes += static_cast<double>(a.bytes) * ((a.read ? 1 : 0) + (a.written ? 1 : 0)) / static_cast<double>(a.per);
+  return bytes;
+}
+
+// Optimizer `name` with `options` over `s` on the GPU, compiled, against the bound of its own bytes.
+json bench_quantized(int device, const std::string& name, const KeywordOptions& options, const std::string& config,
+                     const Shape2& s, double bandwidth) {
+  std::vector<Tensor> params;
+  for (int64_t i = 0; i < s.count; ++i) {
+    Tensor p = Tensor::full({s.numel}, 1.0, Dtype::f32).to(Device::cuda(device));
+    p.set_grad(Tensor::full({s.numel}, 1e-3, Dtype::f32).to(Device::cuda(device)));
+    params.push_back(p);
+  }
+  std::unique_ptr<Optimizer> opt = make_optimizer(name, {ParamGroupSpec{params, {}}}, options);
+  CompiledStep step = compile(*opt);
+  for (int i = 0; i < 3; ++i)
+    step();
+  const double ms = device_median_ms(device, 7, 20, [&] { step(); });
+  const double per_element = bytes_per_element(*opt);
+  const double bytes = per_element * static_cast<double>(s.count * s.numel);
+  const double bound_ms = bytes / bandwidth * 1e3;
+  return {{"optimizer", name},
+          {"options", config},
+          {"shape", std::to_string(s.count) + "x" + std::to_string(s.numel)},
+          {"bytes_per_element", per_element},
+          {"ms", ms},
+          {"bound_ms", bound_ms},
+          {"ratio", ms / bound_ms},
+          {"goal", s.goal},
+          {"GB/s", bytes / (ms * 1e-3) / 1e9}};
+}
+
+std::vector<json> bench_lowbit(int device, double bandwidth) {
+  const Shape2 shape{1000, 100'000, 0};
+  std::vector<json> rows;
+  for (const char* dtype : {"int8", "int4", "fp8"})
+    rows.push_back(bench_quantized(device, "adamw", {{"state_dtype", {named_option_value("state_dtype", dtype)}}},
+                                   std::string("state_dtype=") + dtype, shape, bandwidth));
+  rows.push_back(bench_quantized(device, "AdamW8bit", {}, "default", shape, bandwidth));
+  return rows;
+}
+
 } // namespace
 
 int run_bench_cuda(const BenchOptions& options) {
@@ -68,8 +118,11 @@ int run_bench_cuda(const BenchOptions& options) {
   for (bool graphs : {false, true})
     for (const Shape2& s : shapes)
       rows.push_back(bench_adam(device, s, bandwidth, graphs));
+  const std::vector<json> lowbit = bench_lowbit(device, bandwidth);
   json torch = torch_anchors("--device cuda");
   if (options.json) {
+    for (const json& row : lowbit)
+      rows.push_back(row);
     std::printf(
         "%s\n",
         json{{"device", props.name}, {"copy_GBps", bandwidth / 1e9}, {"rows", rows}, {"torch", torch}}.dump(1).c_str());
@@ -95,6 +148,14 @@ int run_bench_cuda(const BenchOptions& options) {
   }
   if (torch.contains("skipped"))
     std::printf("\ntorch anchors skipped: %s\n", torch["skipped"].get<std::string>().c_str());
+  std::printf("\nblock-quantized state: bound = its own bytes per element (codes, a scale per block) / the copy "
+              "bandwidth\n%-10s %-20s %-12s %6s %9s %9s %7s %8s\n",
+              "optimizer", "options", "shape", "B/el", "ms", "bound ms", "ratio", "GB/s");
+  for (const json& r : lowbit)
+    std::printf("%-10s %-20s %-12s %6.2f %9.4f %9.4f %7.2f %8.0f\n", r["optimizer"].get<std::string>().c_str(),
+                r["options"].get<std::string>().c_str(), r["shape"].get<std::string>().c_str(),
+                r["bytes_per_element"].get<double>(), r["ms"].get<double>(), r["bound_ms"].get<double>(),
+                r["ratio"].get<double>(), r["GB/s"].get<double>());
   return 0;
 }
 
