@@ -584,6 +584,19 @@ def _fsdp_state_dtype(rank, mesh):
     folder = [tempfile.mkdtemp() if rank == 0 else None]
     dist.broadcast_object_list(folder)
     dcp.save({"model": model.state_dict(), "optim": get_optimizer_state_dict(model, opt)}, checkpoint_id=folder[0])
+    # Loaded at another world size (each process a mesh of its own: every shard whole), the state keeps its format
+    # (it depends on the params' shapes alone) and equals the unsharded run's.
+    from torch.distributed.device_mesh import init_device_mesh
+
+    alone = init_device_mesh("cpu", (WORLD, 1), mesh_dim_names=("replicas", "shards"))["shards"]
+    resharded = _fsdp_model(alone, placement_fn, make=_state_dtype_model)
+    opt_resharded = cls([{"params": list(resharded.parameters()), "state_dtype": state_dtype}], **options)
+    optjit.patch(opt_resharded)
+    loaded = {"model": resharded.state_dict(), "optim": get_optimizer_state_dict(resharded, opt_resharded)}
+    dcp.load(loaded, checkpoint_id=folder[0])
+    resharded.load_state_dict(loaded["model"])
+    set_optimizer_state_dict(resharded, opt_resharded, loaded["optim"])
+    _assert_whole_run_sharded(resharded, opt_resharded, whole, opt_whole, f"rank {rank}, resharded to one process")
     resumed = _fsdp_model(mesh, placement_fn, make=_state_dtype_model)
     opt_resumed = cls([{"params": list(resumed.parameters()), "state_dtype": state_dtype}], **options)
     optjit.patch(opt_resumed)
