@@ -1,25 +1,30 @@
 #include "frontend/optim/adam.h"
 #include "frontend/optim/lerp.h"
 #include "frontend/optim/validation.h"
+#include "runtime/error.h"
 
 #include <cmath>
+#include <string_view>
+#include <type_traits>
 
 namespace optjit {
 namespace {
 
+// AdamW's options as Adam's with decoupled weight decay: every option AdamW has, by name (a copy field by field
+// dropped each option later added to every optimizer).
 AdamOptions from_adamw(const AdamWOptions& w) {
   AdamOptions o;
-  o.lr = w.lr;
-  o.betas = w.betas;
-  o.eps = w.eps;
-  o.weight_decay = w.weight_decay;
-  o.amsgrad = w.amsgrad;
-  o.maximize = w.maximize;
-  o.master_weights = w.master_weights;
-  o.stochastic_rounding = w.stochastic_rounding;
-  o.state_dtype = w.state_dtype;
-  o.state_block_size = w.state_block_size;
-  o.foreach = w.foreach;
+  AdamWOptions::for_each_option([&](const char* name, auto AdamWOptions::*from) {
+    bool copied = false;
+    AdamOptions::for_each_option([&](const char* to_name, auto AdamOptions::*to) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(w.*from)>, std::remove_cvref_t<decltype(o.*to)>>)
+        if (std::string_view(name) == to_name) {
+          o.*to = w.*from;
+          copied = true;
+        }
+    });
+    OPTJIT_ASSERT(copied, std::string("AdamW's option ") + name + " has no Adam option of its name and type");
+  });
   o.decoupled_weight_decay = true;
   return o;
 }
