@@ -281,12 +281,12 @@ def torchao_new_state(opt, param, entries):
 def quantized_state(param, key, layout):
     """A block-quantized state entry of `param` made as `layout` (TorchStep.new_state's) says: its codes under `key`
     and its f32 scales under "<key>.scale"; DTensors for a DTensor param (_quantized_shards)."""
-    codes_dtype, shape, code_byte, scale_count, scale, block, bits = layout
-    device = _local(param).device
-    codes = torch.full(shape, code_byte, dtype=torch.uint8, device=device)
+    codes_dtype, shape, code_byte, scale, block, bits = layout
+    local = _local(param)
+    codes = torch.full(shape, code_byte, dtype=torch.uint8, device=local.device)
     if codes_dtype == "float8_e4m3fn":
         codes = codes.view(torch.float8_e4m3fn)
-    scales = torch.full((scale_count,), scale, dtype=torch.float32, device=device)
+    scales = torch.full((local.numel() // block,), scale, dtype=torch.float32, device=local.device)
     if _quantized_shards.is_dtensor(param):
         return _quantized_shards.as_dtensors(param, key, codes, scales, block, bits)
     return {key: codes, key + ".scale": scales}

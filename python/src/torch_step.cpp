@@ -338,9 +338,8 @@ nb::list TorchStep::new_state(int64_t flat, std::optional<bool> shard_quantizes)
       nb::list shape;
       for (int64_t size : block_codes_shape(blocks->format, param.shape()))
         shape.append(size);
-      layout =
-          nb::make_tuple(blocks->format == BlockFormat::Fp8 ? "float8_e4m3fn" : "uint8", shape, start.code_byte,
-                         param.numel() / blocks->block, start.scale, blocks->block, block_format_bits(blocks->format));
+      layout = nb::make_tuple(blocks->format == BlockFormat::Fp8 ? "float8_e4m3fn" : "uint8", shape, start.code_byte,
+                              start.scale, blocks->block, block_format_bits(blocks->format));
     }
     entries.append(nb::make_tuple(spec.name, state_kind_name(spec.kind), spec.initial, spec.copies_param, layout));
   }

@@ -67,7 +67,7 @@ public:
   // value, starts as an f32 copy of the param, block-quantized layout or None), visible entries only. A
   // block-quantized entry (the group option state_dtype) is two tensors: its codes under `key` and its f32 scales
   // under "<key>.scale"; its layout says how to make them: (codes dtype "uint8" or "float8_e4m3fn", codes shape, the
-  // byte every code starts as, the number of scales, the value each starts as, the block, the bits per code).
+  // byte every code starts as, the value each scale starts as, the block, the bits per code).
   // `shard_quantizes`: for a param that is a process's shard of a larger tensor (FSDP2's DTensor), whether the
   // whole tensor's state is quantized (decided for the whole tensor so that every process holds the same format,
   // python/optjit/_quantized_shards.py); none: the param's own size decides (torchao's rule, quantizes_param_of).
