@@ -30,22 +30,32 @@ struct Shape2 {
   double goal;
 };
 
-json bench_adam(int device, const Shape2& s, double bandwidth, bool graphs) {
+// `s.count` f32 params of `s.numel` values on the GPU, each with a grad.
+std::vector<Tensor> cuda_params(int device, const Shape2& s) {
   std::vector<Tensor> params;
   for (int64_t i = 0; i < s.count; ++i) {
     Tensor p = Tensor::full({s.numel}, 1.0, Dtype::f32).to(Device::cuda(device));
     p.set_grad(Tensor::full({s.numel}, 1e-3, Dtype::f32).to(Device::cuda(device)));
     params.push_back(p);
   }
+  return params;
+}
+
+// The median time of `step` after three warm-up steps (the first compiles), by CUDA events.
+double step_ms(int device, CompiledStep& step) {
+  for (int i = 0; i < 3; ++i)
+    step();
+  return device_median_ms(device, 7, 20, [&] { step(); });
+}
+
+json bench_adam(int device, const Shape2& s, double bandwidth, bool graphs) {
   AdamOptions options;
   options.lr = 1e-3;
-  Adam opt(params, options);
+  Adam opt(cuda_params(device, s), options);
   CompileOptions compile_options;
   compile_options.cuda_graphs = graphs;
   CompiledStep step = compile(opt, compile_options);
-  for (int i = 0; i < 3; ++i)
-    step();
-  const double ms = device_median_ms(device, 7, 20, [&] { step(); });
+  const double ms = step_ms(device, step);
   const double elements = static_cast<double>(s.count * s.numel);
   const double bound_ms = 28.0 * elements / bandwidth * 1e3;
   return {{"optimizer", "Adam"},
@@ -60,31 +70,18 @@ json bench_adam(int device, const Shape2& s, double bandwidth, bool graphs) {
           {"dispatch_us", step.metrics().dispatch_ms * 1e3 / static_cast<double>(step.metrics().steps)}};
 }
 
-// The bytes per element `opt`'s step moves: each array of its kernels read and written at its width, once per the
-// elements it holds one entry for (codes per byte, scales per block).
-double bytes_per_element(const Optimizer& opt) {
-  double bytes = 0;
-  for (const TrafficProbe::Array& a : arrays_of(opt, opt.make_buckets().front()))
-    bytes += static_cast<double>(a.bytes) * ((a.read ? 1 : 0) + (a.written ? 1 : 0)) / static_cast<double>(a.per);
-  return bytes;
-}
-
-// Optimizer `name` with `options` over `s` on the GPU, compiled, against the bound of its own bytes.
+// Optimizer `name` with `options` over `s` on the GPU, compiled, against the bound of its own bytes: each array its
+// kernels touch, at its width (tools/bench_arrays.h: codes a byte or a nibble, a scale per block), as the CPU
+// bench's traffic probe counts them.
 json bench_quantized(int device, const std::string& name, const KeywordOptions& options, const std::string& config,
                      const Shape2& s, double bandwidth) {
-  std::vector<Tensor> params;
-  for (int64_t i = 0; i < s.count; ++i) {
-    Tensor p = Tensor::full({s.numel}, 1.0, Dtype::f32).to(Device::cuda(device));
-    p.set_grad(Tensor::full({s.numel}, 1e-3, Dtype::f32).to(Device::cuda(device)));
-    params.push_back(p);
-  }
-  std::unique_ptr<Optimizer> opt = make_optimizer(name, {ParamGroupSpec{params, {}}}, options);
+  std::unique_ptr<Optimizer> opt = make_optimizer(name, {ParamGroupSpec{cuda_params(device, s), {}}}, options);
   CompiledStep step = compile(*opt);
-  for (int i = 0; i < 3; ++i)
-    step();
-  const double ms = device_median_ms(device, 7, 20, [&] { step(); });
-  const double per_element = bytes_per_element(*opt);
-  const double bytes = per_element * static_cast<double>(s.count * s.numel);
+  const double ms = step_ms(device, step);
+  double bytes = 0;
+  for (const TrafficProbe::Array& a : arrays_of(*opt, opt->make_buckets().front()))
+    bytes += static_cast<double>(a.traffic(s.numel) * s.count);
+  const double per_element = bytes / static_cast<double>(s.count * s.numel);
   const double bound_ms = bytes / bandwidth * 1e3;
   return {{"optimizer", name},
           {"options", config},

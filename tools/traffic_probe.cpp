@@ -53,12 +53,11 @@ TrafficProbe::TrafficProbe(const std::vector<int64_t>& numels, const std::vector
   for (int64_t n : numels) {
     std::vector<Tensor> buffers;
     for (const Array& a : arrays) {
-      const int64_t entries = (n + a.per - 1) / a.per;
-      buffers.push_back(Tensor::zeros({entries}, a.bytes == 1   ? Dtype::u8
-                                                 : a.bytes == 2 ? Dtype::bf16
-                                                 : a.bytes == 4 ? Dtype::f32
-                                                                : Dtype::f64));
-      bytes_ += a.bytes * ((a.read ? 1 : 0) + (a.written ? 1 : 0)) * entries;
+      buffers.push_back(Tensor::zeros({a.entries(n)}, a.bytes == 1   ? Dtype::u8
+                                                      : a.bytes == 2 ? Dtype::bf16
+                                                      : a.bytes == 4 ? Dtype::f32
+                                                                     : Dtype::f64));
+      bytes_ += a.traffic(n);
     }
     tensors_.push_back(std::move(buffers));
   }

@@ -24,6 +24,9 @@ public:
     int bytes;
     bool read, written;
     int64_t per = 1;
+    int64_t entries(int64_t numel) const { return (numel + per - 1) / per; }
+    // The bytes a pass over a tensor of `numel` elements moves in this array: each entry read and written as it is.
+    int64_t traffic(int64_t numel) const { return bytes * ((read ? 1 : 0) + (written ? 1 : 0)) * entries(numel); }
   };
   TrafficProbe(const std::vector<int64_t>& numels, const std::vector<Array>& arrays);
   void run(); // one pass over every buffer
