@@ -588,22 +588,20 @@ def _fsdp_state_dtype(rank, mesh):
     # (it depends on the params' shapes alone) and equals the unsharded run's.
     from torch.distributed.device_mesh import init_device_mesh
 
+    def loaded_on(model_mesh):  # a new FSDP2 model and patched optimizer on `model_mesh`, loaded from the checkpoint
+        model = _fsdp_model(model_mesh, placement_fn, make=_state_dtype_model)
+        opt = cls([{"params": list(model.parameters()), "state_dtype": state_dtype}], **options)
+        optjit.patch(opt)
+        loaded = {"model": model.state_dict(), "optim": get_optimizer_state_dict(model, opt)}
+        dcp.load(loaded, checkpoint_id=folder[0])
+        model.load_state_dict(loaded["model"])
+        set_optimizer_state_dict(model, opt, loaded["optim"])
+        return model, opt
+
     alone = init_device_mesh("cpu", (WORLD, 1), mesh_dim_names=("replicas", "shards"))["shards"]
-    resharded = _fsdp_model(alone, placement_fn, make=_state_dtype_model)
-    opt_resharded = cls([{"params": list(resharded.parameters()), "state_dtype": state_dtype}], **options)
-    optjit.patch(opt_resharded)
-    loaded = {"model": resharded.state_dict(), "optim": get_optimizer_state_dict(resharded, opt_resharded)}
-    dcp.load(loaded, checkpoint_id=folder[0])
-    resharded.load_state_dict(loaded["model"])
-    set_optimizer_state_dict(resharded, opt_resharded, loaded["optim"])
+    resharded, opt_resharded = loaded_on(alone)
     _assert_whole_run_sharded(resharded, opt_resharded, whole, opt_whole, f"rank {rank}, resharded to one process")
-    resumed = _fsdp_model(mesh, placement_fn, make=_state_dtype_model)
-    opt_resumed = cls([{"params": list(resumed.parameters()), "state_dtype": state_dtype}], **options)
-    optjit.patch(opt_resumed)
-    loaded = {"model": resumed.state_dict(), "optim": get_optimizer_state_dict(resumed, opt_resumed)}
-    dcp.load(loaded, checkpoint_id=folder[0])
-    resumed.load_state_dict(loaded["model"])
-    set_optimizer_state_dict(resumed, opt_resumed, loaded["optim"])
+    resumed, opt_resumed = loaded_on(mesh)
     _train_beside_whole(resumed, opt_resumed, whole, opt_whole, rank, STEPS // 2, first=STEPS // 2)
     _assert_whole_run_sharded(resumed, opt_resumed, whole, opt_whole, f"rank {rank}, resumed from DCP")
     _fsdp_torchao(rank, mesh)
