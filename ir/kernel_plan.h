@@ -157,12 +157,12 @@ std::optional<int64_t> stored_block(const KernelPlan& plan);
 int per_tensor_reductions(const KernelPlan& plan);
 
 struct KernelStats {
-  int kernels = 0;           // launches per step after fusion
-  int unfused_kernels = 0;   // launches per step op by op (one per element op, as eager foreach)
-  int element_ops = 0;       // arithmetic per element
-  int per_tensor_ops = 0;    // arithmetic per tensor
-  int bytes_per_element = 0; // tensor bytes read + written per element
-  int library_calls = 0;     // matrix products per step, each a call of the matrix library per list entry
+  int kernels = 0;              // launches per step after fusion
+  int unfused_kernels = 0;      // launches per step op by op (one per element op, as eager foreach)
+  int element_ops = 0;          // arithmetic per element
+  int per_tensor_ops = 0;       // arithmetic per tensor
+  double bytes_per_element = 0; // tensor bytes read + written per element (a quantized slot's codes and scales)
+  int library_calls = 0;        // matrix products per step, each a call of the matrix library per list entry
 };
 
 // The text of a kernel plan, deterministic: a header with the ABI, carries and scratch, then the graph. It parses

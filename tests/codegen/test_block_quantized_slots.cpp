@@ -375,3 +375,15 @@ TEST_CASE("block-quantized slots: GPU kernels assemble for sm_80 and sm_90, and 
                              "stores 2 entries of state quantized in blocks of 2048 values: a GPU thread buffers its "
                              "block of each in its local memory, up to 2048 values in all");
 }
+
+TEST_CASE("block-quantized slots: a kernel's bytes per element count each slot's codes and scales, not the compute "
+          "dtype") {
+  const auto bytes = [](Dtype param, const std::string& m, const std::string& v) {
+    return run_pipeline(parse_graph(adam_like(param, m, v))).stats.bytes_per_element;
+  };
+  // param and grad read, param written (f32: 12 bytes); each moment's code read and written, its scale read and written
+  CHECK(bytes(Dtype::f32, "f32", "f32") == 12 + 16);
+  CHECK(bytes(Dtype::f32, "signed8/256", "unsigned8/256") == doctest::Approx(12 + 2 * 2 * (1 + 4.0 / 256)));
+  CHECK(bytes(Dtype::f32, "signed4/128", "unsigned4/128") == doctest::Approx(12 + 2 * 2 * (0.5 + 4.0 / 128)));
+  CHECK(bytes(Dtype::bf16, "fp8/256", "fp8/256") == doctest::Approx(6 + 2 * 2 * (1 + 4.0 / 256)));
+}
