@@ -52,14 +52,21 @@ public:
   void run(const void* a, const void* b, void* c) const;
 
   const GemmShape& shape() const { return shape_; }
-  // The library's kernel for this shape, as it names it ("brg:avx512_core_amx_bf16"); "none" for an empty product.
+  // The library's kernel for this shape, as it names it ("brg:avx512_core_amx_bf16"); "none" for an empty product;
+  // with " (bf16 widened to f32)" where the CPU has no bf16 kernel (see gemm_onednn.cpp).
   const std::string& implementation() const { return implementation_; }
 
 private:
   struct Primitive;
+  struct ThreadContext;
+  static std::unique_ptr<Primitive> make_primitive(const GemmShape& shape, std::string& implementation);
+  void run_widened(const void* a, const void* b, void* c, ThreadContext& context) const;
+  void execute(const void* a, const void* b, void* c, ThreadContext& context) const;
+
   GemmShape shape_;
   std::string implementation_;
   std::unique_ptr<Primitive> primitive_; // none for an empty product (a size of 0)
+  bool widened_ = false;                 // bf16 products run as f32 ones: the CPU has no bf16 kernel
 };
 
 // The process's prepared product of `shape`, made on its first use and kept (a step runs the same few shapes every

@@ -110,18 +110,19 @@ dnnl_memory_desc_t matrices(const OneDnn& lib, const GemmShape& shape, int64_t r
   return md;
 }
 
-// Per thread: the stream runs execute on, and the scratchpad (the primitives' scratch is the caller's, so one
-// primitive runs from several threads at once).
-struct ThreadContext {
+} // namespace
+
+// Per thread: the stream runs execute on, the scratchpad (the primitives' scratch is the caller's, so one primitive
+// runs from several threads at once), and a widened product's f32 copies of its bf16 matrices.
+struct Gemm::ThreadContext {
   dnnl_stream_t stream = nullptr;
   std::vector<std::byte> scratchpad;
+  std::vector<float> widened_a, widened_b, widened_c;
   ~ThreadContext() {
     if (stream)
       onednn().dnnl_stream_destroy(stream);
   }
 };
-
-} // namespace
 
 struct Gemm::Primitive {
   dnnl_memory_desc_t a, b, c, scratchpad;
@@ -132,12 +133,33 @@ struct Gemm::Primitive {
   }
 };
 
+// oneDNN 2.x has bf16 matmul kernels only on CPUs with AVX512 (AVX512-BF16 or AMX natively, AVX512_CORE emulated):
+// elsewhere (AVX2's x86, AMD's Zen 3 among them) a bf16 product is widened, its operands converted to f32 (exact)
+// and multiplied by the library's f32 kernel with the same f32 accumulation, alpha and beta, the result rounded once
+// to bf16 by us as the library would: the sum torch's own CPU addmm computes on such a CPU.
 Gemm::Gemm(const GemmShape& shape) : shape_(shape), implementation_("none") {
   check_gemm_shape(shape);
   if (shape.batch == 0 || shape.m == 0 || shape.n == 0 || shape.k == 0)
     return; // nothing to multiply: run() writes the zeros of an empty sum, if any
+  primitive_ = make_primitive(shape, implementation_);
+  if (primitive_)
+    return;
+  if (shape.operands == Dtype::f32 && shape.result == Dtype::f32)
+    check(onednn(), dnnl_unimplemented, "dnnl_primitive_desc_create", shape);
+  GemmShape widened = shape;
+  widened.operands = widened.result = Dtype::f32;
+  primitive_ = make_primitive(widened, implementation_);
+  if (!primitive_)
+    check(onednn(), dnnl_unimplemented, "dnnl_primitive_desc_create", widened);
+  widened_ = true;
+  implementation_ += " (bf16 widened to f32)";
+}
+
+// The primitive of `shape` (its dtypes as given), or null when the library has no kernel for its dtypes on this CPU
+// (dnnl_unimplemented); any other failure throws. `implementation` gets the library's name for the kernel.
+std::unique_ptr<Gemm::Primitive> Gemm::make_primitive(const GemmShape& shape, std::string& implementation) {
   const OneDnn& lib = onednn();
-  auto p = std::make_unique<Primitive>();
+  auto p = std::make_unique<Gemm::Primitive>();
   p->a = matrices(lib, shape, shape.m, shape.k, shape.transpose_a, shape.operands);
   p->b = matrices(lib, shape, shape.k, shape.n, shape.transpose_b, shape.operands);
   p->c = matrices(lib, shape, shape.m, shape.n, false, shape.result);
@@ -163,18 +185,33 @@ Gemm::Gemm(const GemmShape& shape) : shape_(shape), implementation_("none") {
   if (post_ops)
     lib.dnnl_post_ops_destroy(post_ops);
   lib.dnnl_primitive_attr_destroy(attr);
+  if (status == dnnl_unimplemented)
+    return nullptr;
   check(lib, status, "dnnl_primitive_desc_create", shape);
   const char* impl = nullptr;
   status = lib.dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
   if (status == dnnl_success) {
-    implementation_ = impl ? impl : "unnamed";
+    implementation = impl ? impl : "unnamed";
     p->scratchpad = *lib.dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     status = lib.dnnl_primitive_create(&p->primitive, pd);
   }
   lib.dnnl_primitive_desc_destroy(pd);
   check(lib, status, "dnnl_primitive_create", shape);
-  primitive_ = std::move(p);
+  return p;
 }
+
+namespace {
+
+// `count` bf16 values as f32 (exact) into `to`, resized to hold them.
+const float* widened(const void* from, int64_t count, std::vector<float>& to) {
+  to.resize(static_cast<std::size_t>(count));
+  const bfloat16* values = static_cast<const bfloat16*>(from);
+  for (int64_t i = 0; i < count; ++i)
+    to[static_cast<std::size_t>(i)] = static_cast<float>(values[i]);
+  return to.data();
+}
+
+} // namespace
 
 Gemm::~Gemm() = default;
 
@@ -194,8 +231,37 @@ void Gemm::run(const void* a, const void* b, void* c) const {
     }
     return;
   }
-  const OneDnn& lib = onednn();
   thread_local ThreadContext context;
+  if (widened_) {
+    run_widened(a, b, c, context);
+    return;
+  }
+  execute(a, b, c, context);
+}
+
+// The bf16 operands (and a bf16 C) widened to f32 in the thread's buffers, the f32 product, then C rounded once.
+void Gemm::run_widened(const void* a, const void* b, void* c, ThreadContext& context) const {
+  const int64_t c_count = shape_.batch * shape_.m * shape_.n;
+  if (shape_.operands == Dtype::bf16) {
+    a = widened(a, shape_.batch * shape_.m * shape_.k, context.widened_a);
+    b = widened(b, shape_.batch * shape_.k * shape_.n, context.widened_b);
+  }
+  if (shape_.result == Dtype::f32) {
+    execute(a, b, c, context);
+    return;
+  }
+  if (shape_.beta != 0.0)
+    widened(c, c_count, context.widened_c);
+  else
+    context.widened_c.resize(static_cast<std::size_t>(c_count));
+  execute(a, b, context.widened_c.data(), context);
+  bfloat16* result = static_cast<bfloat16*>(c);
+  for (int64_t i = 0; i < c_count; ++i)
+    result[i] = bfloat16(context.widened_c[static_cast<std::size_t>(i)]);
+}
+
+void Gemm::execute(const void* a, const void* b, void* c, ThreadContext& context) const {
+  const OneDnn& lib = onednn();
   if (!context.stream)
     check(lib, lib.dnnl_stream_create(&context.stream, lib.engine, dnnl_stream_default_flags), "dnnl_stream_create",
           shape_);
