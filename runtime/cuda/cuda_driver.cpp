@@ -93,6 +93,7 @@ constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING: a cheape
   X(cuEventCreate, (CUevent*, unsigned))                                                                               \
   X(cuEventRecord, (CUevent, CUstream))                                                                                \
   X(cuEventSynchronize, (CUevent))                                                                                     \
+  X(cuEventQuery, (CUevent))                                                                                           \
   X(cuEventElapsedTime, (float*, CUevent, CUevent))                                                                    \
   X(cuEventDestroy_v2, (CUevent))                                                                                      \
   X(cuStreamBeginCapture_v2, (CUstream, CUstreamCaptureMode))                                                          \
@@ -450,6 +451,15 @@ void event_record(int device, Event event, Stream stream) {
 void event_synchronize(int device, Event event) {
   const DriverTable& t = on(device);
   check(t, t.cuEventSynchronize(static_cast<CUevent>(event)), "cuEventSynchronize");
+}
+
+bool event_done(int device, Event event) {
+  const DriverTable& t = on(device);
+  const CUresult result = t.cuEventQuery(static_cast<CUevent>(event));
+  if (result == static_cast<CUresult>(600)) // CUDA_ERROR_NOT_READY: work before the event is still queued or running
+    return false;
+  check(t, result, "cuEventQuery");
+  return true;
 }
 
 float event_elapsed_ms(int device, Event start, Event end) {

@@ -97,6 +97,8 @@ void launch(int device, Function function, unsigned grid, unsigned block, void**
 Event event_create(int device, bool timing = true);
 void event_record(int device, Event event, Stream stream);
 void event_synchronize(int device, Event event);
+// Whether the work queued before `event`'s record is done, without waiting (cuEventQuery).
+bool event_done(int device, Event event);
 float event_elapsed_ms(int device, Event start, Event end);
 void event_destroy(int device, Event event);
 

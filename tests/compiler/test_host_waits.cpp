@@ -1,0 +1,91 @@
+// What a compiled step on a GPU asks of the driver on the host, counted with a fake driver whose one device is host
+// memory (tests/runtime/fake_cuda/host_memory_cuda.cpp: launches are counted, not run): how many launches a step
+// queues, and that a pointwise step never makes the host wait for the device (no stream, context or event
+// synchronization, no copy back), so the host can queue the next forward pass while the step runs. Each case loads
+// that driver as the process's (OPTJIT_CUDA_LIBRARY), so it runs alone in its process, as ctest runs it.
+#include "compiler/compiled_step.h"
+#include "frontend/optim/options.h"
+#include "helpers.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "skip.h"
+#include "tools/count_configs.h"
+#include "tools/model.h"
+
+#include <dlfcn.h>
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+
+using namespace optjit;
+
+namespace {
+
+struct DriverCounts {
+  long launches = 0, host_waits = 0, device_to_host_copies = 0;
+};
+
+// Makes the counting driver the process's; false (the case skipped) when another driver was loaded first.
+bool use_counting_driver() {
+  setenv("OPTJIT_CUDA_LIBRARY", OPTJIT_TEST_HOST_MEMORY_CUDA, 1);
+  if (!cuda::available() || cuda::properties(0).name != "host-memory fake GPU") {
+    test::skip_test("another CUDA driver was loaded before this case: run it alone (ctest does)");
+    return false;
+  }
+  return true;
+}
+
+// The counts since the last call (which zeroes them).
+DriverCounts take_counts() {
+  void* library = dlopen(OPTJIT_TEST_HOST_MEMORY_CUDA, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(library);
+  using CountsFunction = void (*)(long*, long*, long*, int);
+  void* symbol = dlsym(library, "optjit_fake_cuda_counts");
+  REQUIRE(symbol);
+  auto counts = reinterpret_cast<CountsFunction>(symbol);
+  DriverCounts c;
+  counts(&c.launches, &c.host_waits, &c.device_to_host_copies, 1);
+  dlclose(library);
+  return c;
+}
+
+// Params of `shapes` on the fake GPU, each with a grad there.
+std::vector<Tensor> gpu_params(const std::vector<Shape>& shapes, Dtype dtype) {
+  std::vector<Tensor> host = random_params(shapes, dtype, 3), params;
+  for (Tensor& p : host)
+    p.set_grad(Tensor::zeros(p.shape(), dtype));
+  randomize_grads(host, 4);
+  for (const Tensor& p : host) {
+    params.push_back(p.to(Device::cuda(0)));
+    params.back().set_grad(p.grad().to(Device::cuda(0)));
+  }
+  return params;
+}
+
+} // namespace
+
+TEST_CASE("host waits: a compiled pointwise step on a GPU queues one launch per bucket and never waits for the "
+          "device") {
+  if (!use_counting_driver())
+    return;
+  const std::vector<Shape> shapes = {{1000}, {33, 7}, {5}, {16, 256}}; // the last in 8 bits too
+  const std::vector<std::pair<std::string, KeywordOptions>> cases = {
+      {"adam", {}},
+      {"adamw", {{"amsgrad", {1}}}},
+      {"sgd", {{"momentum", {0.9}}, {"nesterov", {1}}}},
+      {"lion", {}},
+      {"adamw", {{"state_dtype", {named_option_value("state_dtype", "int8")}}}}};
+  for (const auto& [name, options] : cases) {
+    CAPTURE(name);
+    CAPTURE(config_name(options));
+    auto opt = test::make_single_group(name, gpu_params(shapes, Dtype::f32), options, true);
+    CompiledStep step = compile(*opt);
+    step(); // compiles, and makes the state
+    (void)take_counts();
+    for (int s = 0; s < 12; ++s) // more steps than the pinned ring of host scalar uploads has buffers
+      step();
+    const DriverCounts counts = take_counts();
+    CHECK(counts.launches == 12 * step.kernel_count());
+    CHECK(counts.host_waits == 0);
+    CHECK(counts.device_to_host_copies == 0);
+  }
+}
