@@ -19,6 +19,26 @@ using namespace optjit;
 
 using namespace optjit::test;
 
+namespace {
+
+// torch.addmm's alpha and beta over bf16 and f32 operands, a bf16 C read and rounded once, a batch read transposed.
+void check_addmm_products() {
+  check_product(
+      {.m = 24, .n = 24, .k = 24, .operands = Dtype::bf16, .result = Dtype::bf16, .alpha = 2.0315, .beta = -4.775}, 21);
+  check_product({.batch = 3,
+                 .m = 16,
+                 .n = 40,
+                 .k = 16,
+                 .transpose_b = true,
+                 .operands = Dtype::bf16,
+                 .result = Dtype::bf16,
+                 .beta = 3.4445},
+                22);
+  check_product({.m = 9, .n = 5, .k = 7, .transpose_a = true, .operands = Dtype::f32, .alpha = -0.5, .beta = 0.25}, 23);
+}
+
+} // namespace
+
 TEST_CASE("gemm: f32 and bf16 products equal the exact sum within f32 accumulation, for every transpose") {
   check_every_transpose_and_dtype(run_on_cpu_library);
 }
@@ -36,16 +56,7 @@ TEST_CASE("gemm: where the CPU has no bf16 kernel (oneDNN held to AVX2) bf16 pro
         std::string::npos);
   CHECK(Gemm({.m = 4, .n = 4, .k = 4, .operands = Dtype::f32}).implementation().find("widened") == std::string::npos);
   check_every_transpose_and_dtype(run_on_cpu_library);
-  check_product({.batch = 3,
-                 .m = 16,
-                 .n = 40,
-                 .k = 16,
-                 .transpose_b = true,
-                 .operands = Dtype::bf16,
-                 .result = Dtype::bf16,
-                 .alpha = -1.5,
-                 .beta = 3.4445},
-                24);
+  check_addmm_products();
 }
 
 TEST_CASE("gemm: a batch multiplies each matrix by its own, and odd and one-wide shapes") {
@@ -57,18 +68,7 @@ TEST_CASE("gemm: a batch multiplies each matrix by its own, and odd and one-wide
 }
 
 TEST_CASE("gemm: addmm's alpha and beta, as torch.addmm(C, A, B, beta, alpha), rounded once") {
-  check_product(
-      {.m = 24, .n = 24, .k = 24, .operands = Dtype::bf16, .result = Dtype::bf16, .alpha = 2.0315, .beta = -4.775}, 21);
-  check_product({.batch = 3,
-                 .m = 16,
-                 .n = 40,
-                 .k = 16,
-                 .transpose_b = true,
-                 .operands = Dtype::bf16,
-                 .result = Dtype::bf16,
-                 .beta = 3.4445},
-                22);
-  check_product({.m = 9, .n = 5, .k = 7, .transpose_a = true, .operands = Dtype::f32, .alpha = -0.5, .beta = 0.25}, 23);
+  check_addmm_products();
   std::vector<float> c = {1, 2, 3, 4};
   Gemm({.m = 2, .n = 2, .k = 0, .operands = Dtype::f32, .beta = 0.5}).run(nullptr, nullptr, c.data());
   CHECK(c == std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f}); // an empty sum: beta C
