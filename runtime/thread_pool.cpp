@@ -2,9 +2,14 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 namespace optjit {
+
+// How long an idle worker spins before it sleeps on the condition variable: about what 4000 yields took on an idle
+// core, enough for back-to-back steps (a benchmark's) to find it awake.
+constexpr std::chrono::microseconds kSpinBeforeSleep{1000};
 
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool([] {
@@ -70,8 +75,12 @@ void ThreadPool::run(Job& job) {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    // Spin a little before sleeping: steps come back to back.
-    for (int spin = 0; spin < 4000 && generation_.load(std::memory_order_acquire) == seen; ++spin)
+    // Spin a little before sleeping: steps come back to back. The spin is bounded in time, not in yields: on a busy
+    // machine each yield hands the core to another process for a whole time slice, and 4000 of them held a worker
+    // (and the pool's destructor joining it at exit) for seconds.
+    const auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < spin_until)
       std::this_thread::yield();
     Job* job = nullptr;
     {

@@ -63,7 +63,7 @@ private:
   std::condition_variable wake_;
   Job* current_ = nullptr;              // guarded by mutex_; a worker joins only while it is set
   std::atomic<uint64_t> generation_{0}; // bumped when a job is published, read lock-free while spinning
-  bool stop_ = false;                   // guarded by mutex_
+  std::atomic<bool> stop_{false};       // set under mutex_, read lock-free while spinning
 };
 
 } // namespace optjit
