@@ -331,7 +331,15 @@ std::vector<Value*> KernelBody::emit_prologue(IRBuilder<>& b, const PerTensorInp
     case Op::hyper: {
       Value* group = b.CreateLoad(i64_, b.CreateGEP(i64_, in.group_of, in.t));
       Value* index = b.CreateAdd(b.CreateMul(group, in.n_hyper), b.getInt64(index_in(plan_.abi.hypers, n.name)));
-      v = b.CreateLoad(b.getDoubleTy(), b.CreateGEP(b.getDoubleTy(), in.hyper, index), n.name);
+      Value* entry = b.CreateGEP(b.getDoubleTy(), in.hyper, index);
+      if (const HyperOnDevice* on_device = hyper_on_device(plan_, n.name)) {
+        // The entry holds the address of the value (a tensor on the device): it is read where it lives.
+        Value* address = b.CreateLoad(ptr_, entry, n.name + ".address");
+        v = from_storage(b, b.CreateLoad(scalar_type(on_device->dtype), address, n.name), on_device->dtype,
+                         b.getDoubleTy());
+      } else {
+        v = b.CreateLoad(b.getDoubleTy(), entry, n.name);
+      }
       break;
     }
     case Op::scalar_state: {

@@ -7,6 +7,7 @@
 #include "compiler/pipeline.h"
 #include "compiler/target.h"
 #include "ir/arguments.h"
+#include "runtime/error.h"
 
 #include <memory>
 #include <string>
@@ -24,6 +25,12 @@ public:
   virtual void repoint(const std::string& slot, int64_t entry, const Tensor& tensor) = 0;
   // This step's hyperparameters, per group, in the bound ListArguments' hyper_names order.
   virtual void set_hyper(const std::vector<double>& values_by_group) = 0;
+  // Where the plan's kernels read hyperparameters on the device (KernelPlan::hypers_on_device): per group, in the
+  // same order, each one's device address, null for a number (set_hyper's value then). Only a GPU executable's
+  // plans read any; given before set_hyper.
+  virtual void set_hyper_addresses(const std::vector<const void*>& addresses_by_group) {
+    OPTJIT_ASSERT(addresses_by_group.empty(), "only GPU kernels read hyperparameters on the device");
+  }
   // Runs the step's kernels, in order, over the bound arguments; a list reduction combines over this list alone.
   void launch() {
     std::vector<ListPartials> pending;

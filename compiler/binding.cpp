@@ -3,6 +3,7 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace optjit {
@@ -41,8 +42,12 @@ void Binding::bind(const KernelPlan& plan, const ListArguments& args, const Laun
   }
   group_of_ = args.group_of;
   hyper_source_.clear();
-  for (const std::string& name : plan.abi.hypers)
+  hyper_on_device_.clear();
+  for (const std::string& name : plan.abi.hypers) {
     hyper_source_.push_back(args.hyper_index(name));
+    const HyperOnDevice* on_device = hyper_on_device(plan, name);
+    hyper_on_device_.push_back(on_device ? std::optional<Dtype>(on_device->dtype) : std::nullopt);
+  }
   source_hyper_count_ = static_cast<int64_t>(args.hyper_names.size());
   set_hyper(args.hyper);
   scratch_.assign(std::max<std::size_t>(1, plan.scratch.size() * static_cast<std::size_t>(n)), 0);
@@ -138,11 +143,32 @@ void Binding::set_hyper(const std::vector<double>& values_by_group) {
   const std::size_t k = hyper_source_.size();
   const std::size_t groups =
       source_hyper_count_ ? values_by_group.size() / static_cast<std::size_t>(source_hyper_count_) : 0;
-  hyper_.resize(std::max<std::size_t>(1, groups * k));
+  const bool any_on_device =
+      std::any_of(hyper_on_device_.begin(), hyper_on_device_.end(), [](const auto& d) { return d.has_value(); });
+  hyper_.resize(std::max<std::size_t>(1, groups * k * (any_on_device ? 2 : 1))); // then the cells, if any
+  const uint64_t table = hyper_table_address_ ? hyper_table_address_ : reinterpret_cast<uint64_t>(hyper_.data());
   for (std::size_t g = 0; g < groups; ++g)
-    for (std::size_t h = 0; h < k; ++h)
-      hyper_[g * k + h] = values_by_group[g * static_cast<std::size_t>(source_hyper_count_) +
-                                          static_cast<std::size_t>(hyper_source_[h])];
+    for (std::size_t h = 0; h < k; ++h) {
+      const std::size_t source =
+          g * static_cast<std::size_t>(source_hyper_count_) + static_cast<std::size_t>(hyper_source_[h]);
+      hyper_[g * k + h] = values_by_group[source];
+      if (!hyper_on_device_[h])
+        continue;
+      // The entry holds an address (8 bytes, as the kernel loads them): the tensor's, or a cell's with the number.
+      uint64_t address = source < hyper_addresses_.size() ? reinterpret_cast<uint64_t>(hyper_addresses_[source]) : 0;
+      if (address == 0) {
+        const std::size_t cell = groups * k + g * k + h;
+        hyper_[cell] = 0;
+        if (*hyper_on_device_[h] == Dtype::f32) {
+          const auto narrow = static_cast<float>(values_by_group[source]);
+          std::memcpy(&hyper_[cell], &narrow, sizeof narrow);
+        } else {
+          hyper_[cell] = values_by_group[source];
+        }
+        address = table + cell * sizeof(double);
+      }
+      std::memcpy(&hyper_[g * k + h], &address, sizeof address);
+    }
   args_.hyper = hyper_.data();
 }
 

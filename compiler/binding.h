@@ -8,6 +8,7 @@
 #include "runtime/kernel_abi.h"
 #include "runtime/work_items.h"
 
+#include <optional>
 #include <vector>
 
 namespace optjit {
@@ -21,8 +22,18 @@ public:
     slots_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(args_.n_tensors) +
            static_cast<std::size_t>(tensor)] = data;
   }
-  // Copies this step's hyperparameters (per group, in args.hyper_names order) into the ABI's order.
+  // Copies this step's hyperparameters (per group, in args.hyper_names order) into the ABI's order. An entry the
+  // plan reads on the device (KernelPlan::hypers_on_device) gets the address set_hyper_addresses gave for it, or,
+  // where that is null (the group holds a number), the address of a cell after the table's groups x hypers entries
+  // that holds the value in the dtype the kernel reads.
   void set_hyper(const std::vector<double>& values_by_group);
+  // Per group, in args.hyper_names order (as set_hyper's values): the device address of each hyperparameter read on
+  // the device, null for a number; kept for the following set_hyper calls.
+  void set_hyper_addresses(std::vector<const void*> addresses_by_group) {
+    hyper_addresses_ = std::move(addresses_by_group);
+  }
+  // Where the kernels find hyper() (the GPU's copy of it): the cells' addresses are in that copy. 0: hyper() itself.
+  void set_hyper_table_address(uint64_t address) { hyper_table_address_ = address; }
   // The plan's carry buffer (8 bytes per tensor and carried value), shared by every kernel of the plan.
   void set_carry(void* carry, int64_t n_carry) {
     args_.carry = carry;
@@ -54,7 +65,10 @@ private:
   std::vector<void*> slots_;
   std::vector<int64_t> group_of_;
   std::vector<double> hyper_;
-  std::vector<int> hyper_source_; // ABI hyper k comes from args hyper hyper_source_[k]
+  std::vector<int> hyper_source_;                     // ABI hyper k comes from args hyper hyper_source_[k]
+  std::vector<std::optional<Dtype>> hyper_on_device_; // per ABI hyper: the dtype it is read in on the device
+  std::vector<const void*> hyper_addresses_;          // as set_hyper_addresses gave them
+  uint64_t hyper_table_address_ = 0;
   int64_t source_hyper_count_ = 0;
   std::vector<uint64_t> scratch_;
   std::vector<WorkItem> items_;

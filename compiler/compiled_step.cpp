@@ -54,6 +54,10 @@ struct CompiledStep::Impl {
         facts.groups[static_cast<std::size_t>(g)] = std::move(key);
         changed = true;
       }
+    if (std::vector<DeviceHyper> hypers = source.device_hypers(); hypers != facts.device_hypers) {
+      facts.device_hypers = std::move(hypers);
+      changed = true;
+    }
     if (changed) {
       facts.state_dtypes = source.state_dtype_facts();
       state_facts_version = source.state_version();
@@ -108,7 +112,7 @@ struct CompiledStep::Impl {
     for (int g = 0; g < source.group_count(); ++g)
       if (source.group_structure_key(g) != current->facts.groups[static_cast<std::size_t>(g)])
         return false;
-    return true;
+    return source.device_hypers() == current->facts.device_hypers;
   }
 
   void step() {
@@ -133,7 +137,11 @@ struct CompiledStep::Impl {
       checked_slot_epoch = slot_epoch;
     }
     Program& program = *current;
-    std::vector<double> hyper = source.hyper_values();
+    // Hyperparameters in tensors on the device stay there when the kernels read them there (no copy, no wait).
+    static const std::vector<DeviceHyper> kNone;
+    const std::vector<DeviceHyper>& on_device = program.reads_hypers_on_device ? program.facts.device_hypers : kNone;
+    std::vector<double> hyper = source.hyper_values(on_device);
+    const std::vector<const void*> hyper_addresses = source.device_hyper_addresses(on_device);
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -145,16 +153,19 @@ struct CompiledStep::Impl {
                               source.name()));
     staging.copy_in(source);
     if (has_grad_pass) {
-      if (!source.take_grad_pass(run_grad_pass(program, hyper, options))) { // may throw: nothing is written yet
+      if (!source.take_grad_pass(
+              run_grad_pass(program, hyper, hyper_addresses, options))) { // may throw: nothing is written yet
         ++metrics.steps; // an inf or NaN in the grads: the update does not run (staged copies are left unread)
         ++metrics.skipped_steps;
         return;
       }
-      hyper = source.hyper_values(); // with the step's clip coefficient
+      hyper = source.hyper_values(on_device); // with the step's clip coefficient
     }
     for (BucketProgram& bp : program.buckets)
-      if (bp.launched)
+      if (bp.launched) {
+        bp.code->set_hyper_addresses(hyper_addresses);
         bp.code->set_hyper(hyper);
+      }
     launch_program(program, options, source.name(), metrics);
     staging.copy_out(source, program.writes_grads); // staged params are CPU params: their launches have finished
     source.after_step();

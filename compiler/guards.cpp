@@ -23,7 +23,18 @@ std::string describe_param_change(uint32_t before, uint32_t now) {
   return fmt::format("{}", fmt::join(changes, ", "));
 }
 
+std::string describe_all(const std::vector<DeviceHyper>& hypers) {
+  std::vector<std::string> text;
+  for (const DeviceHyper& h : hypers)
+    text.push_back(describe(h));
+  return text.empty() ? "none" : fmt::format("{}", fmt::join(text, ", "));
+}
+
 } // namespace
+
+std::string describe(const DeviceHyper& hyper) {
+  return hyper.name + " (" + std::string(dtype_name(hyper.dtype)) + " on " + hyper.device.to_string() + ")";
+}
 
 std::string explain_guard_failure(const GuardFacts& before, const GuardFacts& now) {
   if (before.groups.size() != now.groups.size())
@@ -43,6 +54,9 @@ std::string explain_guard_failure(const GuardFacts& before, const GuardFacts& no
     if (before.state_dtypes[i] != now.state_dtypes[i])
       return fmt::format("param {}: the dtypes its state is stored in changed (state loaded or replaced)", i);
   }
+  if (before.device_hypers != now.device_hypers)
+    return "hyperparameters held in tensors on a device changed from " + describe_all(before.device_hypers) + " to " +
+           describe_all(now.device_hypers);
   return "no difference";
 }
 

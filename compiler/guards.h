@@ -13,10 +13,21 @@
 
 namespace optjit {
 
+// A hyperparameter a param group holds in a 1-element tensor on a device (a tensor lr, GradScaler's scale there):
+// kernels on that device read it where it is (KernelPlan::hypers_on_device), so that the step copies nothing back.
+struct DeviceHyper {
+  std::string name;
+  Dtype dtype = Dtype::f32; // f32 or f64
+  Device device;
+  bool operator==(const DeviceHyper&) const = default;
+};
+std::string describe(const DeviceHyper& hyper); // "lr (f32 on cuda:0)"
+
 struct GuardFacts {
-  std::vector<uint32_t> params;       // per parameter, packed by param_fact()
-  std::vector<uint64_t> state_dtypes; // per parameter, its state entries' storage dtypes (StepSource's packing)
-  std::vector<std::string> groups;    // per group, the structure key ("amsgrad=1,maximize=0,...")
+  std::vector<uint32_t> params;           // per parameter, packed by param_fact()
+  std::vector<uint64_t> state_dtypes;     // per parameter, its state entries' storage dtypes (StepSource's packing)
+  std::vector<std::string> groups;        // per group, the structure key ("amsgrad=1,maximize=0,...")
+  std::vector<DeviceHyper> device_hypers; // StepSource::device_hypers()
 
   bool operator==(const GuardFacts&) const = default;
 };

@@ -9,6 +9,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <set>
 
 namespace optjit {
@@ -104,6 +105,49 @@ void check_shardable(const std::string& name, const Graph& graph) {
 // Compiles every kernel of the buckets' pipelines (update, then grad pass, bucket by bucket) into the kernel cache,
 // several at once (as many as the thread pool's active threads): they are independent LLVM modules. Per kernel, in
 // that order, whether the cache held it already.
+// Why the buckets' kernels cannot read `hypers` on their device, or empty when they can.
+std::string why_hypers_not_on_device(const std::vector<DeviceHyper>& hypers,
+                                     const std::vector<BucketProgram>& buckets) {
+  for (const BucketProgram& bp : buckets) {
+    for (const DeviceHyper& h : hypers)
+      if (bp.target.device != h.device || bp.target.execution != Execution::Compiled)
+        return "a bucket's kernels run on " + bp.target.device.to_string() + ", and " + describe(h) + " is not there";
+    if (bp.bucket.host_scalar_entries != 0)
+      return "a bucket holds scalar state on the host, which the host updates from the hyperparameters";
+    for (const KernelPlan& plan : bp.pipeline.kernels)
+      for (const LibraryCall& call : plan.calls_after)
+        for (const DeviceHyper& h : hypers)
+          if (call.alpha.hyper == h.name || call.beta.hyper == h.name)
+            return "a matrix product takes " + h.name + " as a number";
+  }
+  return {};
+}
+
+// Marks every kernel plan's hyperparameters of `hypers` as read on the device, when all buckets can; returns whether
+// they do. Otherwise each step reads them back to the host (a copy and a wait), and the log says why.
+bool mark_hypers_on_device(const std::string& name, const std::vector<DeviceHyper>& hypers,
+                           std::vector<BucketProgram>& buckets) {
+  if (hypers.empty())
+    return false;
+  if (const std::string why = why_hypers_not_on_device(hypers, buckets); !why.empty()) {
+    OPTJIT_LOG(kernels, "{}: hyperparameters in tensors on a device are copied to the host each step: {}", name, why);
+    return false;
+  }
+  for (BucketProgram& bp : buckets) {
+    std::vector<KernelPlan*> plans;
+    for (KernelPlan& plan : bp.pipeline.kernels)
+      plans.push_back(&plan);
+    if (bp.grad_pass_pipeline)
+      for (KernelPlan& plan : bp.grad_pass_pipeline->kernels)
+        plans.push_back(&plan);
+    for (KernelPlan* plan : plans)
+      for (const DeviceHyper& h : hypers)
+        if (std::find(plan->abi.hypers.begin(), plan->abi.hypers.end(), h.name) != plan->abi.hypers.end())
+          plan->hypers_on_device.push_back({h.name, h.dtype});
+  }
+  return true;
+}
+
 std::vector<bool> prepare_kernels(const std::vector<BucketProgram>& buckets) {
   struct Job {
     const KernelPlan* plan;
@@ -166,6 +210,7 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
     bp.bucket = std::move(bucket);
     program->buckets.push_back(std::move(bp));
   }
+  program->reads_hypers_on_device = mark_hypers_on_device(source.name(), facts.device_hypers, program->buckets);
   const std::vector<bool> hits = prepare_kernels(program->buckets);
   std::size_t kernel = 0;
   const auto count = [&](std::size_t kernels) { // the next `kernels` kernels' hits into the metrics; all hits?

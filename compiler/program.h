@@ -48,6 +48,10 @@ struct Program {
   // list reduction combined over every bucket's tensors (a list is every param of the step, whatever its dtype or
   // device), or it steps shards and reduces (CompileOptions::shard_reducer).
   bool runs_in_phases = false;
+  // The kernels read facts.device_hypers on the device (KernelPlan::hypers_on_device): every bucket runs on their
+  // device in GPU kernels, with no scalar state on the host and no matrix product taking one as alpha or beta.
+  // Otherwise, or with none, each step copies their values to the host.
+  bool reads_hypers_on_device = false;
   // What the step described beside its buckets (StepDescription): its grad pass, and what layout staging reads.
   GradPass grad_pass;
   std::vector<bool> walks_rows_and_columns;

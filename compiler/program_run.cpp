@@ -96,6 +96,7 @@ void launch_program(Program& program, const CompileOptions& options, const std::
 }
 
 StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<double>& hyper,
+                                         const std::vector<const void*>& hyper_addresses,
                                          const CompileOptions& options) {
   const GradPass& pass = program.grad_pass;
   GradNormTotal norm(pass.norm_type);
@@ -103,6 +104,7 @@ StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<dou
   for (BucketProgram& bp : program.buckets) {
     if (!bp.launched)
       continue;
+    bp.grad_pass_code->set_hyper_addresses(hyper_addresses);
     bp.grad_pass_code->set_hyper(hyper);
     bp.grad_pass_code->launch();
     if (pass.clips)

@@ -13,8 +13,9 @@ namespace optjit {
 void launch_program(Program& program, const CompileOptions& options, const std::string& name, StepMetrics& metrics);
 // Every bucket's grad pass, then the totals over all of them (and over the processes, with a shard reducer): every
 // tensor's norm contribution combined in bucket order, then list order, so the result does not depend on the thread
-// count.
+// count. `hyper_addresses`: where the kernels read hyperparameters on the device (Executable::set_hyper_addresses).
 StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<double>& hyper,
+                                         const std::vector<const void*>& hyper_addresses,
                                          const CompileOptions& options);
 
 } // namespace optjit

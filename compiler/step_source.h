@@ -4,6 +4,7 @@
 // options or algorithm, only these answers.
 #pragma once
 
+#include "compiler/guards.h"
 #include "compiler/param_state.h"
 #include "ir/arguments.h"
 #include "ir/ir.h"
@@ -162,8 +163,19 @@ public:
   virtual StepDescription describe() const = 0;
   // The bucket's tensors by slot (its state must exist: ensure_state()) and this step's hyperparameters.
   virtual ListArguments list_arguments(const ParamBucket& bucket) const = 0;
-  // This step's hyperparameters: groups x names, in list_arguments' hyper_names order.
-  virtual std::vector<double> hyper_values() const = 0;
+  // This step's hyperparameters: groups x names, in list_arguments' hyper_names order. Those of `left_on_device`
+  // (device_hypers() facts the kernels read on the device) are not read back: their entries hold NaN wherever
+  // device_hyper_addresses gives an address.
+  virtual std::vector<double> hyper_values(const std::vector<DeviceHyper>& left_on_device) const = 0;
+  // Per hyperparameter name that a param group holds in a 1-element f32 or f64 tensor on a device, the first such
+  // group's dtype and device (a change recompiles). Read every step.
+  virtual std::vector<DeviceHyper> device_hypers() const { return {}; }
+  // Groups x names (as hyper_values): the device address of each value of `left_on_device` the group holds in a
+  // tensor of that dtype on that device; null elsewhere (a number, or a tensor another fact would not describe).
+  virtual std::vector<const void*> device_hyper_addresses(const std::vector<DeviceHyper>& left_on_device) const {
+    (void)left_on_device;
+    return {};
+  }
 
   // The grad pass (StepDescription::grad_pass) runs every bucket's pass, combines the values over all buckets in a
   // fixed order (GradNormTotal; any non-zero check value is an inf or NaN) and hands the totals to take_grad_pass,

@@ -41,6 +41,16 @@ std::string carries_text(const KernelPlan& plan) {
   return join(names);
 }
 
+// "lr (f32 on device), beta1": a hyperparameter read from device memory says so, with its dtype.
+constexpr std::string_view kOnDeviceSuffix = " on device)";
+std::string hypers_text(const KernelPlan& plan) {
+  std::vector<std::string> names = plan.abi.hypers;
+  for (std::string& name : names)
+    if (const HyperOnDevice* h = hyper_on_device(plan, name))
+      name += " (" + std::string(dtype_name(h->dtype)) + std::string(kOnDeviceSuffix);
+  return join(names);
+}
+
 std::string phases_text(const KernelPlan& plan) {
   // Appended, not "%" + ...: GCC 12 warns wrongly on that form (PR 105651).
   const auto range = [](int begin, int end) {
@@ -59,7 +69,7 @@ std::string phases_text(const KernelPlan& plan) {
 std::vector<std::pair<std::string, std::string>> header_lines(const KernelPlan& plan) {
   return {{"tensor slots", join(plan.abi.tensor_slots)},
           {"scalar slots", join(plan.abi.scalar_slots)},
-          {"hypers", join(plan.abi.hypers)},
+          {"hypers", hypers_text(plan)},
           {"carries", carries_text(plan)},
           {"scratch", scratch_text(plan.scratch)},
           {"tensor phase", phases_text(plan)}};
@@ -299,6 +309,13 @@ int per_tensor_reductions(const KernelPlan& plan) {
   return count;
 }
 
+const HyperOnDevice* hyper_on_device(const KernelPlan& plan, const std::string& name) {
+  for (const HyperOnDevice& h : plan.hypers_on_device)
+    if (h.name == name)
+      return &h;
+  return nullptr;
+}
+
 std::string print_library_call(const LibraryCall& call) {
   const auto scalar = [](const LibraryCall::Scalar& s) {
     return s.hyper.empty() ? format_number(s.value) : "hyper \"" + s.hyper + "\"";
@@ -365,6 +382,16 @@ KernelPlan parse_kernel_plan(std::string_view text) {
       }
   }
   KernelPlan plan = make_kernel_plan(name, std::move(graph), std::move(carries), std::move(kinds));
+  for (std::string_view line : lines)
+    if (line.starts_with("  hypers: "))
+      for (const std::string& hyper : split_names(line.substr(10)))
+        if (const auto open = hyper.rfind(" ("); open != std::string::npos && hyper.ends_with(kOnDeviceSuffix)) {
+          const Dtype dtype = parse_dtype(hyper.substr(open + 2, hyper.size() - open - 2 - kOnDeviceSuffix.size()));
+          if (dtype != Dtype::f32 && dtype != Dtype::f64)
+            throw Error("parse error: hyperparameter '" + hyper + "' of kernel @" + name +
+                        ": a hyperparameter read on the device is f32 or f64");
+          plan.hypers_on_device.push_back({hyper.substr(0, open), dtype});
+        }
   // Every header line must say what the graph implies.
   const std::string expected = print_kernel_plan(plan);
   const std::string_view expected_header = std::string_view(expected).substr(0, expected.find("\ngraph @"));

@@ -99,6 +99,15 @@ std::string print_library_call(const LibraryCall& call);
 // optjit::Error naming the shapes when op(a)'s columns are not op(b)'s rows.
 GemmShape gemm_shape(const MatrixProductForm& form, const Shape& a, const Shape& b);
 
+// A hyperparameter the kernel reads from device memory: its entry in the argument table holds the address of a
+// 1-element tensor of `dtype` (a tensor lr, GradScaler's scale on the params' device) instead of the value, so that
+// the host never copies the value back.
+struct HyperOnDevice {
+  std::string name;
+  Dtype dtype = Dtype::f32; // f32 or f64
+  bool operator==(const HyperOnDevice&) const = default;
+};
+
 struct KernelPlan {
   std::string name;
   Graph graph;                          // the kernel's nodes (per-tensor prefix, then element nodes) and stores
@@ -112,8 +121,11 @@ struct KernelPlan {
   std::vector<CarryKind> carry_kinds;   // per carried value
   bool has_axis = false;                // the kernel reads or writes rows or columns (slots, sums, carried sums)
   std::vector<LibraryCall> calls_after; // the plan's matrix products that run once this kernel has ended, in order
+  std::vector<HyperOnDevice> hypers_on_device; // of abi.hypers, those read from device memory (set by the driver)
   bool operator==(const KernelPlan&) const = default;
 };
+// The entry of hypers_on_device for hyperparameter `name`, or null when the kernel reads its value from the table.
+const HyperOnDevice* hyper_on_device(const KernelPlan& plan, const std::string& name);
 
 // What a GPU item that holds part of a matrix cannot finish alone (runtime/work_items.h's make_axis_work_items): its
 // column sums, kept as one partial per column and item, and its stores to columns slots, whose old values other items

@@ -86,7 +86,8 @@ AdamW::AdamW(std::vector<ParamGroupSpec> groups, const AdamWOptions& options)
 void Adam::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
 void Adam::check_step_options(const ParamGroup& group, std::size_t index) const {
-  require_first_bias_correction(group.get("beta1"), name(), index);
+  if (!group.held_on_device("beta1")) // a tensor's 1.0 divides by 0 in the kernel, as in torch's tensor arithmetic
+    require_first_bias_correction(group.get("beta1"), name(), index);
 }
 
 bool Adam::loads_state_of(const std::string& saved) const { return saved == "Adam" || saved == "AdamW"; }

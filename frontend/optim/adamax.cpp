@@ -46,7 +46,8 @@ Adamax::Adamax(std::vector<Tensor> params, const AdamaxOptions& o) : Adamax(one_
 void Adamax::validate_options(const OptionMap& o) const { require_adam_options(o); }
 
 void Adamax::check_step_options(const ParamGroup& group, std::size_t index) const {
-  require_first_bias_correction(group.get("beta1"), name(), index);
+  if (!group.held_on_device("beta1")) // a tensor's 1.0 divides by 0 in the kernel, as in torch's tensor arithmetic
+    require_first_bias_correction(group.get("beta1"), name(), index);
 }
 
 Structure Adamax::structure(const ParamGroup& group) const {

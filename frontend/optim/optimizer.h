@@ -245,10 +245,20 @@ public:
   bool checks_grads_finite() const { return inf_check_ == InfCheck::InStep && found_inf_.defined(); }
   bool take_grad_pass(const GradPassTotals& totals) override;
   bool reduces_grad_pass_over_processes() const override { return grad_norm_reducer_ || inf_check_reducer_; }
-  // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale).
-  std::vector<double> hyper_values() const override;
+  // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale), those
+  // held on a device as `left_on_device` describes left there (NaN).
+  std::vector<double> hyper_values(const std::vector<DeviceHyper>& left_on_device) const override;
+  // The hyperparameters the groups hold in tensors on a device (tensor options, a GradScaler's scale there).
+  std::vector<DeviceHyper> device_hypers() const override;
+  std::vector<const void*> device_hyper_addresses(const std::vector<DeviceHyper>& left_on_device) const override;
   // hyper_names(), and "grad_scale" while gradient scaling is on (the same value in every group).
   std::vector<std::string> step_hyper_names() const;
+  // The 1-element f32 or f64 tensor on a device (not the CPU) that group `g` holds hyperparameter `name` in (for
+  // "grad_scale", the scaler's), or null.
+  const Tensor* device_operand(std::size_t g, const std::string& name) const;
+  // Whether group `g`'s `name` is one of `left_on_device` (its tensor has that fact's dtype and device).
+  const Tensor* left_on_device_operand(std::size_t g, const std::string& name,
+                                       const std::vector<DeviceHyper>& left_on_device) const;
   // The flags a group's step is traced with: the subclass's structure(), whether grads are unscaled and whether
   // the group keeps master weights.
   Structure traced_structure(const ParamGroup& group) const;

@@ -31,9 +31,13 @@ void Optimizer::check_hyperparameters() const {
     check_state_dtype(groups_[g], g);
     check_step_options(groups_[g], g);
   }
+  // Values in tensors on a device are not read back to check them (a copy and a wait each step), as torch's
+  // capturable and fused steps do not check them either.
   for (std::size_t g = 0; g < groups_.size() && requires_finite_hyperparameters(); ++g)
     for (const std::string& name : names)
-      if (double v = groups_[g].get(name); !std::isfinite(v))
+      if (groups_[g].held_on_device(name))
+        continue;
+      else if (double v = groups_[g].get(name); !std::isfinite(v))
         throw Error("hyperparameter " + name + " of param group " + std::to_string(g) + " is " + python_float(v) +
                     ": hyperparameters must be finite");
   for (const Tensor* t : {&grad_scale_, &found_inf_}) // on the CPU, or where params are (read there each step)
@@ -43,7 +47,7 @@ void Optimizer::check_hyperparameters() const {
       throw Error(fmt::format("{} is {}, a device none of the params is on: a gradient scaler's tensors are on the "
                               "CPU or on the params' device",
                               t == &grad_scale_ ? "grad_scale" : "found_inf", t->describe()));
-  if (grad_scale_.defined())
+  if (grad_scale_.defined() && grad_scale_.device().kind == DeviceKind::cpu)
     if (const double scale = grad_scale_.item(); !(std::isfinite(scale) && scale > 0))
       throw Error("grad_scale is " + python_float(scale) +
                   ": a gradient scale must be a positive finite number (grads are divided by it)");

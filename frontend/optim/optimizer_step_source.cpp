@@ -5,23 +5,83 @@
 #include "runtime/error.h"
 #include "runtime/stochastic_rounding.h"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace optjit {
 
 using namespace optimizer_detail;
 
-std::vector<double> Optimizer::hyper_values() const {
+// The value of a hyperparameter the kernels read on the device: never read on the host.
+static constexpr double kLeftOnDevice = std::numeric_limits<double>::quiet_NaN();
+
+const Tensor* Optimizer::device_operand(std::size_t g, const std::string& name) const {
+  const Tensor* held = nullptr;
+  if (name == "grad_scale") {
+    held = grad_scale_.defined() ? &grad_scale_ : nullptr;
+  } else {
+    const auto& options = groups_[g].tensor_options;
+    const auto it = options.find(name);
+    held = it == options.end() ? nullptr : &it->second;
+  }
+  if (!held || held->device().kind == DeviceKind::cpu || held->numel() != 1 ||
+      (held->dtype() != Dtype::f32 && held->dtype() != Dtype::f64))
+    return nullptr;
+  return held;
+}
+
+const Tensor* Optimizer::left_on_device_operand(std::size_t g, const std::string& name,
+                                                const std::vector<DeviceHyper>& left_on_device) const {
+  for (const DeviceHyper& h : left_on_device)
+    if (h.name == name) {
+      const Tensor* t = device_operand(g, name);
+      return t && t->dtype() == h.dtype && t->device() == h.device ? t : nullptr;
+    }
+  return nullptr;
+}
+
+std::vector<DeviceHyper> Optimizer::device_hypers() const {
+  std::vector<DeviceHyper> hypers;
+  const bool scale_on_device = grad_scale_.defined() && grad_scale_.device().kind != DeviceKind::cpu;
+  if (!scale_on_device &&
+      std::all_of(groups_.begin(), groups_.end(), [](const ParamGroup& g) { return g.tensor_options.empty(); }))
+    return hypers; // the usual step: numbers only
+  for (const std::string& name : step_hyper_names())
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      if (const Tensor* t = device_operand(g, name)) {
+        hypers.push_back({name, t->dtype(), t->device()});
+        break;
+      }
+  return hypers;
+}
+
+std::vector<const void*> Optimizer::device_hyper_addresses(const std::vector<DeviceHyper>& left_on_device) const {
+  if (left_on_device.empty())
+    return {};
+  const std::vector<std::string> names = step_hyper_names();
+  std::vector<const void*> addresses(groups_.size() * names.size(), nullptr);
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (std::size_t k = 0; k < names.size(); ++k)
+      if (const Tensor* t = left_on_device_operand(g, names[k], left_on_device))
+        addresses[g * names.size() + k] = t->data();
+  return addresses;
+}
+
+std::vector<double> Optimizer::hyper_values(const std::vector<DeviceHyper>& left_on_device) const {
   const std::vector<std::string> names = hyper_names();
-  const double scale = grad_scale_.defined() ? grad_scale_.item() : 0.0; // read once: a device scale costs a copy
+  const bool scale_left = grad_scale_.defined() && left_on_device_operand(0, "grad_scale", left_on_device);
+  // Read once: a scale on a device costs a copy and a wait, unless the kernels read it there.
+  const double scale = grad_scale_.defined() && !scale_left ? grad_scale_.item() : kLeftOnDevice;
   const bool rounding = any_stochastic_rounding();
   const double counter = // exact: < 2^53
       rounding ? static_cast<double>(rounding_counter(rounding_seed_, rounding_steps_)) : 0.0;
   std::vector<double> values;
   values.reserve(groups_.size() * (names.size() + 2));
-  for (const ParamGroup& group : groups_) {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& group = groups_[g];
     for (const std::string& name : names)
-      values.push_back(hyper_value(group, name));
+      values.push_back(left_on_device_operand(g, name, left_on_device) ? kLeftOnDevice : hyper_value(group, name));
     if (grad_scale_.defined())
       values.push_back(scale);
     if (clipping_)
@@ -167,7 +227,7 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
 ListArguments Optimizer::list_arguments(const ParamBucket& bucket) const {
   ListArguments args;
   args.hyper_names = step_hyper_names();
-  args.hyper = hyper_values();
+  args.hyper = hyper_values(device_hypers()); // placeholders: each step sets its own
   const std::vector<Slot> declared = slots(param_traced_structure(bucket.members.front().flat), bucket);
   for (const Slot& slot : declared) {
     args.slot_names.push_back(slot.name);

@@ -31,10 +31,17 @@ struct ParamGroup {
     const auto held = tensor_options.find(name);
     return held != tensor_options.end() && held->second.dtype() == Dtype::f32;
   }
+  // Whether option `name` is held in a tensor on a device (not the CPU): kernels there read it, and the host reads
+  // it only where a step's structure depends on it (weight_decay != 0), so value checks torch's step makes on
+  // numbers are not made on it either.
+  bool held_on_device(const std::string& name) const {
+    const auto held = tensor_options.find(name);
+    return held != tensor_options.end() && held->second.device().kind != DeviceKind::cpu;
+  }
   bool has(const std::string& name) const { return options.count(name) > 0; }
   // Only keys the group has. A tensor-held option is filled in place, as torch's LR schedulers do.
   void set(const std::string& name, double value);
-  // Holds an option the group has in `value`, a 1-element f32 or f64 CPU tensor ("Tensor lr must be 1-element").
+  // Holds an option the group has in `value`, a 1-element tensor ("Tensor lr must be 1-element").
   void set(const std::string& name, const Tensor& value);
   // Sets or adds any key: the entries LR schedulers keep in param groups (initial_lr, max_lr, ...).
   void put(const std::string& name, double value);

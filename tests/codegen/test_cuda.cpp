@@ -243,6 +243,41 @@ TEST_CASE("cuda ptx: a plan with a list reduction assembles for sm_80 and sm_90,
   std::filesystem::remove(file);
 }
 
+TEST_CASE("cuda ptx: a kernel reading hyperparameters on the device (f32 and f64) assembles for sm_80 and sm_90") {
+  if (!std::filesystem::exists(kPtxas)) {
+    skip_test(std::string(kPtxas) + " is absent (install the CUDA toolkit's ptxas to run this check)");
+    return;
+  }
+  PipelineResult r = run_pipeline(parse_graph(R"(graph @on_device f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  %0 = hyper "lr" : pt f64
+  %1 = hyper "decay" : pt f64
+  %2 = tensor "param" : el f32
+  %3 = tensor "grad" : el f32
+  %4 = mul %0, %1 : pt f64
+  %5 = cast %4 : pt f32
+  %6 = mul %3, %5 : el f32
+  %7 = sub %2, %6 : el f32
+  store "param" %7
+}
+)"));
+  REQUIRE(r.kernels.size() == 1);
+  r.kernels.front().hypers_on_device = {{"lr", Dtype::f32}, {"decay", Dtype::f64}};
+  const std::filesystem::path file = test::temp_path("on_device_kernel.ptx");
+  for (int sm : {80, 90}) {
+    INFO("sm_" << sm);
+    const std::string ptx = compile_gpu_kernel(r.kernels.front(), sm).ptx;
+    CHECK(ptx.find("ld.f32") != std::string::npos); // the value, loaded where its address points
+    CHECK(ptx.find("ld.f64") != std::string::npos);
+    std::ofstream(file) << ptx;
+    auto [status, out] =
+        run(std::string(kPtxas) + " -v --gpu-name sm_" + std::to_string(sm) + " " + file.string() + " -o /dev/null");
+    CHECK_MESSAGE(status == 0, out);
+  }
+  std::filesystem::remove(file);
+}
+
 TEST_CASE("cuda: a list reduction is combined between kernels on the GPU as on the CPU") {
   if (skip_without_gpu())
     return;
@@ -528,6 +563,7 @@ TEST_CASE("cuda: a tensor lr on the GPU is read at every step, as a schedule fil
   }
   check_same_trajectory(gpu, *opt, ref, *forloop, 1e-5, 1e-6, "tensor lr on the GPU");
   CHECK(step.metrics().compiles == 1);
+  CHECK(step.dump(Stage::Fused).find("lr (f32 on device)") != std::string::npos); // read there, never copied back
 }
 
 TEST_CASE("cuda: a kernel whose registers allow fewer than 512 threads per block launches with fewer") {

@@ -23,8 +23,10 @@ namespace {
 // array per axis sum, the list reductions combined over the list between kernels. `axis_item_elements` >= 0
 // replaces the GPU's cut of kernels over rows and columns (1: items of kMinAxisItemRows rows). Returns the column
 // scratch the kernels used (doubles): > 0 when a matrix was cut into pieces.
+// `hyper_addresses`: where the kernels read the hyperparameters their plans read on the device (Binding's).
 int64_t run_emulated(const PipelineResult& pipeline, const ListArguments& given, unsigned threads,
-                     EmulatedSchedule schedule = EmulatedSchedule::Concurrent, int64_t axis_item_elements = -1) {
+                     EmulatedSchedule schedule = EmulatedSchedule::Concurrent, int64_t axis_item_elements = -1,
+                     const std::vector<const void*>& hyper_addresses = {}) {
   int64_t col_scratch_used = 0;
   // Matrix products (Muon's) run between the kernels in the CPU's library, on scratch buffers in host memory, as
   // the GPU backend runs them in cuBLAS between its launches.
@@ -43,6 +45,7 @@ int64_t run_emulated(const PipelineResult& pipeline, const ListArguments& given,
     const KernelPlan& plan = pipeline.kernels[k];
     const std::shared_ptr<EmulatedGpuKernel> kernel = compile_gpu_kernel_for_host(plan);
     Binding host;
+    host.set_hyper_addresses(hyper_addresses); // the cells of numbers stay in the host table, which outlives the run
     LaunchShape shape = gpu_launch_shape(plan);
     if (axis_item_elements >= 0)
       shape.axis_item_elements = axis_item_elements;
@@ -498,6 +501,54 @@ TEST_CASE("gpu emulation: a list reduction (clipping by the global norm) combine
       CHECK(test::scaled_error(emulated.slot_tensors[s][t], reference.slot_tensors[s][t], 1e-6, 1e-7) <= 1.0);
     }
   CHECK(reference.slot_tensors[2][0].item() > 0); // the peak was written
+}
+
+TEST_CASE("gpu emulation: hyperparameters read on the device (a tensor's value, a number in a cell) step as numbers") {
+  // Two groups. lr of group 0 is an f32 tensor's value (its address in the table; the value entry is NaN, which a
+  // kernel reading it as a number would spread); lr of group 1 and decay of both are numbers the binding puts in
+  // cells after the table, in the dtype the kernel reads (f32 and f64).
+  PipelineResult pipeline = run_pipeline(parse_graph(R"(graph @on_device f32 {
+  slot "param" : param tensor f32
+  slot "grad" : grad tensor f32
+  %0 = hyper "lr" : pt f64
+  %1 = hyper "decay" : pt f64
+  %2 = tensor "param" : el f32
+  %3 = tensor "grad" : el f32
+  %4 = cast %0 : pt f32
+  %5 = cast %1 : pt f32
+  %6 = mul %3, %4 : el f32
+  %7 = mul %2, %5 : el f32
+  %8 = add %6, %7 : el f32
+  %9 = sub %2, %8 : el f32
+  store "param" %9
+}
+)"));
+  REQUIRE(pipeline.kernels.size() == 1);
+  KernelPlan& plan = pipeline.kernels.front();
+  plan.hypers_on_device = {{"lr", Dtype::f32}, {"decay", Dtype::f64}};
+  CHECK(print_kernel_plan(plan).find("hypers: lr (f32 on device), decay (f64 on device)") != std::string::npos);
+  CHECK(parse_kernel_plan(print_kernel_plan(plan)) == plan);
+
+  const auto lists = [] {
+    ListArguments args = param_and_grad_lists({{9000}, {7}, {0}, {3, 3}}, 78, 0.5);
+    args.hyper_names = {"lr", "decay"};
+    args.hyper = {0.5, 0.25, 0.125, 0.0625}; // groups x names: each exact in f32
+    args.group_of = {0, 1, 1, 0};
+    return args;
+  };
+  ListArguments emulated = lists();
+  const ListArguments reference = lists();
+  const float lr_tensor = 0.5f; // group 0's lr, "on the device"
+  emulated.hyper[0] = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<const void*> addresses = {&lr_tensor, nullptr, nullptr, nullptr};
+  run_emulated(pipeline, emulated, 64, EmulatedSchedule::Concurrent, -1, addresses);
+  PipelineResult numbers = pipeline;
+  numbers.kernels.front().hypers_on_device.clear();
+  run_on_cpu(numbers, reference);
+  for (std::size_t t = 0; t < 4; ++t) {
+    INFO("tensor " << t);
+    CHECK(test::scaled_error(emulated.slot_tensors[0][t], reference.slot_tensors[0][t], 1e-6, 1e-7) <= 1.0);
+  }
 }
 
 namespace {

@@ -35,7 +35,7 @@ struct HostStateRun {
   void step(const Optimizer& opt) {
     for (Bucket& b : buckets) {
       b.code->bind(opt.list_arguments(b.bucket));
-      b.code->set_hyper(opt.hyper_values());
+      b.code->set_hyper(opt.hyper_values({}));
       b.code->launch();
     }
   }

@@ -89,3 +89,38 @@ TEST_CASE("host waits: a compiled pointwise step on a GPU queues one launch per 
     CHECK(counts.device_to_host_copies == 0);
   }
 }
+
+TEST_CASE("host waits: hyperparameters in tensors on the GPU (lr, beta1, GradScaler's scale) are read there by the "
+          "kernels, never copied back, and a scheduler's change in place recompiles nothing") {
+  if (!use_counting_driver())
+    return;
+  auto opt = make_optimizer("adam",
+                            {ParamGroupSpec{gpu_params({{1000}, {33, 7}}, Dtype::f32), {}},
+                             ParamGroupSpec{gpu_params({{5}, {16, 256}}, Dtype::f32), {}}},
+                            {{"foreach", {1}}, {"weight_decay", {0.01}}});
+  Tensor lr = Tensor::from_values({}, std::vector<double>{1e-3}, Dtype::f32).to(Device::cuda(0));
+  Tensor beta1 = Tensor::from_values({}, std::vector<double>{0.8}, Dtype::f64).to(Device::cuda(0));
+  opt->param_groups()[0].set("lr", lr); // group 1 keeps a number: its kernels read it from a cell of the table
+  opt->param_groups()[1].set("beta1", beta1);
+  opt->set_grad_scaling(Tensor::from_values({}, std::vector<double>{1024}, Dtype::f32).to(Device::cuda(0)), Tensor());
+  CompiledStep step = compile(*opt);
+  step();
+  const std::string fused = step.dump(Stage::Fused);
+  CHECK(fused.find("lr (f32 on device)") != std::string::npos);
+  CHECK(fused.find("beta1 (f64 on device)") != std::string::npos);
+  CHECK(fused.find("grad_scale (f32 on device)") != std::string::npos);
+  DriverCounts counts;
+  for (int s = 0; s < 12; ++s) {
+    lr.fill(1e-3 * (12 - s) / 12); // an LR scheduler's update in place (this test's copy, not counted)
+    (void)take_counts();
+    step();
+    const DriverCounts one = take_counts();
+    counts.launches += one.launches;
+    counts.host_waits += one.host_waits;
+    counts.device_to_host_copies += one.device_to_host_copies;
+  }
+  CHECK(counts.launches == 12 * step.kernel_count());
+  CHECK(counts.host_waits == 0);
+  CHECK(counts.device_to_host_copies == 0);
+  CHECK(step.metrics().compiles == 1);
+}

@@ -76,6 +76,10 @@ public:
       k.binding.set_hyper(values_by_group);
     products_.set_hyper(values_by_group);
   }
+  void set_hyper_addresses(const std::vector<const void*>& addresses_by_group) override {
+    for (BoundGpuKernel& k : kernels_)
+      k.binding.set_hyper_addresses(addresses_by_group);
+  }
   // A synchronous copy to the host, which waits for the launches before it (the launch stream is ordered with the
   // legacy default stream): the one host wait of a clipping step on the GPU.
   std::vector<double> carried(const std::string& name) const override {

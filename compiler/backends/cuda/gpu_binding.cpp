@@ -59,6 +59,7 @@ void GpuBinding::bind(const KernelPlan& plan, const ListArguments& args, int dev
   if (col_scratch_bytes > 0 && col_scratch_.bytes() < col_scratch_bytes)
     col_scratch_ = DeviceBuffer(device, col_scratch_bytes);
   params_ = table.at(table_.address(), carry, axis, col_scratch_bytes > 0 ? col_scratch_.address() : 0);
+  host_.set_hyper_table_address(params_.hyper); // cells of hyperparameters read on the device live in that copy
   if (!staging_ || staging_->device() != device || staging_->doubles < host_.hyper().size())
     staging_ = std::make_unique<Staging>(device, host_.hyper().size());
   staging_->drop_graphs();  // they launch the previous table's items and block size

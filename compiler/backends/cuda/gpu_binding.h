@@ -32,6 +32,7 @@ public:
   // the device with the next launch (one asynchronous upload of the slot table, however many were repointed).
   void repoint(int slot, int64_t tensor, void* data);
   void set_hyper(const std::vector<double>& values_by_group) { host_.set_hyper(values_by_group); }
+  void set_hyper_addresses(const std::vector<const void*>& addresses) { host_.set_hyper_addresses(addresses); }
   // Enqueues the hyperparameter copy and the launch of `kernel` on the device's stream. With `use_graph`, the two
   // are captured into a CUDA graph once per bind (one per staging slot: the copy's source is baked in) and the
   // graph is replayed; a rebind drops the graphs, a repointed grad does not (the graph reads the table). On the
