@@ -137,6 +137,11 @@ struct CompiledStep::Impl {
       checked_slot_epoch = slot_epoch;
     }
     Program& program = *current;
+    if (!program.reads_hypers_on_device && source.kernels_would_skip()) { // read back anyway: the host decides
+      ++metrics.steps;
+      ++metrics.skipped_steps;
+      return;
+    }
     // Hyperparameters in tensors on the device stay there when the kernels read them there (no copy, no wait).
     static const std::vector<DeviceHyper> kNone;
     const std::vector<DeviceHyper>& on_device = program.reads_hypers_on_device ? program.facts.device_hypers : kNone;

@@ -169,8 +169,12 @@ public:
   // GradScaler's check reads them), in the grad pass that also computes a clipping norm (one kernel per bucket before
   // the update); when any element is an inf or NaN it writes 1 to found_inf and changes nothing else, as a step
   // skipped by the caller's found_inf. The caller zeroes found_inf again before a step it wants checked.
+  // InKernels: the caller filled found_inf, and the kernels read it (on the device where it lives, with no copy back
+  // and no wait): a step with a non-zero found_inf writes every slot's old value back, so it changes nothing, as
+  // torch's fused kernels return; the host never reads it, so state the step creates for first-time params stays
+  // (zeros and step 0, as torch's fused step leaves it) and the step is not counted as skipped.
   enum class GradsAfterStep { Scaled, Unscaled };
-  enum class InfCheck { ByCaller, InStep };
+  enum class InfCheck { ByCaller, InStep, InKernels };
   void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled,
                         InfCheck check = InfCheck::ByCaller);
   const Tensor& grad_scale() const { return grad_scale_; }
@@ -215,7 +219,11 @@ public:
   }
   uint64_t stochastic_rounding_steps() const { return rounding_steps_; }
   const Tensor& found_inf() const { return found_inf_; }
-  bool step_skipped() const override; // found_inf is set and non-zero now
+  bool step_skipped() const override; // found_inf is set and non-zero now, and the host decides (not InKernels)
+  // On the CPU the kernels read found_inf's value from their table (no wait): only a device's is read back here.
+  bool kernels_would_skip() const override {
+    return skips_in_kernels() && found_inf_.device().kind != DeviceKind::cpu && found_inf_.item() != 0;
+  }
 
   // What compiled and eager steps build on (compiler/step_source.h).
   using Member = BucketMember;
@@ -243,6 +251,7 @@ public:
   bool has_grad_pass() const { return grad_pass().any(); }
   bool clips_grads() const { return clipping_.has_value(); }
   bool checks_grads_finite() const { return inf_check_ == InfCheck::InStep && found_inf_.defined(); }
+  bool skips_in_kernels() const { return inf_check_ == InfCheck::InKernels && found_inf_.defined(); }
   bool take_grad_pass(const GradPassTotals& totals) override;
   bool reduces_grad_pass_over_processes() const override { return grad_norm_reducer_ || inf_check_reducer_; }
   // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale), those
@@ -462,5 +471,7 @@ inline const std::string kRoundingStream = "_rounding_stream";
 inline const std::string kRoundingCounter = "rounding_counter";
 // The hyperparameter a clipping step multiplies its grads by: min(max_norm / (total norm + 1e-6), 1).
 inline const std::string kClipCoefficient = "clip_coef";
+// The hyperparameter whose non-zero value has every store of a step keep the old value (InfCheck::InKernels).
+inline const std::string kFoundInf = "found_inf";
 
 } // namespace optjit

@@ -129,8 +129,8 @@ void Optimizer::forloop_step(const ParamGroup&, const Tensor&, const Tensor&, Pa
 const StepMetrics* Optimizer::eager_metrics() const { return eager_step_ ? &eager_step_->metrics() : nullptr; }
 
 void Optimizer::eager_update() {
-  const Stepping exclusive(*this); // the interpreted driver below holds it again
-  if (step_skipped())
+  const Stepping exclusive(*this);                    // the interpreted driver below holds it again
+  if (found_inf_.defined() && found_inf_.item() != 0) // the host's own decision, InfCheck::InKernels too
     return;
   if (!foreach_ && !has_forloop_reference())
     throw Error(name_ + " has no forloop reference (foreach=false): step it with foreach=true or compile it");

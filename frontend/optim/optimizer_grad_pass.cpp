@@ -24,13 +24,17 @@ void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfter
   if (check == InfCheck::InStep && !found_inf.defined())
     throw Error("found_inf is undefined, and an in-step inf check writes what it finds there: pass a found_inf "
                 "tensor holding 0");
+  if (check == InfCheck::InKernels && !found_inf.defined())
+    throw Error("found_inf is undefined, and InfCheck::InKernels has the kernels read it: pass the caller's found_inf");
   grad_scale_ = std::move(grad_scale);
   found_inf_ = std::move(found_inf);
   grads_after_step_ = grads;
   inf_check_ = check;
 }
 
-bool Optimizer::step_skipped() const { return found_inf_.defined() && found_inf_.item() != 0; }
+bool Optimizer::step_skipped() const {
+  return found_inf_.defined() && inf_check_ != InfCheck::InKernels && found_inf_.item() != 0;
+}
 
 // A copy of `grad` in its compute dtype with every element f(element, number) (the forloop's unscaling and clipping).
 template <class F> static Tensor transformed(const Tensor& grad, double number, F f) {

@@ -20,6 +20,8 @@ const Tensor* Optimizer::device_operand(std::size_t g, const std::string& name) 
   const Tensor* held = nullptr;
   if (name == "grad_scale") {
     held = grad_scale_.defined() ? &grad_scale_ : nullptr;
+  } else if (name == kFoundInf) {
+    held = found_inf_.defined() ? &found_inf_ : nullptr;
   } else {
     const auto& options = groups_[g].tensor_options;
     const auto it = options.find(name);
@@ -43,8 +45,9 @@ const Tensor* Optimizer::left_on_device_operand(std::size_t g, const std::string
 
 std::vector<DeviceHyper> Optimizer::device_hypers() const {
   std::vector<DeviceHyper> hypers;
-  const bool scale_on_device = grad_scale_.defined() && grad_scale_.device().kind != DeviceKind::cpu;
-  if (!scale_on_device &&
+  const bool scaler_on_device = (grad_scale_.defined() && grad_scale_.device().kind != DeviceKind::cpu) ||
+                                (skips_in_kernels() && found_inf_.device().kind != DeviceKind::cpu);
+  if (!scaler_on_device &&
       std::all_of(groups_.begin(), groups_.end(), [](const ParamGroup& g) { return g.tensor_options.empty(); }))
     return hypers; // the usual step: numbers only
   for (const std::string& name : step_hyper_names())
@@ -73,6 +76,8 @@ std::vector<double> Optimizer::hyper_values(const std::vector<DeviceHyper>& left
   const bool scale_left = grad_scale_.defined() && left_on_device_operand(0, "grad_scale", left_on_device);
   // Read once: a scale on a device costs a copy and a wait, unless the kernels read it there.
   const double scale = grad_scale_.defined() && !scale_left ? grad_scale_.item() : kLeftOnDevice;
+  const bool found_inf_left = skips_in_kernels() && left_on_device_operand(0, kFoundInf, left_on_device);
+  const double found_inf = skips_in_kernels() && !found_inf_left ? found_inf_.item() : kLeftOnDevice;
   const bool rounding = any_stochastic_rounding();
   const double counter = // exact: < 2^53
       rounding ? static_cast<double>(rounding_counter(rounding_seed_, rounding_steps_)) : 0.0;
@@ -84,6 +89,8 @@ std::vector<double> Optimizer::hyper_values(const std::vector<DeviceHyper>& left
       values.push_back(left_on_device_operand(g, name, left_on_device) ? kLeftOnDevice : hyper_value(group, name));
     if (grad_scale_.defined())
       values.push_back(scale);
+    if (skips_in_kernels())
+      values.push_back(found_inf);
     if (clipping_)
       values.push_back(clip_coefficient_);
     if (rounding)
@@ -96,6 +103,8 @@ std::vector<std::string> Optimizer::step_hyper_names() const {
   std::vector<std::string> names = hyper_names();
   if (grad_scale_.defined())
     names.emplace_back("grad_scale");
+  if (skips_in_kernels())
+    names.emplace_back(kFoundInf);
   if (clipping_)
     names.emplace_back(kClipCoefficient);
   if (any_stochastic_rounding())
@@ -113,6 +122,7 @@ Structure Optimizer::traced_structure(const ParamGroup& group) const {
   s.set("grad_scale", grad_scale_.defined());
   s.set("clip_grad_norm", clipping_.has_value());
   s.set("check_finite_grads", checks_grads_finite()); // the grad pass is compiled with the step
+  s.set("found_inf_in_kernels", skips_in_kernels());
   s.set("unscaled_grads_stored", stores_unscaled_grads());
   s.set("master_weights", group.get("master_weights") != 0);
   s.set("stochastic_rounding", group.get("stochastic_rounding") != 0);
@@ -220,6 +230,8 @@ Graph Optimizer::trace_bucket(const ParamBucket& bucket) const {
     tracer.update_through_master(kMasterParam);
   if (s["stochastic_rounding"])
     tracer.round_stochastically(kRoundingCounter, kRoundingStream);
+  if (s["found_inf_in_kernels"])
+    tracer.keep_old_values_when(kFoundInf);
   trace(tracer, s);
   return tracer.finish();
 }

@@ -43,10 +43,14 @@ bool Tracer::is_param_through_master(const std::string& slot) const {
 }
 
 void Tracer::store(const std::string& slot, Sym value) {
+  const auto old = [&](const std::string& s) { return wrap(builder_.tensor(s)); }; // as stored, not unscaled
   if (is_param_through_master(slot))
-    builder_.store(master_slot_, value.id());
-  builder_.store(slot, rounded_for(slot, value).id());
+    builder_.store(master_slot_, keep_old_when_.empty() ? value.id() : unless_kept(value, old(master_slot_)).id());
+  const Sym stored = rounded_for(slot, value);
+  builder_.store(slot, keep_old_when_.empty() ? stored.id() : unless_kept(stored, old(slot)).id());
 }
+
+Sym Tracer::unless_kept(Sym value, Sym old) { return where(hyper(keep_old_when_), old, value); }
 
 Sym Tracer::rounded_for(const std::string& slot, Sym value) {
   if (rounding_counter_.empty() || builder_.node(value.id()).level != Level::Element ||

@@ -63,6 +63,10 @@ public:
     rounding_counter_ = std::move(counter_hyper);
     rounding_stream_ = std::move(stream_state);
   }
+  // A step that may be skipped where the kernels run (GradScaler's found_inf read on the device, as torch's fused
+  // kernels read it): every store to a tensor or scalar-state slot writes the slot's old value when hyperparameter
+  // `hyper_name` is not 0, so such a step changes nothing; carried values are the kernels' own and stay as computed.
+  void keep_old_values_when(std::string hyper_name) { keep_old_when_ = std::move(hyper_name); }
   // How many slots a stream's param has room for: stream = param stream x kSlotsPerStream + slot position.
   static constexpr int kSlotsPerStream = 16;
   Sym scalar_state(const std::string& slot) { return wrap(builder_.scalar_state(slot)); }
@@ -77,6 +81,8 @@ public:
   // Stores a per-tensor state scalar and returns the value as stored: rounded to the slot's storage dtype, as
   // torch reads back a 0-d state tensor it has just updated in place.
   Sym store_scalar(const std::string& slot, Sym value) {
+    if (!keep_old_when_.empty())
+      value = unless_kept(value, scalar_state(slot));
     builder_.store_scalar(slot, value.id());
     return as_stored(slot, value);
   }
@@ -95,6 +101,7 @@ private:
   Sym extent(const char* which);
   bool is_param_through_master(const std::string& slot) const;
   Sym rounded_for(const std::string& slot, Sym value); // what a store to `slot` writes
+  Sym unless_kept(Sym value, Sym old);                 // `old` when keep_old_values_when's hyper is not 0
   GraphBuilder builder_;
   std::string grad_divisor_;    // empty: grads are read as stored
   std::string grad_multiplier_; // empty: grads are not clipped
@@ -102,6 +109,7 @@ private:
   std::vector<std::string> grad_slots_;            // the slots of role grad
   std::string master_slot_;                        // empty: the param is read and written as stored
   std::string rounding_counter_, rounding_stream_; // empty: stores round to nearest
+  std::string keep_old_when_;                      // empty: stores write what the step computed
 };
 
 Sym operator+(Sym a, Sym b);

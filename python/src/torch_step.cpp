@@ -264,8 +264,14 @@ const Tensor& TorchStep::hold(HeldTensor& held, nb::object tensor, const std::st
 void TorchStep::sync_grad_scaling(nb::object grad_scale, nb::object found_inf, bool check_in_step) {
   const Tensor& scale = hold(grad_scale_, std::move(grad_scale), "optimizer.grad_scale");
   const Tensor& inf = hold(found_inf_, std::move(found_inf), "optimizer.found_inf");
-  optimizer_->set_grad_scaling(scale, inf, Optimizer::GradsAfterStep::Unscaled, // as torch's fused kernels leave them
-                               check_in_step ? Optimizer::InfCheck::InStep : Optimizer::InfCheck::ByCaller);
+  // A found_inf on a GPU is read by the kernels there (reading it here would wait for the device), as torch's fused
+  // kernels read it; on the CPU the host reads it, and a skipped step creates no state.
+  const Optimizer::InfCheck check = check_in_step ? Optimizer::InfCheck::InStep
+                                    : inf.defined() && inf.device().kind != DeviceKind::cpu
+                                        ? Optimizer::InfCheck::InKernels
+                                        : Optimizer::InfCheck::ByCaller;
+  // The grads are left unscaled, as torch's fused kernels leave them.
+  optimizer_->set_grad_scaling(scale, inf, Optimizer::GradsAfterStep::Unscaled, check);
 }
 
 void TorchStep::set_grad_clipping(std::optional<double> max_norm, double norm_type, bool error_if_nonfinite) {

@@ -90,8 +90,8 @@ TEST_CASE("host waits: a compiled pointwise step on a GPU queues one launch per 
   }
 }
 
-TEST_CASE("host waits: hyperparameters in tensors on the GPU (lr, beta1, GradScaler's scale) are read there by the "
-          "kernels, never copied back, and a scheduler's change in place recompiles nothing") {
+TEST_CASE("host waits: hyperparameters in tensors on the GPU (lr, beta1, GradScaler's scale and found_inf) are read "
+          "there by the kernels, never copied back, and a scheduler's change in place recompiles nothing") {
   if (!use_counting_driver())
     return;
   auto opt = make_optimizer("adam",
@@ -102,13 +102,17 @@ TEST_CASE("host waits: hyperparameters in tensors on the GPU (lr, beta1, GradSca
   Tensor beta1 = Tensor::from_values({}, std::vector<double>{0.8}, Dtype::f64).to(Device::cuda(0));
   opt->param_groups()[0].set("lr", lr); // group 1 keeps a number: its kernels read it from a cell of the table
   opt->param_groups()[1].set("beta1", beta1);
-  opt->set_grad_scaling(Tensor::from_values({}, std::vector<double>{1024}, Dtype::f32).to(Device::cuda(0)), Tensor());
+  // GradScaler's scale and found_inf on the device, the skip decided by the kernels (as torch's fused kernels).
+  opt->set_grad_scaling(Tensor::from_values({}, std::vector<double>{1024}, Dtype::f32).to(Device::cuda(0)),
+                        Tensor::zeros({}, Dtype::f32).to(Device::cuda(0)), Optimizer::GradsAfterStep::Unscaled,
+                        Optimizer::InfCheck::InKernels);
   CompiledStep step = compile(*opt);
   step();
   const std::string fused = step.dump(Stage::Fused);
   CHECK(fused.find("lr (f32 on device)") != std::string::npos);
   CHECK(fused.find("beta1 (f64 on device)") != std::string::npos);
   CHECK(fused.find("grad_scale (f32 on device)") != std::string::npos);
+  CHECK(fused.find("found_inf (f32 on device)") != std::string::npos);
   DriverCounts counts;
   for (int s = 0; s < 12; ++s) {
     lr.fill(1e-3 * (12 - s) / 12); // an LR scheduler's update in place (this test's copy, not counted)

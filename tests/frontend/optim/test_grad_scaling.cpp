@@ -3,6 +3,7 @@
 // grads (dividing by a power of two is exact), and a found_inf step changes nothing and creates no state, whether the
 // caller filled found_inf or the step's own inf check did.
 #include "compiler/compiled_step.h"
+#include "frontend/optim/options.h"
 #include "frontend/optim/registry.h"
 #include "helpers.h"
 #include "tools/model.h"
@@ -54,11 +55,16 @@ void set_grads(std::vector<Tensor>& params, int step, double scale) {
 // finds them, writes 1 to found_inf and is skipped.
 void check_follows_unscaled_run(const std::string& name, const KeywordOptions& options, Dtype dtype, Mode mode,
                                 Optimizer::GradsAfterStep grads_after,
-                                Optimizer::InfCheck check = Optimizer::InfCheck::ByCaller) {
+                                Optimizer::InfCheck check = Optimizer::InfCheck::ByCaller,
+                                const std::vector<Shape>& shapes = kShapes) {
   INFO(name << " " << dtype_name(dtype) << " mode " << static_cast<int>(mode) << " grads after "
             << static_cast<int>(grads_after) << " check " << static_cast<int>(check));
   const bool in_step = check == Optimizer::InfCheck::InStep;
-  const std::vector<Tensor> initial = random_params(kShapes, dtype, 7);
+  // InKernels: the compiled kernels keep every old value when found_inf is not 0; the host never reads it, so the
+  // state the skipped step made for param 1 stays (its initial state, as torch's fused step leaves it). Forloop and
+  // eager steps decide on the host.
+  const bool kernels_decide = check == Optimizer::InfCheck::InKernels && mode == Mode::Compiled;
+  const std::vector<Tensor> initial = random_params(shapes, dtype, 7);
   Run plain(name, options, initial, mode), scaled(name, options, initial, mode);
   Tensor grad_scale = Tensor::full({1}, 1024, Dtype::f32), found_inf = Tensor::zeros({1}, Dtype::f32);
   scaled.opt->set_grad_scaling(grad_scale, found_inf, grads_after, check);
@@ -81,8 +87,18 @@ void check_follows_unscaled_run(const std::string& name, const KeywordOptions& o
     for (const Tensor& p : scaled.params)
       grads_before.push_back(p.grad().defined() ? p.grad().to_vector() : std::vector<double>{});
     const Snapshot before(scaled.params, *scaled.opt);
+    std::vector<Tensor> with_state = scaled.params; // the params whose state the skipped step may not create
+    with_state.erase(with_state.begin() + 1);
+    const Snapshot before_others(with_state, *scaled.opt);
+    const std::vector<double> param1_before = scaled.params[1].to_vector();
     scaled.step();
     CHECK(found_inf.item() == (overflowed ? 1 : 0));
+    if (overflowed && kernels_decide) {
+      CHECK(Snapshot(with_state, *scaled.opt) == before_others);
+      CHECK(same_values(scaled.params[1].to_vector(), param1_before));
+      CHECK_FALSE(scaled.opt->visible_state(scaled.params[1]).empty()); // the following steps check its values
+      continue;
+    }
     if (overflowed) {
       CHECK(Snapshot(scaled.params, *scaled.opt) == before);
       CHECK(scaled.opt->visible_state(scaled.params[1]).empty() == (name != "adagrad"));
@@ -100,7 +116,7 @@ void check_follows_unscaled_run(const std::string& name, const KeywordOptions& o
   if (scaled.compiled) {
     CHECK_KERNELS(*scaled.compiled, plain.compiled->kernel_count() + (in_step ? 1 : 0)); // + the check
     CHECK(scaled.compiled->metrics().compiles == 1);
-    CHECK(scaled.compiled->metrics().skipped_steps == 1);
+    CHECK(scaled.compiled->metrics().skipped_steps == (kernels_decide ? 0 : 1)); // the host does not know
     CHECK(scaled.compiled->metrics().steps == 6);
   }
 }
@@ -125,6 +141,33 @@ TEST_CASE("grad scaling: the step's own inf check fills found_inf and skips, in 
       check_follows_unscaled_run(name, options, Dtype::bf16, mode, Optimizer::GradsAfterStep::Unscaled,
                                  Optimizer::InfCheck::InStep);
     }
+}
+
+TEST_CASE("grad scaling: found_inf read by the kernels (InfCheck::InKernels) keeps every old value, in every "
+          "optimizer and mode") {
+  for (const auto& [name, options] : every_optimizer())
+    for (Mode mode : {Mode::Forloop, Mode::Eager, Mode::Compiled}) {
+      check_follows_unscaled_run(name, options, Dtype::f32, mode, Optimizer::GradsAfterStep::Scaled,
+                                 Optimizer::InfCheck::InKernels);
+      check_follows_unscaled_run(name, options, Dtype::bf16, mode, Optimizer::GradsAfterStep::Unscaled,
+                                 Optimizer::InfCheck::InKernels);
+    }
+  // Rows and columns (Adafactor), norms (LAMB), block-quantized state (its codes and scales kept as they were, not
+  // quantized again), master weights.
+  const auto state_dtype = [](const char* dtype) {
+    return std::vector<double>{named_option_value("state_dtype", dtype)};
+  };
+  const std::vector<std::pair<std::string, KeywordOptions>> own = {
+      {"lion", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
+      {"adafactor", {}},
+      {"lamb", {{"lr", {0.01}}, {"weight_decay", {0.1}}}},
+      {"adamw", {{"lr", {0.01}}, {"state_dtype", state_dtype("int8")}}},
+      {"adam", {{"lr", {0.01}}, {"amsgrad", {1}}, {"state_dtype", state_dtype("int4")}}},
+      {"rmsprop", {{"lr", {0.01}}, {"state_dtype", state_dtype("fp8")}}},
+      {"adamw", {{"lr", {0.01}}, {"master_weights", {1}}}}};
+  for (const auto& [name, options] : own) // Adafactor refuses empty params: matrices instead
+    check_follows_unscaled_run(name, options, Dtype::bf16, Mode::Compiled, Optimizer::GradsAfterStep::Unscaled,
+                               Optimizer::InfCheck::InKernels, {{3, 5}, {7}, {6, 4}, {20, 30}, {50}});
 }
 
 TEST_CASE("grad scaling: switching it on recompiles once and says why, and bad scales are refused before any change") {
