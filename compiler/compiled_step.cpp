@@ -117,7 +117,9 @@ struct CompiledStep::Impl {
 
   void step() {
     const StepSource::Stepping exclusive(source);
-    if (source.step_skipped()) { // before any check: a skipped step reads and changes nothing else
+    // Before any check: a skipped step reads and changes nothing else. A step whose kernels decide is asked on the
+    // host too when the program that last ran could not read the flag on its device (the first step's too).
+    if (source.step_skipped() || ((!current || !current->reads_hypers_on_device) && source.kernels_would_skip())) {
       ++metrics.steps;
       ++metrics.skipped_steps;
       return;
@@ -137,11 +139,6 @@ struct CompiledStep::Impl {
       checked_slot_epoch = slot_epoch;
     }
     Program& program = *current;
-    if (!program.reads_hypers_on_device && source.kernels_would_skip()) { // read back anyway: the host decides
-      ++metrics.steps;
-      ++metrics.skipped_steps;
-      return;
-    }
     // Hyperparameters in tensors on the device stay there when the kernels read them there (no copy, no wait).
     static const std::vector<DeviceHyper> kNone;
     const std::vector<DeviceHyper>& on_device = program.reads_hypers_on_device ? program.facts.device_hypers : kNone;

@@ -102,16 +102,15 @@ void check_shardable(const std::string& name, const Graph& graph) {
                          op_name(op)));
 }
 
-// Compiles every kernel of the buckets' pipelines (update, then grad pass, bucket by bucket) into the kernel cache,
-// several at once (as many as the thread pool's active threads): they are independent LLVM modules. Per kernel, in
-// that order, whether the cache held it already.
 // Why the buckets' kernels cannot read `hypers` on their device, or empty when they can.
 std::string why_hypers_not_on_device(const std::vector<DeviceHyper>& hypers,
                                      const std::vector<BucketProgram>& buckets) {
   for (const BucketProgram& bp : buckets) {
     for (const DeviceHyper& h : hypers)
-      if (bp.target.device != h.device || bp.target.execution != Execution::Compiled)
+      if (bp.target.device != h.device)
         return "a bucket's kernels run on " + bp.target.device.to_string() + ", and " + describe(h) + " is not there";
+      else if (bp.target.execution != Execution::Compiled)
+        return "a bucket's step is interpreted on the host, which reads values, not device memory";
     if (bp.bucket.host_scalar_entries != 0)
       return "a bucket holds scalar state on the host, which the host updates from the hyperparameters";
     for (const KernelPlan& plan : bp.pipeline.kernels)
@@ -140,14 +139,18 @@ bool mark_hypers_on_device(const std::string& name, const std::vector<DeviceHype
     if (bp.grad_pass_pipeline)
       for (KernelPlan& plan : bp.grad_pass_pipeline->kernels)
         plans.push_back(&plan);
-    for (KernelPlan* plan : plans)
-      for (const DeviceHyper& h : hypers)
-        if (std::find(plan->abi.hypers.begin(), plan->abi.hypers.end(), h.name) != plan->abi.hypers.end())
-          plan->hypers_on_device.push_back({h.name, h.dtype});
+    for (KernelPlan* plan : plans) // in the ABI's order, as a parsed plan lists them
+      for (const std::string& name : plan->abi.hypers)
+        for (const DeviceHyper& h : hypers)
+          if (h.name == name)
+            plan->hypers_on_device.push_back({h.name, h.dtype});
   }
   return true;
 }
 
+// Compiles every kernel of the buckets' pipelines (update, then grad pass, bucket by bucket) into the kernel cache,
+// several at once (as many as the thread pool's active threads): they are independent LLVM modules. Per kernel, in
+// that order, whether the cache held it already.
 std::vector<bool> prepare_kernels(const std::vector<BucketProgram>& buckets) {
   struct Job {
     const KernelPlan* plan;

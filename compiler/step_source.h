@@ -202,10 +202,10 @@ public:
   // Whether this step must change nothing (a gradient scaler found an inf or NaN): the driver then runs no check,
   // creates no state and launches nothing.
   virtual bool step_skipped() const = 0;
-  // Asked when the kernels do not read hyperparameters on the device (Program::reads_hypers_on_device is false): for
-  // a step whose kernels decide whether to skip (Optimizer::InfCheck::InKernels) on a flag that lives on a device,
-  // whether it is set, read back on the host, so that the driver skips as step_skipped() would (the copy back is
-  // made anyway). False for any other step.
+  // Asked after step_skipped() when the program that last ran does not read hyperparameters on the device
+  // (Program::reads_hypers_on_device is false, or no program ran yet): for a step whose kernels decide whether to
+  // skip (Optimizer::InfCheck::InKernels) on a flag that lives on a device, whether it is set, read back on the host
+  // (the copy back is made anyway), so that the driver skips as step_skipped() would. False for any other step.
   virtual bool kernels_would_skip() const { return false; }
   // Creates the missing state of every param with a grad; returns whether any was created.
   virtual bool ensure_state() = 0;

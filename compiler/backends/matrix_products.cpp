@@ -2,6 +2,7 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstring>
 
@@ -66,7 +67,9 @@ const ListArguments& MatrixProducts::bind(const ListArguments& args, std::vector
 }
 
 void MatrixProducts::set_hyper(const std::vector<double>& values_by_group) {
-  if (scratch_.empty() || values_by_group == hyper_)
+  const auto same_bits = [](double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); };
+  if (scratch_.empty() || std::equal(values_by_group.begin(), values_by_group.end(), hyper_.begin(), hyper_.end(),
+                                     same_bits)) // NaN: a value the kernels read on the device
     return;
   hyper_ = values_by_group;
   if (coefficients() != coefficients_) // a learning rate moves every step; the products' coefficients seldom

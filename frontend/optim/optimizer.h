@@ -171,8 +171,10 @@ public:
   // skipped by the caller's found_inf. The caller zeroes found_inf again before a step it wants checked.
   // InKernels: the caller filled found_inf, and the kernels read it (on the device where it lives, with no copy back
   // and no wait): a step with a non-zero found_inf writes every slot's old value back, so it changes nothing, as
-  // torch's fused kernels return; the host never reads it, so state the step creates for first-time params stays
-  // (zeros and step 0, as torch's fused step leaves it) and the step is not counted as skipped.
+  // torch's fused kernels return; the host does not decide, so state the step creates for first-time params stays
+  // (zeros and step 0, as torch's fused step leaves it) and the step is not counted as skipped. Where the kernels
+  // cannot read it on its device (kernels_would_skip), and with fused clipping (whose norm the host waits for
+  // anyway, and which must not see the inf grads of a skipped step), the host reads it and skips, as ByCaller.
   enum class GradsAfterStep { Scaled, Unscaled };
   enum class InfCheck { ByCaller, InStep, InKernels };
   void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled,
@@ -220,10 +222,9 @@ public:
   uint64_t stochastic_rounding_steps() const { return rounding_steps_; }
   const Tensor& found_inf() const { return found_inf_; }
   bool step_skipped() const override; // found_inf is set and non-zero now, and the host decides (not InKernels)
-  // On the CPU the kernels read found_inf's value from their table (no wait): only a device's is read back here.
-  bool kernels_would_skip() const override {
-    return skips_in_kernels() && found_inf_.device().kind != DeviceKind::cpu && found_inf_.item() != 0;
-  }
+  // On the CPU the kernels read found_inf's value from their table (no wait): only a device's is read back here,
+  // once a step (hyper_values uses the value read).
+  bool kernels_would_skip() const override;
 
   // What compiled and eager steps build on (compiler/step_source.h).
   using Member = BucketMember;
@@ -251,7 +252,9 @@ public:
   bool has_grad_pass() const { return grad_pass().any(); }
   bool clips_grads() const { return clipping_.has_value(); }
   bool checks_grads_finite() const { return inf_check_ == InfCheck::InStep && found_inf_.defined(); }
-  bool skips_in_kernels() const { return inf_check_ == InfCheck::InKernels && found_inf_.defined(); }
+  bool skips_in_kernels() const {
+    return inf_check_ == InfCheck::InKernels && found_inf_.defined() && !clipping_.has_value();
+  }
   bool take_grad_pass(const GradPassTotals& totals) override;
   bool reduces_grad_pass_over_processes() const override { return grad_norm_reducer_ || inf_check_reducer_; }
   // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale), those
@@ -265,7 +268,7 @@ public:
   // The 1-element f32 or f64 tensor on a device (not the CPU) that group `g` holds hyperparameter `name` in (for
   // "grad_scale", the scaler's), or null.
   const Tensor* device_operand(std::size_t g, const std::string& name) const;
-  // Whether group `g`'s `name` is one of `left_on_device` (its tensor has that fact's dtype and device).
+  // The tensor of group `g`'s `name` when it is one of `left_on_device` (that fact's dtype and device), or null.
   const Tensor* left_on_device_operand(std::size_t g, const std::string& name,
                                        const std::vector<DeviceHyper>& left_on_device) const;
   // The flags a group's step is traced with: the subclass's structure(), whether grads are unscaled and whether
@@ -325,7 +328,8 @@ public:
   // that seeds new state (Rprop's lr).
   virtual std::vector<std::string> step_options() const { return hyper_names(); }
   // Hyperparameter `name`'s value for this step of `group`: its option, unless the optimizer makes more of it
-  // (Adafactor's default eps1 depends on the group's params).
+  // (Adafactor's default eps1 depends on the group's params). A value held in a tensor on a device that the kernels
+  // read there does not pass through here: an override must be the identity on tensor-held values.
   virtual double hyper_value(const ParamGroup& group, const std::string& name) const { return group.get(name); }
   virtual void trace(Tracer& tracer, const Structure& structure) const = 0;
   // The forloop reference (foreach=false): the algorithm for one param, element by element, in the param's compute
@@ -389,6 +393,7 @@ private:
   double total_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   double clip_coefficient_ = 1.0; // of this step: min(max_norm / (total + 1e-6), 1)
   InfCheck inf_check_ = InfCheck::ByCaller;
+  mutable std::optional<double> found_inf_read_; // this step's, as kernels_would_skip read it (step_skipped clears)
   // Params given their first state by this step before its grad pass: dropped again when the pass refuses the step.
   std::vector<int64_t> state_created_since_grad_pass_;
   uint64_t rounding_seed_ = 0, rounding_steps_ = 0;

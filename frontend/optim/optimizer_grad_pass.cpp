@@ -33,7 +33,15 @@ void Optimizer::set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfter
 }
 
 bool Optimizer::step_skipped() const {
-  return found_inf_.defined() && inf_check_ != InfCheck::InKernels && found_inf_.item() != 0;
+  found_inf_read_.reset(); // a new step
+  return found_inf_.defined() && !skips_in_kernels() && found_inf_.item() != 0;
+}
+
+bool Optimizer::kernels_would_skip() const {
+  if (!skips_in_kernels() || found_inf_.device().kind == DeviceKind::cpu)
+    return false;
+  found_inf_read_ = found_inf_.item();
+  return *found_inf_read_ != 0;
 }
 
 // A copy of `grad` in its compute dtype with every element f(element, number) (the forloop's unscaling and clipping).

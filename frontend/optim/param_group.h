@@ -31,9 +31,9 @@ struct ParamGroup {
     const auto held = tensor_options.find(name);
     return held != tensor_options.end() && held->second.dtype() == Dtype::f32;
   }
-  // Whether option `name` is held in a tensor on a device (not the CPU): kernels there read it, and the host reads
-  // it only where a step's structure depends on it (weight_decay != 0), so value checks torch's step makes on
-  // numbers are not made on it either.
+  // Whether option `name` is held in a tensor on a device (not the CPU). Its value is not checked on the host
+  // (finite, Adam's beta1 != 1), as torch's tensor arithmetic does not check it, whether the kernels read it on the
+  // device or a step reads it back.
   bool held_on_device(const std::string& name) const {
     const auto held = tensor_options.find(name);
     return held != tensor_options.end() && held->second.device().kind != DeviceKind::cpu;

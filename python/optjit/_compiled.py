@@ -40,7 +40,10 @@ class CompiledStep:
     (optjit.patch(opt, fuse_unscale=True) sets _step_supports_amp_scaling). Called with grad_scaler= (GradScaler's
     older contract, which optjit.patch(opt, fuse_inf_check=True) asks for), it takes over GradScaler's inf check as
     well: the grads are checked for infs and NaNs in the step's first pass (with the clipping norm, when there is
-    one), not in a pass of GradScaler's own, and the step is skipped when one is found."""
+    one), not in a pass of GradScaler's own, and the step is skipped when one is found. On a GPU, a found_inf there is
+    read by the kernels (no copy back, no wait), as torch's fused kernels read it: a step with an inf writes every
+    value back unchanged, and the state it made for params stepping for the first time stays (zeros, step 0), as
+    torch's fused step leaves it; a tensor lr on the params' GPU is read there too."""
 
     def __init__(self, opt, max_grad_norm=None, norm_type=2.0, error_if_nonfinite=False):
         self._cls = _torch_optim.optimizer_class(opt)
@@ -119,7 +122,8 @@ class CompiledStep:
                 loss = closure()
         if grad_scaler is None:
             # GradScaler's fused-optimizer contract: grads divided by opt.grad_scale in the kernel; a step with a
-            # non-zero opt.found_inf changes nothing, so it creates no torch state either.
+            # non-zero opt.found_inf changes nothing (on the CPU it creates no torch state either; on a GPU the
+            # kernels decide, and first-time state stays, as with torch's fused step).
             self._update(opt, getattr(opt, "grad_scale", None), getattr(opt, "found_inf", None), False)
         else:
             self._update(opt, *_take_over_inf_check(opt, grad_scaler))

@@ -186,6 +186,46 @@ def test_cuda_grad_scaler_drives_a_patched_step_as_it_drives_torch_fused():
 
 
 @gpu
+def test_cuda_grad_scaler_skip_is_decided_by_the_kernels_of_a_capturable_step():
+    """A capturable AdamW patched under GradScaler('cuda'): scale and found_inf stay on the GPU and the kernels skip
+    the inf steps (the first one included, whose state stays, zeros and step 0, as torch's fused step leaves it), so
+    params and state follow AdamW(fused=True) under the same scaler, and the host never counted a skip."""
+
+    def train(patched):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).cuda()
+        params = list(model.parameters())
+        if patched:
+            opt = torch.optim.AdamW(params, lr=0.01, weight_decay=0.1, capturable=True)
+        else:
+            opt = torch.optim.AdamW(params, lr=0.01, weight_decay=0.1, fused=True)
+        compiled = optjit.patch(opt, fuse_unscale=True) if patched else None
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0**10, growth_interval=2)
+        data = torch.Generator().manual_seed(1)
+        for s in range(8):
+            x, y = torch.randn(16, 8, generator=data).cuda(), torch.randn(16, 4, generator=data).cuda()
+            opt.zero_grad()
+            scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
+            if s in (0, 3):
+                with torch.no_grad():
+                    params[0].grad[0, 0] = float("inf")
+            scaler.step(opt)
+            scaler.update()
+        return params, opt, compiled
+
+    params, opt, compiled = train(patched=True)
+    fused_params, fused_opt, _ = train(patched=False)
+    for a, b in zip(params, fused_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert opt.state[a].keys() == fused_opt.state[b].keys()
+        for key, value in opt.state[a].items():
+            expected = fused_opt.state[b][key].cpu().float()
+            torch.testing.assert_close(value.cpu().float(), expected, rtol=1e-5, atol=1e-6)
+    assert compiled.metrics()["skipped_steps"] == 0 and compiled.metrics()["compiles"] == 1
+    assert "found_inf (f32 on device)" in compiled.dump("fused")
+
+
+@gpu
 def test_cuda_tensor_lr_on_the_device_follows_a_scheduler():
     """A capturable Adam whose lr is a CUDA tensor, which StepLR fills in place: read at every step, never recompiled."""
     ours = _cuda_params()
