@@ -77,8 +77,9 @@ std::vector<double> Optimizer::hyper_values(const std::vector<DeviceHyper>& left
   // Read once: a scale on a device costs a copy and a wait, unless the kernels read it there.
   const double scale = grad_scale_.defined() && !scale_left ? grad_scale_.item() : kLeftOnDevice;
   const bool found_inf_left = skips_in_kernels() && left_on_device_operand(0, kFoundInf, left_on_device);
-  const double found_inf =
-      skips_in_kernels() && !found_inf_left ? found_inf_read_.value_or(found_inf_.item()) : kLeftOnDevice;
+  double found_inf = kLeftOnDevice;
+  if (skips_in_kernels() && !found_inf_left) // the value kernels_would_skip read this step, else read now
+    found_inf = found_inf_read_ ? *found_inf_read_ : found_inf_.item();
   const bool rounding = any_stochastic_rounding();
   const double counter = // exact: < 2^53
       rounding ? static_cast<double>(rounding_counter(rounding_seed_, rounding_steps_)) : 0.0;
