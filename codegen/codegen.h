@@ -66,12 +66,23 @@ public:
   virtual ~EmulatedGpuKernel() = default;
   // Runs blocks [0, grid) on `params`, whose global fields hold host addresses.
   void launch(unsigned grid, unsigned threads, const GpuKernelParams& params,
-              EmulatedSchedule schedule = EmulatedSchedule::Concurrent) const;
+              EmulatedSchedule schedule = EmulatedSchedule::Concurrent) const {
+    launch_with(grid, threads, &params, schedule);
+  }
+  // The same with the kernel's one argument, for a kernel of another signature (the grad total kernel's descriptor).
+  void launch_with(unsigned grid, unsigned threads, const void* argument,
+                   EmulatedSchedule schedule = EmulatedSchedule::Concurrent) const;
 
 protected:
-  void (*entry_)(const GpuKernelParams*) = nullptr;
+  void (*entry_)(const void*) = nullptr;
 };
 std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan& plan);
+
+// The grad total kernel (runtime/kernel_abi.h's GpuGradTotalHeader: a clipping step's total norm and clip
+// coefficient from its grad pass's contributions, on the GPU) for the 2-norm (`l2`) or the infinity norm, as PTX for
+// `sm`, and for the host (launched with one block of kGpuGradTotalThreads threads and the descriptor's host address).
+GpuKernelCode compile_gpu_grad_total(bool l2, int sm);
+std::shared_ptr<EmulatedGpuKernel> compile_gpu_grad_total_for_host(bool l2);
 
 // The kernel's LLVM IR for the GPU after the O3 pipeline.
 std::string gpu_kernel_llvm_ir(const KernelPlan& plan, int sm);

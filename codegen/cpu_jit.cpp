@@ -217,7 +217,7 @@ namespace {
 class JitEmulatedGpuKernel : public EmulatedGpuKernel {
 public:
   std::unique_ptr<JitCode> code;
-  void set_entry(void (*entry)(const GpuKernelParams*)) { entry_ = entry; }
+  void set_entry(void (*entry)(const void*)) { entry_ = entry; }
 };
 
 // `kernel` (the GPU kernel emitted for the host) called from `name`(const GpuKernelParams*): the fields loaded in
@@ -254,7 +254,20 @@ std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan&
   jit.optimize(*module);
   auto kernel = std::make_shared<JitEmulatedGpuKernel>();
   kernel->code = std::make_unique<JitCode>(std::move(module), std::move(context), "emulated GPU kernel " + plan.name);
-  kernel->set_entry(kernel->code->lookup<void (*)(const GpuKernelParams*)>(prefix + "_entry"));
+  kernel->set_entry(kernel->code->lookup<void (*)(const void*)>(prefix + "_entry"));
+  return kernel;
+}
+
+std::shared_ptr<EmulatedGpuKernel> compile_gpu_grad_total_for_host(bool l2) {
+  CpuJit& jit = CpuJit::instance();
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>("grad_total", *context);
+  const std::string symbol = jit.next_symbol_prefix() + "_grad_total";
+  emit_grad_total_kernel(*module, symbol, l2, &gpu_emulation_hooks());
+  jit.optimize(*module);
+  auto kernel = std::make_shared<JitEmulatedGpuKernel>();
+  kernel->code = std::make_unique<JitCode>(std::move(module), std::move(context), "emulated grad total kernel");
+  kernel->set_entry(kernel->code->lookup<void (*)(const void*)>(symbol));
   return kernel;
 }
 

@@ -39,4 +39,9 @@ struct GpuEmulationHooks {
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol,
                      const GpuEmulationHooks* emulation = nullptr);
 
+// The grad total kernel (runtime/kernel_abi.h's GpuGradTotalHeader) as entry `symbol`(descriptor), for the 2-norm
+// (`l2`) or the infinity norm; with `emulation`, for the host CPU.
+void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, bool l2,
+                            const GpuEmulationHooks* emulation = nullptr);
+
 } // namespace optjit

@@ -72,4 +72,35 @@ constexpr int64_t kGpuChunkBytes = 64 * 1024; // per slot and work item: 16k f32
 constexpr int kGpuVectorBytes = 16;           // 128-bit loads and stores where the item's addresses allow
 static_assert(sizeof(WorkItem) == 24, "WorkItem is three int64");
 
+// The grad pass's total on a GPU (codegen's grad total kernel): one block of kGpuGradTotalThreads threads combines
+// the per-tensor contributions that every bucket's grad pass kernels left in their device carry buffers (each
+// tensor's sum of squares, whose square root it rounds to the grad's dtype and squares again, as GradNormTotal does
+// on the host; or its largest |element|) into the total norm and
+// the clip coefficient min(max_norm / (total + 1e-6), 1), which it writes to device memory, where the update's
+// kernels read the coefficient as a hyperparameter. Its one parameter is the device address of a descriptor: a
+// GpuGradTotalHeader, then n_buckets GpuGradTotalBucket. Each thread combines the contributions j = thread,
+// thread + kGpuGradTotalThreads, ... of each bucket in bucket order, then a tree halving the stride over the threads,
+// so the order depends only on the tensor counts.
+struct GpuGradTotalHeader {
+  int64_t n_buckets;
+  uint64_t total;       // device address of the f64 total norm
+  uint64_t coefficient; // device address of the f64 clip coefficient
+  double max_norm;
+};
+struct GpuGradTotalBucket {
+  uint64_t carry; // device address of the bucket's grad pass carry buffer: n_tensors rows of n_carry f64
+  int64_t n_tensors;
+  int64_t n_carry;
+  int64_t column;   // the contribution's column
+  int64_t rounding; // the bucket's grads' dtype, which a 2-norm's per-tensor norm is rounded to: GpuGradRounding
+};
+enum class GpuGradRounding : int64_t {
+  none,
+  f32,
+  bf16,
+  f16
+}; // none: f64 grads (bf16 and f16 through f32, as the host)
+static_assert(sizeof(GpuGradTotalHeader) == 32 && sizeof(GpuGradTotalBucket) == 40, "8-byte fields");
+constexpr int kGpuGradTotalThreads = 256;
+
 } // namespace optjit

@@ -82,8 +82,8 @@ const GpuEmulationHooks& gpu_emulation_hooks() {
   return hooks;
 }
 
-void EmulatedGpuKernel::launch(unsigned grid, unsigned threads, const GpuKernelParams& params,
-                               EmulatedSchedule schedule) const {
+void EmulatedGpuKernel::launch_with(unsigned grid, unsigned threads, const void* argument,
+                                    EmulatedSchedule schedule) const {
   if (threads == 0 || threads % 32 != 0 || threads > static_cast<unsigned>(kGpuMaxBlockThreads))
     throw Error("an emulated block has " + std::to_string(threads) + " threads: a multiple of 32 up to " +
                 std::to_string(kGpuMaxBlockThreads));
@@ -102,7 +102,7 @@ void EmulatedGpuKernel::launch(unsigned grid, unsigned threads, const GpuKernelP
         turns.wait(k);
       for (unsigned k = 0; k < grid; ++k) {
         block_index = in_turns ? grid - 1 - k : k;
-        entry_(&params);
+        entry_(argument);
         if (k + 1 < grid)
           barrier(); // the block has ended before the next begins
       }

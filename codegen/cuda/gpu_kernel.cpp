@@ -1,3 +1,4 @@
+#include "codegen/cuda/gpu_intrinsics.h"
 #include "codegen/cuda/gpu_kernel_emitter.h"
 
 #include <algorithm>
@@ -152,48 +153,15 @@ void GpuKernelEmitter::emit_gpu_block_walk(IRBuilder<>& b, GpuEntry& e, int64_t 
 // The GPU's thread and block registers (%tid.x, %ntid.x, %ctaid.x), its block barrier and its global memory fence;
 // in emulation, calls to the emulator's hooks and a host fence.
 Value* GpuKernelEmitter::gpu_register(IRBuilder<>& b, llvm::Intrinsic::ID id) {
-  if (!emulation_)
-    return b.CreateIntrinsic(id, {}, {});
-  const auto hook = id == llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x    ? emulation_->thread_index
-                    : id == llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x ? emulation_->block_threads
-                                                                       : emulation_->block_index;
-  return call_hook(b, reinterpret_cast<uintptr_t>(hook), b.getInt32Ty());
+  return emission::gpu_register(b, id, emulation_);
 }
-
-void GpuKernelEmitter::gpu_barrier(IRBuilder<>& b) {
-  if (!emulation_)
-    b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
-  else
-    call_hook(b, reinterpret_cast<uintptr_t>(emulation_->barrier), b.getVoidTy());
-}
-
-void GpuKernelEmitter::gpu_fence(IRBuilder<>& b) {
-  if (!emulation_)
-    b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {});
-  else
-    b.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
-}
-
-// A call of the host function at `address`, of no arguments.
+void GpuKernelEmitter::gpu_barrier(IRBuilder<>& b) { emission::gpu_barrier(b, emulation_); }
+void GpuKernelEmitter::gpu_fence(IRBuilder<>& b) { emission::gpu_fence(b, emulation_); }
 Value* GpuKernelEmitter::call_hook(IRBuilder<>& b, uintptr_t address, llvm::Type* result) {
-  auto* type = llvm::FunctionType::get(result, false);
-  return b.CreateCall(type, b.CreateIntToPtr(b.getInt64(address), ptr_));
+  return call_host_hook(b, address, result);
 }
-
-// Marks `fn` as a kernel entry (nvvm.annotations). No thread count is declared (maxntidx): ptxas then caps no
-// register count, never spills to fit 512 threads, and the launch takes the threads the kernel's registers allow
-// (GpuModule::max_block_threads). `max_registers` > 0 caps them (.maxnreg) all the same (axis kernels).
 void GpuKernelEmitter::annotate_kernel(llvm::Function* fn, int max_registers) {
-  llvm::NamedMDNode* annotations = module_.getOrInsertNamedMetadata("nvvm.annotations");
-  auto entry = [&](const char* key, int value) {
-    llvm::Metadata* parts[] = {
-        llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx_, key),
-        llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx_), value))};
-    annotations->addOperand(llvm::MDNode::get(ctx_, parts));
-  };
-  entry("kernel", 1);
-  if (max_registers > 0)
-    entry("maxnreg", max_registers);
+  annotate_gpu_kernel(module_, fn, max_registers);
 }
 
 // `lanes_` elements from index j with one vector load per slot read and one vector store per slot written (128

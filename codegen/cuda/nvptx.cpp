@@ -10,6 +10,7 @@
 #include <llvm/Support/TargetSelect.h>
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 
 namespace optjit {
@@ -44,15 +45,31 @@ void check_sm(int sm) {
     throw Error("unsupported GPU target sm_" + std::to_string(sm) + ": optjit emits PTX for sm_80 and sm_90");
 }
 
-// Emits the kernel into a fresh module and runs the O3 pipeline for the target.
-std::unique_ptr<llvm::Module> build_gpu_module(const KernelPlan& plan, llvm::LLVMContext& ctx,
-                                               llvm::TargetMachine& tm) {
-  auto module = std::make_unique<llvm::Module>(plan.name, ctx);
+// A fresh module named `name`, `emit` run on it, then the O3 pipeline for the target.
+std::unique_ptr<llvm::Module> build_gpu_module(const std::string& name, llvm::LLVMContext& ctx, llvm::TargetMachine& tm,
+                                               const std::function<void(llvm::Module&)>& emit) {
+  auto module = std::make_unique<llvm::Module>(name, ctx);
   module->setDataLayout(tm.createDataLayout());
   module->setTargetTriple(kTriple);
-  emit_gpu_kernel(plan, *module, plan.name);
+  emit(*module);
   optimize_for_target(*module, tm);
   return module;
+}
+
+std::unique_ptr<llvm::Module> build_gpu_module(const KernelPlan& plan, llvm::LLVMContext& ctx,
+                                               llvm::TargetMachine& tm) {
+  return build_gpu_module(plan.name, ctx, tm, [&](llvm::Module& m) { emit_gpu_kernel(plan, m, plan.name); });
+}
+
+// The module's PTX from the target's backend.
+std::string emit_ptx(llvm::Module& module, llvm::TargetMachine& tm, int sm) {
+  llvm::SmallString<0> ptx;
+  llvm::raw_svector_ostream os(ptx);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+    throw Error("LLVM's NVPTX backend cannot emit assembly for sm_" + std::to_string(sm));
+  pm.run(module);
+  return std::string(ptx.str());
 }
 
 } // namespace
@@ -73,16 +90,22 @@ GpuKernelCode compile_gpu_kernel(const KernelPlan& plan, int sm) {
   auto tm = nvptx_target_machine(sm);
   llvm::LLVMContext ctx;
   auto module = build_gpu_module(plan, ctx, *tm);
-  llvm::SmallString<0> ptx;
-  llvm::raw_svector_ostream os(ptx);
-  llvm::legacy::PassManager pm;
-  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
-    throw Error("LLVM's NVPTX backend cannot emit assembly for sm_" + std::to_string(sm));
-  pm.run(*module);
-  GpuKernelCode code{std::string(ptx.str()), plan.name, sm, 0};
+  GpuKernelCode code{emit_ptx(*module, *tm, sm), plan.name, sm, 0};
   code.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   OPTJIT_LOG(codegen, "compiled {} to PTX for sm_{} in {:.2f} ms ({} bytes)", plan.name, sm, code.compile_ms,
              code.ptx.size());
+  return code;
+}
+
+GpuKernelCode compile_gpu_grad_total(bool l2, int sm) {
+  check_sm(sm);
+  auto start = std::chrono::steady_clock::now();
+  auto tm = nvptx_target_machine(sm);
+  llvm::LLVMContext ctx;
+  const std::string entry = l2 ? "optjit_grad_total_l2" : "optjit_grad_total_max";
+  auto module = build_gpu_module(entry, ctx, *tm, [&](llvm::Module& m) { emit_grad_total_kernel(m, entry, l2); });
+  GpuKernelCode code{emit_ptx(*module, *tm, sm), entry, sm, 0};
+  code.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return code;
 }
 

@@ -278,6 +278,27 @@ TEST_CASE("cuda ptx: a kernel reading hyperparameters on the device (f32 and f64
   std::filesystem::remove(file);
 }
 
+TEST_CASE("cuda ptx: the grad total kernel (2-norm and infinity norm) assembles for sm_80 and sm_90, without spills") {
+  if (!std::filesystem::exists(kPtxas)) {
+    skip_test(std::string(kPtxas) + " is absent (install the CUDA toolkit's ptxas to run this check)");
+    return;
+  }
+  const std::filesystem::path file = test::temp_path("grad_total.ptx");
+  for (bool l2 : {true, false})
+    for (int sm : {80, 90}) {
+      INFO("sm_" << sm << (l2 ? " 2-norm" : " infinity norm"));
+      const GpuKernelCode code = compile_gpu_grad_total(l2, sm);
+      CHECK(code.ptx.find(".entry " + code.entry) != std::string::npos);
+      CHECK(code.ptx.find("bar.sync") != std::string::npos); // the tree over the block's threads
+      std::ofstream(file) << code.ptx;
+      auto [status, out] =
+          run(std::string(kPtxas) + " -v --gpu-name sm_" + std::to_string(sm) + " " + file.string() + " -o /dev/null");
+      CHECK_MESSAGE(status == 0, out);
+      CHECK_MESSAGE(out.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos, out);
+    }
+  std::filesystem::remove(file);
+}
+
 TEST_CASE("cuda: a list reduction is combined between kernels on the GPU as on the CPU") {
   if (skip_without_gpu())
     return;

@@ -15,6 +15,10 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
+#include <cmath>
+#include <random>
+
 using namespace optjit;
 
 namespace {
@@ -570,6 +574,75 @@ std::vector<std::vector<uint8_t>> state_bytes(const std::vector<Tensor>& params,
 }
 
 } // namespace
+
+TEST_CASE("gpu emulation: the grad total kernel combines every bucket's contributions as GradNormTotal does") {
+  // Three buckets' carry buffers (f64 grads, bf16 grads, f16 grads; f32 in the 4th), the contribution in column 1 of
+  // 2; counts below, at and above the block's thread count.
+  struct Bucket {
+    std::vector<double> carry;
+    int64_t n;
+    Dtype dtype;
+    GpuGradRounding rounding;
+  };
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> uniform(0.0, 3.0);
+  const auto make = [&](int64_t n, Dtype dtype, GpuGradRounding rounding) {
+    Bucket bucket{std::vector<double>(static_cast<std::size_t>(2 * n)), n, dtype, rounding};
+    for (int64_t t = 0; t < n; ++t) {
+      bucket.carry[static_cast<std::size_t>(2 * t)] = -1; // another carry's column: never read
+      bucket.carry[static_cast<std::size_t>(2 * t + 1)] = uniform(rng) * uniform(rng);
+    }
+    return bucket;
+  };
+  for (bool l2 : {true, false}) {
+    const std::shared_ptr<EmulatedGpuKernel> kernel = compile_gpu_grad_total_for_host(l2);
+    for (const std::vector<int64_t>& counts : std::vector<std::vector<int64_t>>{{0}, {1, 3}, {256, 1, 700, 255}}) {
+      INFO(std::string(l2 ? "2-norm, " : "infinity norm, ") << counts.size() << " buckets");
+      const Dtype dtypes[] = {Dtype::f64, Dtype::bf16, Dtype::f16, Dtype::f32};
+      const GpuGradRounding roundings[] = {GpuGradRounding::none, GpuGradRounding::bf16, GpuGradRounding::f16,
+                                           GpuGradRounding::f32};
+      std::vector<Bucket> buckets;
+      for (std::size_t k = 0; k < counts.size(); ++k)
+        buckets.push_back(make(counts[k], dtypes[k % 4], roundings[k % 4]));
+      for (bool with_nan : {false, true}) {
+        if (with_nan && counts.back() > 0)
+          buckets.back().carry.back() = std::nan("");
+        double total = -1, coefficient = -1;
+        std::vector<uint64_t> words = {counts.size(), reinterpret_cast<uintptr_t>(&total),
+                                       reinterpret_cast<uintptr_t>(&coefficient), std::bit_cast<uint64_t>(0.75)};
+        GradNormTotal expected(l2 ? 2.0 : std::numeric_limits<double>::infinity());
+        for (const Bucket& bucket : buckets) {
+          for (uint64_t w :
+               {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(bucket.carry.data())),
+                static_cast<uint64_t>(bucket.n), uint64_t{2}, uint64_t{1}, static_cast<uint64_t>(bucket.rounding)})
+            words.push_back(w);
+          for (int64_t t = 0; t < bucket.n; ++t)
+            expected.add(bucket.carry[static_cast<std::size_t>(2 * t + 1)], bucket.dtype);
+        }
+        double totals[2];
+        for (EmulatedSchedule schedule : {EmulatedSchedule::Concurrent, EmulatedSchedule::InTurns}) {
+          kernel->launch_with(1, kGpuGradTotalThreads, words.data(), schedule);
+          totals[schedule == EmulatedSchedule::InTurns] = total;
+        }
+        CHECK(std::bit_cast<uint64_t>(totals[0]) == std::bit_cast<uint64_t>(totals[1])); // a fixed order
+        const double want = expected.total();
+        if (std::isnan(want)) {
+          CHECK(std::isnan(total));
+          CHECK(std::isnan(coefficient));
+          continue;
+        }
+        // The 2-norm sums in another order than the host's (threads, then a tree): equal to rounding. The largest
+        // value is exact.
+        if (l2)
+          CHECK(total == doctest::Approx(want).epsilon(1e-14));
+        else
+          CHECK(total == want);
+        const double want_coefficient = std::min(0.75 / (want + 1e-6), 1.0);
+        CHECK(coefficient == doctest::Approx(want_coefficient).epsilon(1e-14));
+      }
+    }
+  }
+}
 
 TEST_CASE("gpu emulation: block-quantized state steps as on the CPU, every code and scale, with any thread count") {
   // torchao's low-bit AdamW (its f32 powf in the prologue: the device's pow) and state_dtype over Adam and SGD; a
