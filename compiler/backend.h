@@ -50,11 +50,38 @@ public:
   virtual bool advance(std::vector<ListPartials>& pending) = 0;
   // After a launch: the plan's carried value `name` (a carry store of the traced graph itself), one per list entry.
   virtual std::vector<double> carried(const std::string& name) const = 0;
+  // Where a GPU executable keeps carried value `name` in device memory once bound (its carry buffer: n_tensors rows
+  // of n_carry f64), for a kernel that reads it there (DeviceGradTotal); buffer 0 on other backends.
+  struct CarryOnDevice {
+    uint64_t buffer = 0;
+    int64_t n_tensors = 0, n_carry = 0, column = 0;
+  };
+  virtual CarryOnDevice carried_on_device(const std::string& name) const {
+    (void)name;
+    return {};
+  }
   // CUDA graphs captured so far (CompileOptions::cuda_graphs).
   virtual int64_t graph_captures() const { return 0; }
   // The graph the host runs before each launch, once bound (scalar state held on the host:
   // compiler/backends/host_scalar_state.h), or null when the host runs none. CompiledStep::dump shows it.
   virtual const Graph* host_graph() const { return nullptr; }
+};
+
+// A grad pass's totals made where its kernels ran (a GPU: codegen's grad total kernel), so that the host never waits
+// for them: the total norm of every bucket's grads and the clip coefficient, combined from each grad pass's carried
+// contributions in device memory, written to device memory in the same stream order as the launches around it.
+class DeviceGradTotal {
+public:
+  virtual ~DeviceGradTotal() = default;
+  // Each bucket's grad pass (bound; in the order they combine) and its grads' dtype, whose 2-norms round to it.
+  virtual void bind(const std::vector<const Executable*>& grad_passes, const std::vector<Dtype>& grad_dtypes) = 0;
+  // Queues the combine after the grad passes' launches: the total norm into total() (and into `copy` too when it is
+  // defined: an f64 1-element tensor on the device) and the coefficient min(max_norm / (total + 1e-6), 1) into
+  // coefficient().
+  virtual void launch(double max_norm, const Tensor& copy) = 0;
+  // f64 1-element tensors on the device, as the last launch left them.
+  virtual const Tensor& total() const = 0;
+  virtual const Tensor& coefficient() const = 0;
 };
 
 class Backend {
@@ -73,6 +100,13 @@ public:
   // The carries a run of `pipeline` pauses at (Executable::advance), in order: per pause, each one's kind and how it
   // combines over shards (`pauses` as the run's). Buckets whose lists combine together must pause alike.
   virtual std::vector<std::vector<PausedCarry>> pauses(const PipelineResult& pipeline, Executable::Pauses pauses) const;
+  // The grad total of a step whose buckets all run on `target` (a GPU), for the 2-norm or the infinity norm
+  // (`norm_type`); null where the backend has none (the host combines the carried values then).
+  virtual std::unique_ptr<DeviceGradTotal> grad_total(const Target& target, double norm_type) const {
+    (void)target;
+    (void)norm_type;
+    return nullptr;
+  }
   // The code as text: Stage::LLVM or Stage::PTX (throws optjit::Error for a stage the backend has no code for).
   virtual std::string code(const PipelineResult& pipeline, const Target& target, Stage stage) const = 0;
 };

@@ -139,22 +139,31 @@ struct CompiledStep::Impl {
       checked_slot_epoch = slot_epoch;
     }
     Program& program = *current;
+    // Where this step's grad totals will be, when they stay on the device: told before the hyperparameters are
+    // read, since the update reads the clip coefficient there. The source may have changed since the compile (an
+    // error_if_nonfinite, a reducer): the host combines them then, and the kernels read the coefficient from a cell.
+    const bool has_grad_pass = program.grad_pass.any();
+    const bool totals_on_device = program.grad_total && source.grad_totals_may_stay_on_device();
+    if (has_grad_pass)
+      source.take_grad_totals_on_device(totals_on_device ? program.grad_total->total() : Tensor(),
+                                        totals_on_device ? program.grad_total->coefficient() : Tensor());
+    const Tensor norm_copy = totals_on_device ? source.grad_norm_copy() : Tensor(); // checked before anything runs
     // Hyperparameters in tensors on the device stay there when the kernels read them there (no copy, no wait).
-    static const std::vector<DeviceHyper> kNone;
-    const std::vector<DeviceHyper>& on_device = program.reads_hypers_on_device ? program.facts.device_hypers : kNone;
+    const std::vector<DeviceHyper>& on_device = program.hypers_left_on_device;
     std::vector<double> hyper = source.hyper_values(on_device);
     const std::vector<const void*> hyper_addresses = source.device_hyper_addresses(on_device);
     if (metrics.compiles == compiles_before)
       metrics.dispatch_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    const bool has_grad_pass = program.grad_pass.any();
     if (options.shard_reducer && has_grad_pass && source.reduces_grad_pass_over_processes())
       throw Error(fmt::format("{}: a step over shards (shard_reducer) combines its grad norm and inf check over the "
                               "processes itself, and the optimizer has its own grad norm or inf check reducer too: "
                               "they would combine twice; set one of them",
                               source.name()));
     staging.copy_in(source);
-    if (has_grad_pass) {
+    if (totals_on_device) {
+      run_grad_pass_on_device(program, hyper, hyper_addresses, source.clip_max_norm(), norm_copy);
+    } else if (has_grad_pass) {
       if (!source.take_grad_pass(
               run_grad_pass(program, hyper, hyper_addresses, options))) { // may throw: nothing is written yet
         ++metrics.steps; // an inf or NaN in the grads: the update does not run (staged copies are left unread)
@@ -210,12 +219,15 @@ void CompiledStep::update() { live().step(); }
 int CompiledStep::kernel_count() {
   int count = 0;
   Impl& impl = live();
-  for (const BucketProgram& bp : impl.program_now().buckets)
+  const Program& program = impl.program_now();
+  for (const BucketProgram& bp : program.buckets)
     if (!members_with_grads(impl.source, bp.bucket).members.empty()) {
       count += backend_for(bp.target).kernel_count(bp.pipeline);
       if (bp.grad_pass_pipeline)
         count += backend_for(bp.target).kernel_count(*bp.grad_pass_pipeline);
     }
+  if (count > 0 && program.grad_total && impl.source.grad_totals_may_stay_on_device())
+    ++count; // the grad total's
   return count;
 }
 

@@ -10,6 +10,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 namespace optjit {
@@ -122,6 +123,33 @@ std::string why_hypers_not_on_device(const std::vector<DeviceHyper>& hypers,
   return {};
 }
 
+// Marks every kernel plan's hyperparameters of `hypers` as read on the device (KernelPlan::hypers_on_device), beside
+// those marked already, in the ABI's order, as a parsed plan lists them.
+void mark_read_on_device(std::vector<BucketProgram>& buckets, const std::vector<DeviceHyper>& hypers) {
+  for (BucketProgram& bp : buckets) {
+    std::vector<KernelPlan*> plans;
+    for (KernelPlan& plan : bp.pipeline.kernels)
+      plans.push_back(&plan);
+    if (bp.grad_pass_pipeline)
+      for (KernelPlan& plan : bp.grad_pass_pipeline->kernels)
+        plans.push_back(&plan);
+    for (KernelPlan* plan : plans) {
+      std::vector<HyperOnDevice> marked;
+      for (const std::string& name : plan->abi.hypers) {
+        if (const auto it = std::find_if(plan->hypers_on_device.begin(), plan->hypers_on_device.end(),
+                                         [&](const HyperOnDevice& h) { return h.name == name; });
+            it != plan->hypers_on_device.end())
+          marked.push_back(*it);
+        else if (const auto at =
+                     std::find_if(hypers.begin(), hypers.end(), [&](const DeviceHyper& h) { return h.name == name; });
+                 at != hypers.end())
+          marked.push_back({at->name, at->dtype});
+      }
+      plan->hypers_on_device = std::move(marked);
+    }
+  }
+}
+
 // Marks every kernel plan's hyperparameters of `hypers` as read on the device, when all buckets can; returns whether
 // they do. Otherwise each step reads them back to the host (a copy and a wait), and the log says why.
 bool mark_hypers_on_device(const std::string& name, const std::vector<DeviceHyper>& hypers,
@@ -132,20 +160,33 @@ bool mark_hypers_on_device(const std::string& name, const std::vector<DeviceHype
     OPTJIT_LOG(kernels, "{}: hyperparameters in tensors on a device are copied to the host each step: {}", name, why);
     return false;
   }
-  for (BucketProgram& bp : buckets) {
-    std::vector<KernelPlan*> plans;
-    for (KernelPlan& plan : bp.pipeline.kernels)
-      plans.push_back(&plan);
-    if (bp.grad_pass_pipeline)
-      for (KernelPlan& plan : bp.grad_pass_pipeline->kernels)
-        plans.push_back(&plan);
-    for (KernelPlan* plan : plans) // in the ABI's order, as a parsed plan lists them
-      for (const std::string& name : plan->abi.hypers)
-        for (const DeviceHyper& h : hypers)
-          if (h.name == name)
-            plan->hypers_on_device.push_back({h.name, h.dtype});
-  }
+  mark_read_on_device(buckets, hypers);
   return true;
+}
+
+// The clip coefficient as a hyperparameter the update reads on the device, where the grad pass's totals may stay
+// there (DeviceGradTotal): every bucket runs in GPU kernels on one device (as for hyperparameters in tensors there),
+// the step clips and decides nothing from the totals on the host (StepSource::grad_totals_may_stay_on_device), and
+// does not step shards (the host combines their norms over the processes). nullopt otherwise, and the log says why.
+std::optional<DeviceHyper> coefficient_on_device(const StepSource& source, const CompileOptions& options,
+                                                 const Program& program) {
+  const GradPass& pass = program.grad_pass;
+  if (!pass.clips || pass.coefficient.empty() || !source.grad_totals_may_stay_on_device() || program.buckets.empty() ||
+      program.buckets.front().target.device.kind != DeviceKind::cuda)
+    return std::nullopt;
+  const DeviceHyper coefficient{pass.coefficient, Dtype::f64, program.buckets.front().target.device};
+  std::string why;
+  if (options.shard_reducer)
+    why = "the step is over shards, whose norm the host combines over the processes";
+  else if (!program.facts.device_hypers.empty() && !program.reads_hypers_on_device)
+    why = "its hyperparameters in device tensors are read on the host";
+  else
+    why = why_hypers_not_on_device({coefficient}, program.buckets);
+  if (!why.empty()) {
+    OPTJIT_LOG(kernels, "{}: the clipping norm is copied to the host each step: {}", source.name(), why);
+    return std::nullopt;
+  }
+  return coefficient;
 }
 
 // Compiles every kernel of the buckets' pipelines (update, then grad pass, bucket by bucket) into the kernel cache,
@@ -214,6 +255,11 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
     program->buckets.push_back(std::move(bp));
   }
   program->reads_hypers_on_device = mark_hypers_on_device(source.name(), facts.device_hypers, program->buckets);
+  if (program->reads_hypers_on_device)
+    program->hypers_left_on_device = facts.device_hypers;
+  const std::optional<DeviceHyper> coefficient = coefficient_on_device(source, options, *program);
+  if (coefficient)
+    mark_read_on_device(program->buckets, {*coefficient});
   const std::vector<bool> hits = prepare_kernels(program->buckets);
   std::size_t kernel = 0;
   const auto count = [&](std::size_t kernels) { // the next `kernels` kernels' hits into the metrics; all hits?
@@ -239,6 +285,12 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
                bp.bucket.structure_key, bp.target.isa);
   }
   program->runs_in_phases = check_pauses_match(source.name(), program->buckets, pauses_of(options));
+  if (coefficient) {
+    const Target& target = program->buckets.front().target;
+    program->grad_total = backend_for(target).grad_total(target, program->grad_pass.norm_type);
+    OPTJIT_ASSERT(program->grad_total != nullptr, "a GPU backend without a grad total");
+    program->hypers_left_on_device.push_back(*coefficient);
+  }
   return program;
 }
 

@@ -84,6 +84,16 @@ void bind(StepSource& source, Program& program, LayoutStaging& staging, const ch
       program.entry_of_flat[static_cast<std::size_t>(present.members[t].flat)] = {static_cast<int>(b),
                                                                                   static_cast<int64_t>(t)};
   }
+  if (program.grad_total) { // over the launched buckets' grad passes, in bucket order (as the host combines)
+    std::vector<const Executable*> passes;
+    std::vector<Dtype> grad_dtypes;
+    for (const BucketProgram& bp : program.buckets)
+      if (bp.launched) {
+        passes.push_back(bp.grad_pass_code.get());
+        grad_dtypes.push_back(bp.bucket.dtype);
+      }
+    program.grad_total->bind(passes, grad_dtypes);
+  }
   program.bound_param_layout.assign(static_cast<std::size_t>(source.param_count()), 0);
   program.bound_grad_layout.assign(static_cast<std::size_t>(source.param_count()), 0);
   for (int64_t i = 0; i < source.param_count(); ++i) {

@@ -131,4 +131,17 @@ StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<dou
   return totals;
 }
 
+void run_grad_pass_on_device(Program& program, const std::vector<double>& hyper,
+                             const std::vector<const void*>& hyper_addresses, double max_norm,
+                             const Tensor& norm_copy) {
+  OPTJIT_ASSERT(program.grad_total != nullptr, "grad totals on the device without a DeviceGradTotal");
+  for (BucketProgram& bp : program.buckets)
+    if (bp.launched) {
+      bp.grad_pass_code->set_hyper_addresses(hyper_addresses);
+      bp.grad_pass_code->set_hyper(hyper);
+      bp.grad_pass_code->launch();
+    }
+  program.grad_total->launch(max_norm, norm_copy);
+}
+
 } // namespace optjit

@@ -55,6 +55,7 @@ struct GradPass {
   double norm_type = 2.0;     // 2 or infinity
   bool checks_finite = false; // the in-step inf check: whether an element is an inf or a NaN
   std::string grad_divisor;   // the hyperparameter the grads are divided by before the norm (grad_scale); empty: none
+  std::string coefficient; // with clips: the hyperparameter the update multiplies the grads by (the clip coefficient)
   bool any() const { return clips || checks_finite; }
 };
 
@@ -190,6 +191,21 @@ public:
   // Takes the grad pass's totals; may throw optjit::Error (error_if_nonfinite). Returns false when the step must
   // change nothing: the check found an inf or NaN (found_inf is written, and the state this step created is gone).
   virtual bool take_grad_pass(const GradPassTotals& totals) = 0;
+  // Whether this step's grad pass may leave its totals where its kernels ran, never read on the host
+  // (DeviceGradTotal): the step decides nothing from them on the host (no in-step inf check, no error_if_nonfinite,
+  // no reducer of its own). Read at each compile.
+  virtual bool grad_totals_may_stay_on_device() const { return false; }
+  // When they stay there, each step: first take_grad_totals_on_device gets the f64 1-element tensors on the device
+  // that this step's total norm and clip coefficient will be in, before any hyperparameter is read. The total the
+  // source may read when asked (a copy back then); the coefficient it gives as a hyperparameter on the device
+  // (device_hyper_addresses, for GradPass::coefficient as a DeviceHyper of that tensor). Then clip_max_norm(), and
+  // where else to write the total norm (an f64 1-element tensor on that device, or undefined).
+  virtual void take_grad_totals_on_device(const Tensor& total_norm, const Tensor& coefficient) {
+    (void)total_norm;
+    (void)coefficient;
+  }
+  virtual double clip_max_norm() const { return 0; }
+  virtual Tensor grad_norm_copy() const { return {}; }
 
   // Step-time checks, run before anything changes; they throw optjit::Error.
   virtual void check_hyperparameters() const = 0;

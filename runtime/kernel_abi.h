@@ -86,6 +86,7 @@ struct GpuGradTotalHeader {
   uint64_t total;       // device address of the f64 total norm
   uint64_t coefficient; // device address of the f64 clip coefficient
   double max_norm;
+  uint64_t total_copy; // device address of another f64 the total is written to; 0 for none
 };
 struct GpuGradTotalBucket {
   uint64_t carry; // device address of the bucket's grad pass carry buffer: n_tensors rows of n_carry f64
@@ -100,7 +101,7 @@ enum class GpuGradRounding : int64_t {
   bf16,
   f16
 }; // none: f64 grads (bf16 and f16 through f32, as the host)
-static_assert(sizeof(GpuGradTotalHeader) == 32 && sizeof(GpuGradTotalBucket) == 40, "8-byte fields");
+static_assert(sizeof(GpuGradTotalHeader) == 40 && sizeof(GpuGradTotalBucket) == 40, "8-byte fields");
 constexpr int kGpuGradTotalThreads = 256;
 
 } // namespace optjit

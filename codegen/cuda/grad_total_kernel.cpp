@@ -127,6 +127,8 @@ void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, boo
     coefficient = b.CreateSelect(b.CreateFCmpOGT(coefficient, one), one, coefficient);
     b.CreateStore(total, address(word(descriptor, 1, i64)));
     b.CreateStore(coefficient, address(word(descriptor, 2, i64)));
+    llvm::Value* copy = word(descriptor, 4, i64);
+    when(b.CreateICmpNE(copy, b.getInt64(0)), "copy", [&] { b.CreateStore(total, address(copy)); });
   });
   b.CreateRetVoid();
 }

@@ -208,8 +208,14 @@ public:
   using InfCheckReducer = std::function<bool(bool found)>;
   void set_inf_check_reducer(InfCheckReducer reducer) { inf_check_reducer_ = std::move(reducer); }
   const std::optional<GradClipping>& grad_clipping() const { return clipping_; }
-  // The total norm of the last clipped step, before clipping (what clip_grad_norm_ returns); NaN before one.
-  double total_grad_norm() const { return total_grad_norm_; }
+  // The total norm of the last clipped step, before clipping (what clip_grad_norm_ returns); NaN before one. A
+  // compiled step on a GPU may leave it there (grad_totals_may_stay_on_device): reading it copies it back then.
+  double total_grad_norm() const {
+    return grad_norm_on_device_.defined() ? grad_norm_on_device_.item() : total_grad_norm_;
+  }
+  // Where a step whose norm stays on the device writes it too: an f64 1-element tensor on the params' device
+  // (checked at the step), or undefined for none. The Python package gives one per step (its total_norm).
+  void set_grad_norm_copy(Tensor copy) { grad_norm_copy_ = std::move(copy); }
 
   // Stochastic rounding (group option stochastic_rounding, bf16 params): the bits of element e of param p's slot s at
   // this optimizer's n-th step are rounding_bits(rounding_counter(seed, n), p x 16 + s, e), the same in every mode
@@ -257,6 +263,10 @@ public:
   }
   bool take_grad_pass(const GradPassTotals& totals) override;
   bool reduces_grad_pass_over_processes() const override { return grad_norm_reducer_ || inf_check_reducer_; }
+  bool grad_totals_may_stay_on_device() const override;
+  double clip_max_norm() const override { return clipping_ ? clipping_->max_norm : 0.0; }
+  Tensor grad_norm_copy() const override;
+  void take_grad_totals_on_device(const Tensor& total_norm, const Tensor& coefficient) override;
   // This step's hyperparameters: groups x step_hyper_names(), read from the groups' options (and grad_scale), those
   // held on a device as `left_on_device` describes left there (NaN).
   std::vector<double> hyper_values(const std::vector<DeviceHyper>& left_on_device) const override;
@@ -392,6 +402,9 @@ private:
   std::optional<GradClipping> clipping_;
   double total_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   double clip_coefficient_ = 1.0; // of this step: min(max_norm / (total + 1e-6), 1)
+  // Of a step whose grad totals stayed on the device (take_grad_totals_on_device): the tensors they are in there.
+  Tensor grad_norm_on_device_, clip_coefficient_on_device_;
+  Tensor grad_norm_copy_;
   InfCheck inf_check_ = InfCheck::ByCaller;
   mutable std::optional<double> found_inf_read_; // this step's, as kernels_would_skip read it (step_skipped clears)
   // Params given their first state by this step before its grad pass: dropped again when the pass refuses the step.

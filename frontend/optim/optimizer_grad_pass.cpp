@@ -117,6 +117,7 @@ void Optimizer::set_grad_clipping(std::optional<GradClipping> clipping) {
   }
   clipping_ = clipping;
   state_created_since_grad_pass_.clear();
+  grad_norm_on_device_ = clip_coefficient_on_device_ = Tensor();
 }
 
 GradPass Optimizer::grad_pass() const {
@@ -126,7 +127,31 @@ GradPass Optimizer::grad_pass() const {
   pass.checks_finite = checks_grads_finite();
   if (grad_scale_.defined()) // the norm is of the unscaled grads, as clip_grad_norm_ after GradScaler's unscale_
     pass.grad_divisor = "grad_scale";
+  if (clipping_)
+    pass.coefficient = kClipCoefficient;
   return pass;
+}
+
+bool Optimizer::grad_totals_may_stay_on_device() const {
+  return clipping_ && !clipping_->error_if_nonfinite && !checks_grads_finite() && !reduces_grad_pass_over_processes();
+}
+
+Tensor Optimizer::grad_norm_copy() const {
+  if (!grad_norm_copy_.defined())
+    return {};
+  const Tensor& copy = grad_norm_copy_;
+  if (copy.dtype() != Dtype::f64 || copy.numel() != 1 || !copy.is_contiguous() ||
+      copy.device() != clip_coefficient_on_device_.device())
+    throw Error("the grad norm's copy is a " + std::string(dtype_name(copy.dtype())) + " tensor of " +
+                std::to_string(copy.numel()) + " elements on " + copy.device().to_string() +
+                ": it takes one f64 element on the device the step's norm is on (" +
+                clip_coefficient_on_device_.device().to_string() + ")");
+  return copy;
+}
+
+void Optimizer::take_grad_totals_on_device(const Tensor& total_norm, const Tensor& coefficient) {
+  grad_norm_on_device_ = total_norm;
+  clip_coefficient_on_device_ = coefficient;
 }
 
 void Optimizer::drop_state_created_since_grad_pass() {
@@ -138,6 +163,7 @@ void Optimizer::drop_state_created_since_grad_pass() {
 }
 
 bool Optimizer::take_grad_pass(const GradPassTotals& totals) {
+  grad_norm_on_device_ = clip_coefficient_on_device_ = Tensor(); // this step's totals are the host's
   const bool skipped = checks_grads_finite() && found_in_any_process(totals.nonfinite);
   if (skipped) // written before clipping may throw: GradScaler's unscale_ has found the inf when clip_grad_norm_ raises
     found_inf_.set_item(0, 1.0);

@@ -22,6 +22,8 @@ const Tensor* Optimizer::device_operand(std::size_t g, const std::string& name) 
     held = grad_scale_.defined() ? &grad_scale_ : nullptr;
   } else if (name == kFoundInf) {
     held = found_inf_.defined() ? &found_inf_ : nullptr;
+  } else if (name == kClipCoefficient) { // where this step's grad totals stay on the device
+    held = clip_coefficient_on_device_.defined() ? &clip_coefficient_on_device_ : nullptr;
   } else {
     const auto& options = groups_[g].tensor_options;
     const auto it = options.find(name);
@@ -52,7 +54,7 @@ std::vector<DeviceHyper> Optimizer::device_hypers() const {
     return hypers; // the usual step: numbers only
   for (const std::string& name : step_hyper_names())
     for (std::size_t g = 0; g < groups_.size(); ++g)
-      if (const Tensor* t = device_operand(g, name)) {
+      if (const Tensor* t = name == kClipCoefficient ? nullptr : device_operand(g, name)) { // the program's own
         hypers.push_back({name, t->dtype(), t->device()});
         break;
       }
@@ -80,6 +82,7 @@ std::vector<double> Optimizer::hyper_values(const std::vector<DeviceHyper>& left
   double found_inf = kLeftOnDevice;
   if (skips_in_kernels() && !found_inf_left) // the value kernels_would_skip read this step, else read now
     found_inf = found_inf_read_ ? *found_inf_read_ : found_inf_.item();
+  const bool coefficient_left = clipping_ && left_on_device_operand(0, kClipCoefficient, left_on_device);
   const bool rounding = any_stochastic_rounding();
   const double counter = // exact: < 2^53
       rounding ? static_cast<double>(rounding_counter(rounding_seed_, rounding_steps_)) : 0.0;
@@ -94,7 +97,7 @@ std::vector<double> Optimizer::hyper_values(const std::vector<DeviceHyper>& left
     if (skips_in_kernels())
       values.push_back(found_inf);
     if (clipping_)
-      values.push_back(clip_coefficient_);
+      values.push_back(coefficient_left ? kLeftOnDevice : clip_coefficient_);
     if (rounding)
       values.push_back(counter);
   }

@@ -607,9 +607,10 @@ TEST_CASE("gpu emulation: the grad total kernel combines every bucket's contribu
       for (bool with_nan : {false, true}) {
         if (with_nan && counts.back() > 0)
           buckets.back().carry.back() = std::nan("");
-        double total = -1, coefficient = -1;
+        double total = -1, coefficient = -1, copy = -1;
         std::vector<uint64_t> words = {counts.size(), reinterpret_cast<uintptr_t>(&total),
-                                       reinterpret_cast<uintptr_t>(&coefficient), std::bit_cast<uint64_t>(0.75)};
+                                       reinterpret_cast<uintptr_t>(&coefficient), std::bit_cast<uint64_t>(0.75),
+                                       with_nan ? reinterpret_cast<uintptr_t>(&copy) : 0};
         GradNormTotal expected(l2 ? 2.0 : std::numeric_limits<double>::infinity());
         for (const Bucket& bucket : buckets) {
           for (uint64_t w :
@@ -624,7 +625,8 @@ TEST_CASE("gpu emulation: the grad total kernel combines every bucket's contribu
           kernel->launch_with(1, kGpuGradTotalThreads, words.data(), schedule);
           totals[schedule == EmulatedSchedule::InTurns] = total;
         }
-        CHECK(std::bit_cast<uint64_t>(totals[0]) == std::bit_cast<uint64_t>(totals[1])); // a fixed order
+        CHECK(std::bit_cast<uint64_t>(totals[0]) == std::bit_cast<uint64_t>(totals[1]));          // a fixed order
+        CHECK(std::bit_cast<uint64_t>(copy) == std::bit_cast<uint64_t>(with_nan ? total : -1.0)); // written when asked
         const double want = expected.total();
         if (std::isnan(want)) {
           CHECK(std::isnan(total));

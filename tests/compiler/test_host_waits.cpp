@@ -128,3 +128,35 @@ TEST_CASE("host waits: hyperparameters in tensors on the GPU (lr, beta1, GradSca
   CHECK(counts.device_to_host_copies == 0);
   CHECK(step.metrics().compiles == 1);
 }
+
+TEST_CASE("host waits: a clipping step on a GPU combines its grad norm on the device, where the update reads the clip "
+          "coefficient, and copies the norm back only when asked") {
+  if (!use_counting_driver())
+    return;
+  // Two buckets (f32 with weight decay, bf16 without), each grad pass's contributions combined by one more kernel.
+  auto opt = make_optimizer("adamw",
+                            {ParamGroupSpec{gpu_params({{1000}, {33, 7}}, Dtype::f32), {}},
+                             ParamGroupSpec{gpu_params({{5}, {16, 256}}, Dtype::bf16), {{"weight_decay", {0.0}}}}},
+                            {{"foreach", {1}}});
+  opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, false});
+  CompiledStep step = compile(*opt);
+  step();
+  CHECK(step.dump(Stage::Fused).find("clip_coef (f64 on device)") != std::string::npos);
+  CHECK(step.kernel_count() == 2 * 2 + 1); // per bucket its grad pass and its update, then the grad total
+  (void)take_counts();
+  for (int s = 0; s < 12; ++s)
+    step();
+  DriverCounts counts = take_counts();
+  CHECK(counts.launches == 12 * step.kernel_count());
+  CHECK(counts.host_waits == 0);
+  CHECK(counts.device_to_host_copies == 0);
+  (void)opt->total_grad_norm(); // asked for: one copy back
+  CHECK(take_counts().device_to_host_copies == 1);
+  // error_if_nonfinite needs the norm on the host: the same program combines it there, a copy back per step.
+  opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, true});
+  step();
+  counts = take_counts();
+  CHECK(counts.device_to_host_copies > 0);
+  CHECK(counts.launches == 4);
+  CHECK(step.metrics().compiles == 1);
+}

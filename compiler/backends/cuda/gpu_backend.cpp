@@ -5,6 +5,7 @@
 #include "codegen/codegen.h"
 #include "compiler/backend.h"
 #include "compiler/backends/cuda/gpu_binding.h"
+#include "compiler/backends/cuda/gpu_grad_total.h"
 #include "compiler/backends/kernel_sequence.h"
 #include "compiler/backends/matrix_products.h"
 #include "compiler/kernel_cache.h"
@@ -91,6 +92,11 @@ public:
     for (std::size_t t = 0; t < n_tensors_; ++t)
       values[t] = all[t * n_carry + k];
     return values;
+  }
+  CarryOnDevice carried_on_device(const std::string& name) const override {
+    const KernelPlan& plan = kernels_.front().plan;
+    return {carry_.address(), static_cast<int64_t>(n_tensors_), static_cast<int64_t>(plan.carries.size()),
+            static_cast<int64_t>(carry_index(plan, name))};
   }
   int64_t graph_captures() const override {
     int64_t captures = 0;
@@ -179,6 +185,10 @@ public:
       return true;
     ptx(plan, target, key); // any thread: LLVM alone; the driver loads the module in load()
     return false;
+  }
+
+  std::unique_ptr<DeviceGradTotal> grad_total(const Target& target, double norm_type) const override {
+    return make_gpu_grad_total(target, norm_type);
   }
 
   std::string code(const PipelineResult& pipeline, const Target& target, Stage stage) const override {

@@ -87,7 +87,10 @@ int cuStreamSynchronize(void*) {
   return 0;
 }
 int cuMemAlloc_v2(unsigned long long* address, std::size_t bytes) {
-  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  const std::size_t size = (bytes + 255) / 256 * 256 + 256;
+  void* p = std::aligned_alloc(256, size);
+  if (p) // zeroed, so that what launches would have written (nothing runs here) reads the same every time
+    std::memset(p, 0, size);
   *address = reinterpret_cast<uintptr_t>(p);
   return p ? 0 : 2; // CUDA_ERROR_OUT_OF_MEMORY
 }
