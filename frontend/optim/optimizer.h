@@ -213,9 +213,13 @@ public:
   double total_grad_norm() const {
     return grad_norm_on_device_.defined() ? grad_norm_on_device_.item() : total_grad_norm_;
   }
-  // Where a step whose norm stays on the device writes it too: an f64 1-element tensor on the params' device
-  // (checked at the step), or undefined for none. The Python package gives one per step (its total_norm).
+  // Where a step whose norm stays on the device writes it too: an f64 1-element tensor on that device, or undefined
+  // for none. The Python package gives one per step (its total_norm).
   void set_grad_norm_copy(Tensor copy) { grad_norm_copy_ = std::move(copy); }
+  // Whether the last clipped step left its norm on the device, and wrote it into the copy set (one on another device
+  // or of another kind is not written).
+  bool grad_norm_on_device() const { return grad_norm_on_device_.defined(); }
+  bool grad_norm_copied() const;
 
   // Stochastic rounding (group option stochastic_rounding, bf16 params): the bits of element e of param p's slot s at
   // this optimizer's n-th step are rounding_bits(rounding_counter(seed, n), p x 16 + s, e), the same in every mode

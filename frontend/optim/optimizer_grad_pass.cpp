@@ -136,17 +136,14 @@ bool Optimizer::grad_totals_may_stay_on_device() const {
   return clipping_ && !clipping_->error_if_nonfinite && !checks_grads_finite() && !reduces_grad_pass_over_processes();
 }
 
-Tensor Optimizer::grad_norm_copy() const {
-  if (!grad_norm_copy_.defined())
-    return {};
+// A copy on another device or of another kind is not written (grad_norm_copied() says so): the caller reads the norm
+// back instead.
+Tensor Optimizer::grad_norm_copy() const { return grad_norm_copied() ? grad_norm_copy_ : Tensor(); }
+
+bool Optimizer::grad_norm_copied() const {
   const Tensor& copy = grad_norm_copy_;
-  if (copy.dtype() != Dtype::f64 || copy.numel() != 1 || !copy.is_contiguous() ||
-      copy.device() != clip_coefficient_on_device_.device())
-    throw Error("the grad norm's copy is a " + std::string(dtype_name(copy.dtype())) + " tensor of " +
-                std::to_string(copy.numel()) + " elements on " + copy.device().to_string() +
-                ": it takes one f64 element on the device the step's norm is on (" +
-                clip_coefficient_on_device_.device().to_string() + ")");
-  return copy;
+  return grad_norm_on_device_.defined() && copy.defined() && copy.dtype() == Dtype::f64 && copy.numel() == 1 &&
+         copy.device() == grad_norm_on_device_.device();
 }
 
 void Optimizer::take_grad_totals_on_device(const Tensor& total_norm, const Tensor& coefficient) {

@@ -55,6 +55,8 @@ class CompiledStep:
         self._retired = []  # metrics of the compiled steps replaced by add_param_group
         self._total_norm = None  # of the last clipped step (NaN for one skipped for an inf or NaN); None before one
         self._total_norm_tensor = None  # total_norm as clip_grad_norm_ returns it, once asked for
+        self._norm_device = None  # a GPU the next step's norm may stay on: it is given a tensor there to write it to
+        self._norm_copy_set = False  # whether the C++ step holds such a tensor
         self._norm_params = []  # the params with grads in the last step
         self._cxx = None
         self._groups_seen = None
@@ -233,6 +235,11 @@ class CompiledStep:
             stepped, created = self._run(opt, cxx, grad_scale, found_inf, check_in_step)
         ran, self._total_norm, self._norm_params = stepped
         self._total_norm_tensor = None  # made when asked for, from the params that had grads in this step
+        # A tensor: the norm stayed on the device, and the step wrote it into the copy given; the next step gets one.
+        if self._clipping[0] is not None and self._norm_params and self._norm_params[0].is_cuda:
+            self._norm_device = self._norm_params[0].device  # a float this time: the next step tries a copy
+        else:
+            self._norm_device = None
         for group in _rounding_groups(opt):
             group[_ROUNDING_STEPS_KEY] = cxx.stochastic_rounding_steps()
         if not ran:
@@ -272,6 +279,13 @@ class CompiledStep:
             if cxx.stochastic_rounding_steps() != steps:  # a step rebuilt, another compile, a resume
                 cxx.set_stochastic_rounding_steps(steps)
         created = []
+        # A step whose norm stayed on the device (a clipping step on a GPU) writes it into a new tensor there too,
+        # what total_norm returns: no copy back, no wait. Made once a step has shown it stays there.
+        if self._norm_device is not None:
+            cxx.set_grad_norm_copy(torch.empty((), dtype=torch.float64, device=self._norm_device))
+        elif self._norm_copy_set:
+            cxx.set_grad_norm_copy(None)
+        self._norm_copy_set = self._norm_device is not None
         with self._streams.lend():
             # One call in a steady state: GradScaler's tensors, torch's state, options and grads, then the update.
             # None: a param steps for the first time, and gets torch's state before the update runs.
@@ -286,7 +300,7 @@ class CompiledStep:
                     raise
                 # A step skipped for an inf or NaN in the grads (GradScaler's found_inf, or the step's own check) has
                 # no finite norm: clip_grad_norm_ of those grads is NaN or inf, never the last step's.
-                stepped = (ran, cxx.total_grad_norm() if ran else float("nan"), cxx.params_with_grads())
+                stepped = (ran, cxx.step_grad_norm() if ran else float("nan"), cxx.params_with_grads())
         return stepped, created
 
     def _drop_state(self, opt, cxx, created):
@@ -676,6 +690,8 @@ def _norm_tensor(norm, params):
         return torch.tensor(0.0)
     dtype = functools.reduce(torch.promote_types, (p.dtype for p in params))
     dtype = dtype.to_real() if dtype.is_complex else dtype
+    if isinstance(norm, torch.Tensor):  # f64 on the device, where the step left it: converted there, no wait
+        return norm.to(dtype)
     first = params[0]
     try:
         from torch.distributed.tensor import DTensor, Replicate

@@ -43,6 +43,8 @@ NB_MODULE(_optjit, m) {
       .def("set_grad_norm_reducer", &TorchStep::set_grad_norm_reducer, nb::arg("reducer").none())
       .def("set_inf_check_reducer", &TorchStep::set_inf_check_reducer, nb::arg("reducer").none())
       .def("total_grad_norm", &TorchStep::total_grad_norm)
+      .def("step_grad_norm", &TorchStep::step_grad_norm)
+      .def("set_grad_norm_copy", &TorchStep::set_grad_norm_copy, nb::arg("copy").none())
       .def("stochastic_rounding_steps", &TorchStep::stochastic_rounding_steps)
       .def("set_stochastic_rounding_steps", &TorchStep::set_stochastic_rounding_steps, nb::arg("steps"))
       .def("params_without_state", &TorchStep::params_without_state)

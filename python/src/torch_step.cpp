@@ -507,7 +507,17 @@ nb::object TorchStep::step(nb::object grad_scale, nb::object found_inf, bool che
       return nb::none();
   }
   const bool ran = update();
-  return nb::make_tuple(ran, ran ? total_grad_norm() : std::numeric_limits<double>::quiet_NaN(), params_with_grads());
+  return nb::make_tuple(ran, ran ? step_grad_norm() : nb::float_(std::numeric_limits<double>::quiet_NaN()),
+                        params_with_grads());
+}
+
+nb::object TorchStep::step_grad_norm() const {
+  return optimizer_->grad_norm_copied() ? grad_norm_copy_ : nb::float_(optimizer_->total_grad_norm());
+}
+
+void TorchStep::set_grad_norm_copy(nb::object copy) {
+  optimizer_->set_grad_norm_copy(copy.is_none() ? Tensor() : torch_.view(copy, "the grad norm's copy"));
+  grad_norm_copy_ = std::move(copy); // the view's memory, kept alive while the optimizer may write it
 }
 
 bool TorchStep::update() {

@@ -52,8 +52,14 @@ public:
   void set_grad_norm_reducer(nb::object reducer);
   // Likewise for the in-step inf check: `reducer(found)` returns whether any process found an inf or NaN.
   void set_inf_check_reducer(nb::object reducer);
-  // The total grad norm of the last clipped step (NaN before one).
+  // The total grad norm of the last clipped step (NaN before one): read back when it stayed on the device.
   double total_grad_norm() const { return optimizer_->total_grad_norm(); }
+  // The same as a step returns it: the copy set_grad_norm_copy gave when the norm stayed on the device and went
+  // there (no copy back), a float otherwise.
+  nb::object step_grad_norm() const;
+  // Where a step whose norm stays on the device writes it too (Optimizer::set_grad_norm_copy): a 0-d float64 torch
+  // tensor on the params' device, or None.
+  void set_grad_norm_copy(nb::object copy);
   // Stochastic rounding's step count (the stream's position; seed 0): carried from a step built before, or from a
   // checkpoint, so that a rebuilt or resumed step continues the stream instead of drawing step 0's bits again.
   uint64_t stochastic_rounding_steps() const { return optimizer_->stochastic_rounding_steps(); }
@@ -182,6 +188,7 @@ private:
   std::vector<std::vector<OptionSource>> options_;
   HeldTensor grad_scale_, found_inf_;
   nb::object grad_norm_reducer_, inf_check_reducer_; // held here: the optimizer's reducers call them
+  nb::object grad_norm_copy_;                        // the torch tensor the optimizer's norm copy views
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<CompiledStep> step_;
 };

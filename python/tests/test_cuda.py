@@ -77,7 +77,8 @@ def test_cuda_clipping_matches_clip_grad_norm_and_its_norm_is_on_the_grads_devic
     theirs = clone_params(ours)
     opt, ref = torch.optim.AdamW(ours, lr=0.01), torch.optim.AdamW(theirs, lr=0.01)
     step = optjit.compile(opt, max_grad_norm=1.0)
-    for s in range(3):
+    norms = []
+    for s in range(4):
         generator = torch.Generator().manual_seed(s)
         for a, b in zip(ours, theirs):
             g = torch.randn(a.shape, generator=generator).cuda()
@@ -87,8 +88,41 @@ def test_cuda_clipping_matches_clip_grad_norm_and_its_norm_is_on_the_grads_devic
         step()
         assert step.total_norm.device == expected.device  # the first grad's device, as clip_grad_norm_'s
         torch.testing.assert_close(step.total_norm, expected, rtol=1e-5, atol=0)
+        norms.append((step.total_norm, expected))
+    # The norm stays on the device (the grad pass, the grad total kernel, the update), and each step's is its own.
+    assert step.kernel_count == 3
+    for ours_norm, expected in norms:
+        torch.testing.assert_close(ours_norm, expected, rtol=1e-5, atol=0)
     torch.cuda.synchronize()
     assert_same_state(opt, ours, ref, theirs, torch.float32)
+
+
+@gpu
+def test_cuda_clipping_over_two_buckets_of_bf16_and_f32_matches_clip_grad_norm_on_the_device():
+    generator = torch.Generator().manual_seed(5)
+    ours = [torch.nn.Parameter(torch.randn(s, generator=generator).cuda()) for s in ((300, 40), (17,))]
+    ours += [torch.nn.Parameter(torch.randn(s, generator=generator).cuda().bfloat16()) for s in ((64, 64), (3,))]
+    theirs = clone_params(ours)
+
+    def groups(ps):  # two buckets: f32 with weight decay, bf16 without
+        return [{"params": ps[:2]}, {"params": ps[2:], "weight_decay": 0.0}]
+
+    opt, ref = torch.optim.AdamW(groups(ours), lr=0.01), torch.optim.AdamW(groups(theirs), lr=0.01)
+    step = optjit.compile(opt, max_grad_norm=0.5)
+    for s in range(4):
+        g = torch.Generator().manual_seed(10 + s)
+        for a, b in zip(ours, theirs):
+            grad = torch.randn(a.shape, generator=g).cuda().to(a.dtype)
+            a.grad, b.grad = grad.clone(), grad.clone()
+        expected = torch.nn.utils.clip_grad_norm_(theirs, 0.5)
+        ref.step()
+        step()
+        assert step.total_norm.dtype == expected.dtype
+        torch.testing.assert_close(step.total_norm, expected, rtol=1e-2, atol=0)  # bf16's rounding of the norm
+    assert step.kernel_count == 2 * 2 + 1
+    torch.cuda.synchronize()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
 
 
 @gpu
