@@ -78,11 +78,11 @@ protected:
 };
 std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan& plan);
 
-// The grad total kernel (runtime/kernel_abi.h's GpuGradTotalHeader: a clipping step's total norm and clip
-// coefficient from its grad pass's contributions, on the GPU) for the 2-norm (`l2`) or the infinity norm, as PTX for
-// `sm`, and for the host (launched with one block of kGpuGradTotalThreads threads and the descriptor's host address).
-GpuKernelCode compile_gpu_grad_total(bool l2, int sm);
-std::shared_ptr<EmulatedGpuKernel> compile_gpu_grad_total_for_host(bool l2);
+// The grad total kernel of `form` (runtime/kernel_abi.h's GpuGradTotalHeader: a grad pass's totals from its kernels'
+// values, on the GPU) as PTX for `sm`, and for the host (launched with one block of kGpuGradTotalThreads threads and
+// the descriptor's host address).
+GpuKernelCode compile_gpu_grad_total(GpuGradTotalForm form, int sm);
+std::shared_ptr<EmulatedGpuKernel> compile_gpu_grad_total_for_host(GpuGradTotalForm form);
 
 // The kernel's LLVM IR for the GPU after the O3 pipeline.
 std::string gpu_kernel_llvm_ir(const KernelPlan& plan, int sm);

@@ -258,12 +258,12 @@ std::shared_ptr<EmulatedGpuKernel> compile_gpu_kernel_for_host(const KernelPlan&
   return kernel;
 }
 
-std::shared_ptr<EmulatedGpuKernel> compile_gpu_grad_total_for_host(bool l2) {
+std::shared_ptr<EmulatedGpuKernel> compile_gpu_grad_total_for_host(GpuGradTotalForm form) {
   CpuJit& jit = CpuJit::instance();
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("grad_total", *context);
   const std::string symbol = jit.next_symbol_prefix() + "_grad_total";
-  emit_grad_total_kernel(*module, symbol, l2, &gpu_emulation_hooks());
+  emit_grad_total_kernel(*module, symbol, form, &gpu_emulation_hooks());
   jit.optimize(*module);
   auto kernel = std::make_shared<JitEmulatedGpuKernel>();
   kernel->code = std::make_unique<JitCode>(std::move(module), std::move(context), "emulated grad total kernel");

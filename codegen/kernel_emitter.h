@@ -7,6 +7,7 @@
 
 #include "codegen/llvm.h"
 #include "ir/kernel_plan.h"
+#include "runtime/kernel_abi.h"
 
 #include <cstdint>
 
@@ -39,9 +40,9 @@ struct GpuEmulationHooks {
 void emit_gpu_kernel(const KernelPlan& plan, llvm::Module& module, const std::string& symbol,
                      const GpuEmulationHooks* emulation = nullptr);
 
-// The grad total kernel (runtime/kernel_abi.h's GpuGradTotalHeader) as entry `symbol`(descriptor), for the 2-norm
-// (`l2`) or the infinity norm; with `emulation`, for the host CPU.
-void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, bool l2,
+// The grad total kernel (runtime/kernel_abi.h's GpuGradTotalHeader) of `form` as entry `symbol`(descriptor); with
+// `emulation`, for the host CPU.
+void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, GpuGradTotalForm form,
                             const GpuEmulationHooks* emulation = nullptr);
 
 } // namespace optjit

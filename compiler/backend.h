@@ -5,6 +5,7 @@
 
 #include "compiler/compile_options.h"
 #include "compiler/pipeline.h"
+#include "compiler/step_source.h"
 #include "compiler/target.h"
 #include "ir/arguments.h"
 #include "runtime/error.h"
@@ -68,17 +69,19 @@ public:
 };
 
 // A grad pass's totals made where its kernels ran (a GPU: codegen's grad total kernel), so that the host never waits
-// for them: the total norm of every bucket's grads and the clip coefficient, combined from each grad pass's carried
-// contributions in device memory, written to device memory in the same stream order as the launches around it.
+// for them: the total norm of every bucket's grads and the clip coefficient, and the in-step inf check's finding,
+// combined from each grad pass's carried values in device memory and written to device memory, in the same stream
+// order as the launches around them.
 class DeviceGradTotal {
 public:
   virtual ~DeviceGradTotal() = default;
   // Each bucket's grad pass (bound; in the order they combine) and its grads' dtype, whose 2-norms round to it.
   virtual void bind(const std::vector<const Executable*>& grad_passes, const std::vector<Dtype>& grad_dtypes) = 0;
-  // Queues the combine after the grad passes' launches: the total norm into total() (and into `copy` too when it is
-  // defined: an f64 1-element tensor on the device) and the coefficient min(max_norm / (total + 1e-6), 1) into
-  // coefficient().
-  virtual void launch(double max_norm, const Tensor& copy) = 0;
+  // Queues the combine after the grad passes' launches. With a norm: the total norm into total() (and into
+  // `norm_copy` too when it is defined: an f64 1-element tensor on the device) and the coefficient
+  // min(max_norm / (total + 1e-6), 1) into coefficient(). With the check: 1 into `found_inf` (f32, on the device)
+  // when a grad holds an inf or NaN; nothing otherwise.
+  virtual void launch(double max_norm, const Tensor& norm_copy, const Tensor& found_inf) = 0;
   // f64 1-element tensors on the device, as the last launch left them.
   virtual const Tensor& total() const = 0;
   virtual const Tensor& coefficient() const = 0;
@@ -100,11 +103,11 @@ public:
   // The carries a run of `pipeline` pauses at (Executable::advance), in order: per pause, each one's kind and how it
   // combines over shards (`pauses` as the run's). Buckets whose lists combine together must pause alike.
   virtual std::vector<std::vector<PausedCarry>> pauses(const PipelineResult& pipeline, Executable::Pauses pauses) const;
-  // The grad total of a step whose buckets all run on `target` (a GPU), for the 2-norm or the infinity norm
-  // (`norm_type`); null where the backend has none (the host combines the carried values then).
-  virtual std::unique_ptr<DeviceGradTotal> grad_total(const Target& target, double norm_type) const {
+  // The grad total of `pass` for a step whose buckets all run on `target` (a GPU); null where the backend has none
+  // (the host combines the carried values then).
+  virtual std::unique_ptr<DeviceGradTotal> grad_total(const Target& target, const GradPass& pass) const {
     (void)target;
-    (void)norm_type;
+    (void)pass;
     return nullptr;
   }
   // The code as text: Stage::LLVM or Stage::PTX (throws optjit::Error for a stage the backend has no code for).

@@ -147,7 +147,7 @@ struct CompiledStep::Impl {
     if (has_grad_pass)
       source.take_grad_totals_on_device(totals_on_device ? program.grad_total->total() : Tensor(),
                                         totals_on_device ? program.grad_total->coefficient() : Tensor());
-    const Tensor norm_copy = totals_on_device ? source.grad_norm_copy() : Tensor(); // checked before anything runs
+    const Tensor norm_copy = totals_on_device ? source.grad_norm_copy() : Tensor();
     // Hyperparameters in tensors on the device stay there when the kernels read them there (no copy, no wait).
     const std::vector<DeviceHyper>& on_device = program.hypers_left_on_device;
     std::vector<double> hyper = source.hyper_values(on_device);
@@ -162,7 +162,8 @@ struct CompiledStep::Impl {
                               source.name()));
     staging.copy_in(source);
     if (totals_on_device) {
-      run_grad_pass_on_device(program, hyper, hyper_addresses, source.clip_max_norm(), norm_copy);
+      run_grad_pass_on_device(program, hyper, hyper_addresses, source.clip_max_norm(), norm_copy,
+                              source.found_inf_to_fill());
     } else if (has_grad_pass) {
       if (!source.take_grad_pass(
               run_grad_pass(program, hyper, hyper_addresses, options))) { // may throw: nothing is written yet

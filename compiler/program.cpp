@@ -164,29 +164,31 @@ bool mark_hypers_on_device(const std::string& name, const std::vector<DeviceHype
   return true;
 }
 
-// The clip coefficient as a hyperparameter the update reads on the device, where the grad pass's totals may stay
-// there (DeviceGradTotal): every bucket runs in GPU kernels on one device (as for hyperparameters in tensors there),
-// the step clips and decides nothing from the totals on the host (StepSource::grad_totals_may_stay_on_device), and
-// does not step shards (the host combines their norms over the processes). nullopt otherwise, and the log says why.
-std::optional<DeviceHyper> coefficient_on_device(const StepSource& source, const CompileOptions& options,
-                                                 const Program& program) {
+// The device the grad pass's totals may stay on (DeviceGradTotal): the one every bucket runs on in GPU kernels (as
+// for hyperparameters in tensors there), where the source decides nothing from the totals on the host
+// (StepSource::grad_totals_may_stay_on_device: its update reads the clip coefficient and found_inf there) and the
+// step does not step shards (the host combines their norms over the processes). nullopt otherwise, and the log says
+// why.
+std::optional<Device> grad_totals_device(const StepSource& source, const CompileOptions& options,
+                                         const Program& program) {
   const GradPass& pass = program.grad_pass;
-  if (!pass.clips || pass.coefficient.empty() || !source.grad_totals_may_stay_on_device() || program.buckets.empty() ||
-      program.buckets.front().target.device.kind != DeviceKind::cuda)
+  if (!pass.any() || (pass.clips && pass.coefficient.empty()) || !source.grad_totals_may_stay_on_device() ||
+      program.buckets.empty() || program.buckets.front().target.device.kind != DeviceKind::cuda)
     return std::nullopt;
-  const DeviceHyper coefficient{pass.coefficient, Dtype::f64, program.buckets.front().target.device};
+  const Device device = program.buckets.front().target.device;
   std::string why;
   if (options.shard_reducer)
-    why = "the step is over shards, whose norm the host combines over the processes";
+    why = "the step is over shards, whose totals the host combines over the processes";
   else if (!program.facts.device_hypers.empty() && !program.reads_hypers_on_device)
     why = "its hyperparameters in device tensors are read on the host";
   else
-    why = why_hypers_not_on_device({coefficient}, program.buckets);
+    why = why_hypers_not_on_device({{pass.clips ? pass.coefficient : "the grad pass", Dtype::f64, device}},
+                                   program.buckets);
   if (!why.empty()) {
-    OPTJIT_LOG(kernels, "{}: the clipping norm is copied to the host each step: {}", source.name(), why);
+    OPTJIT_LOG(kernels, "{}: the grad pass's totals are copied to the host each step: {}", source.name(), why);
     return std::nullopt;
   }
-  return coefficient;
+  return device;
 }
 
 // Compiles every kernel of the buckets' pipelines (update, then grad pass, bucket by bucket) into the kernel cache,
@@ -257,9 +259,12 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
   program->reads_hypers_on_device = mark_hypers_on_device(source.name(), facts.device_hypers, program->buckets);
   if (program->reads_hypers_on_device)
     program->hypers_left_on_device = facts.device_hypers;
-  const std::optional<DeviceHyper> coefficient = coefficient_on_device(source, options, *program);
-  if (coefficient)
+  const std::optional<Device> totals_device = grad_totals_device(source, options, *program);
+  std::optional<DeviceHyper> coefficient; // the clip coefficient, read by the update where the grad total writes it
+  if (totals_device && program->grad_pass.clips) {
+    coefficient = DeviceHyper{program->grad_pass.coefficient, Dtype::f64, *totals_device};
     mark_read_on_device(program->buckets, {*coefficient});
+  }
   const std::vector<bool> hits = prepare_kernels(program->buckets);
   std::size_t kernel = 0;
   const auto count = [&](std::size_t kernels) { // the next `kernels` kernels' hits into the metrics; all hits?
@@ -285,11 +290,12 @@ std::unique_ptr<Program> build_program(StepSource& source, const CompileOptions&
                bp.bucket.structure_key, bp.target.isa);
   }
   program->runs_in_phases = check_pauses_match(source.name(), program->buckets, pauses_of(options));
-  if (coefficient) {
+  if (totals_device) {
     const Target& target = program->buckets.front().target;
-    program->grad_total = backend_for(target).grad_total(target, program->grad_pass.norm_type);
+    program->grad_total = backend_for(target).grad_total(target, program->grad_pass);
     OPTJIT_ASSERT(program->grad_total != nullptr, "a GPU backend without a grad total");
-    program->hypers_left_on_device.push_back(*coefficient);
+    if (coefficient)
+      program->hypers_left_on_device.push_back(*coefficient);
   }
   return program;
 }

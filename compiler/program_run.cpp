@@ -132,8 +132,8 @@ StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<dou
 }
 
 void run_grad_pass_on_device(Program& program, const std::vector<double>& hyper,
-                             const std::vector<const void*>& hyper_addresses, double max_norm,
-                             const Tensor& norm_copy) {
+                             const std::vector<const void*>& hyper_addresses, double max_norm, const Tensor& norm_copy,
+                             const Tensor& found_inf) {
   OPTJIT_ASSERT(program.grad_total != nullptr, "grad totals on the device without a DeviceGradTotal");
   for (BucketProgram& bp : program.buckets)
     if (bp.launched) {
@@ -141,7 +141,7 @@ void run_grad_pass_on_device(Program& program, const std::vector<double>& hyper,
       bp.grad_pass_code->set_hyper(hyper);
       bp.grad_pass_code->launch();
     }
-  program.grad_total->launch(max_norm, norm_copy);
+  program.grad_total->launch(max_norm, norm_copy, found_inf);
 }
 
 } // namespace optjit

@@ -19,8 +19,10 @@ StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<dou
                                          const CompileOptions& options);
 
 // The same where the totals stay on the device (Program::grad_total): every bucket's grad pass, then the grad total
-// over them (clipping's `max_norm`; the total norm also into `norm_copy` when defined), queued, never read back.
+// over them (clipping's `max_norm`; the total norm also into `norm_copy` when defined; the check's finding into
+// `found_inf`), queued, never read back.
 void run_grad_pass_on_device(Program& program, const std::vector<double>& hyper,
-                             const std::vector<const void*>& hyper_addresses, double max_norm, const Tensor& norm_copy);
+                             const std::vector<const void*>& hyper_addresses, double max_norm, const Tensor& norm_copy,
+                             const Tensor& found_inf);
 
 } // namespace optjit

@@ -192,8 +192,9 @@ public:
   // change nothing: the check found an inf or NaN (found_inf is written, and the state this step created is gone).
   virtual bool take_grad_pass(const GradPassTotals& totals) = 0;
   // Whether this step's grad pass may leave its totals where its kernels ran, never read on the host
-  // (DeviceGradTotal): the step decides nothing from them on the host (no in-step inf check, no error_if_nonfinite,
-  // no reducer of its own). Read at each compile.
+  // (DeviceGradTotal): the step decides nothing from them on the host (no error_if_nonfinite, no reducer of its own;
+  // an in-step inf check only where the update's kernels skip on found_inf themselves). Asked at each compile and
+  // each step (a change falls back to the host's combine).
   virtual bool grad_totals_may_stay_on_device() const { return false; }
   // When they stay there, each step: first take_grad_totals_on_device gets the f64 1-element tensors on the device
   // that this step's total norm and clip coefficient will be in, before any hyperparameter is read. The total the
@@ -206,6 +207,9 @@ public:
   }
   virtual double clip_max_norm() const { return 0; }
   virtual Tensor grad_norm_copy() const { return {}; }
+  // With the in-step inf check: the f32 1-element tensor on that device to write 1 to for an inf or NaN (0 before
+  // the step); the update's kernels read it there and change nothing when it is set.
+  virtual Tensor found_inf_to_fill() const { return {}; }
 
   // Step-time checks, run before anything changes; they throw optjit::Error.
   virtual void check_hyperparameters() const = 0;

@@ -72,28 +72,31 @@ constexpr int64_t kGpuChunkBytes = 64 * 1024; // per slot and work item: 16k f32
 constexpr int kGpuVectorBytes = 16;           // 128-bit loads and stores where the item's addresses allow
 static_assert(sizeof(WorkItem) == 24, "WorkItem is three int64");
 
-// The grad pass's total on a GPU (codegen's grad total kernel): one block of kGpuGradTotalThreads threads combines
-// the per-tensor contributions that every bucket's grad pass kernels left in their device carry buffers (each
-// tensor's sum of squares, whose square root it rounds to the grad's dtype and squares again, as GradNormTotal does
-// on the host; or its largest |element|) into the total norm and
-// the clip coefficient min(max_norm / (total + 1e-6), 1), which it writes to device memory, where the update's
-// kernels read the coefficient as a hyperparameter. Its one parameter is the device address of a descriptor: a
-// GpuGradTotalHeader, then n_buckets GpuGradTotalBucket. Each thread combines the contributions j = thread,
-// thread + kGpuGradTotalThreads, ... of each bucket in bucket order, then a tree halving the stride over the threads,
-// so the order depends only on the tensor counts.
+// The grad pass's totals on a GPU (codegen's grad total kernel): one block of kGpuGradTotalThreads threads combines
+// the per-tensor values that every bucket's grad pass kernels left in their device carry buffers, so that the
+// update's kernels read the results where they were made. With a norm: each tensor's contribution (its sum of
+// squares, whose square root it rounds to the grad's dtype and squares again, as GradNormTotal does on the host; or
+// its largest |element|) into the total norm and the clip coefficient min(max_norm / (total + 1e-6), 1), which the
+// update reads as a hyperparameter. With the in-step inf check: whether any tensor's check value is not 0 (an inf or
+// NaN in its grads), which writes 1 to found_inf, where the update's kernels read it and keep every old value. Its
+// one parameter is the device address of a descriptor: a GpuGradTotalHeader, then n_buckets GpuGradTotalBucket.
+// Each thread combines the tensors j = thread, thread + kGpuGradTotalThreads, ... of each bucket in bucket order,
+// then a tree halving the stride over the threads, so the order depends only on the tensor counts.
 struct GpuGradTotalHeader {
   int64_t n_buckets;
-  uint64_t total;       // device address of the f64 total norm
-  uint64_t coefficient; // device address of the f64 clip coefficient
+  uint64_t total;       // device address of the f64 total norm (with a norm)
+  uint64_t coefficient; // device address of the f64 clip coefficient (with a norm)
   double max_norm;
   uint64_t total_copy; // device address of another f64 the total is written to; 0 for none
+  uint64_t found_inf;  // device address of the f32 found_inf the check writes 1 to (with the check)
 };
 struct GpuGradTotalBucket {
   uint64_t carry; // device address of the bucket's grad pass carry buffer: n_tensors rows of n_carry f64
   int64_t n_tensors;
   int64_t n_carry;
-  int64_t column;   // the contribution's column
-  int64_t rounding; // the bucket's grads' dtype, which a 2-norm's per-tensor norm is rounded to: GpuGradRounding
+  int64_t norm_column; // the norm contribution's column (with a norm)
+  int64_t rounding;    // the bucket's grads' dtype, which a 2-norm's per-tensor norm is rounded to: GpuGradRounding
+  int64_t nonfinite_column; // the check value's column (with the check)
 };
 enum class GpuGradRounding : int64_t {
   none,
@@ -101,7 +104,13 @@ enum class GpuGradRounding : int64_t {
   bf16,
   f16
 }; // none: f64 grads (bf16 and f16 through f32, as the host)
-static_assert(sizeof(GpuGradTotalHeader) == 40 && sizeof(GpuGradTotalBucket) == 40, "8-byte fields");
+static_assert(sizeof(GpuGradTotalHeader) == 48 && sizeof(GpuGradTotalBucket) == 48, "8-byte fields");
 constexpr int kGpuGradTotalThreads = 256;
+// What a grad total kernel combines (each its own kernel): the norm (none, the 2-norm or the infinity norm) and
+// whether the step checks for infs and NaNs.
+struct GpuGradTotalForm {
+  enum class Norm { none, l2, infinity } norm = Norm::none;
+  bool checks = false;
+};
 
 } // namespace optjit

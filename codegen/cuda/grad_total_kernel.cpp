@@ -1,9 +1,10 @@
-// The grad total kernel (runtime/kernel_abi.h's GpuGradTotalHeader): a clipping step's total grad norm and clip
-// coefficient computed on the GPU from the contributions its grad pass kernels left there, so that the update's
-// kernels read the coefficient where it was made and the host never waits for the norm. One block; each thread
-// combines a strided share of every bucket's contributions, then a fixed tree in shared memory combines the
-// threads' values; thread 0 writes the total and the coefficient. A sum for the 2-norm (then its square root), the
-// largest value for the infinity norm, NaN-propagating as GradNormTotal (compiler/step_source.h) combines on the host.
+// The grad total kernel (runtime/kernel_abi.h's GpuGradTotalHeader): a grad pass's totals (a clipping step's total
+// grad norm and clip coefficient, the in-step inf check's finding) computed on the GPU from the values its grad pass
+// kernels left there, so that the update's kernels read them where they were made and the host never waits. One
+// block; each thread combines a strided share of every bucket's values, then a fixed tree in shared memory combines
+// the threads' values; thread 0 writes the total and the coefficient, and 1 to found_inf for a finding. A sum for the
+// 2-norm (then its square root), the largest value for the infinity norm, NaN-propagating as GradNormTotal
+// (compiler/step_source.h) combines on the host.
 #include "codegen/codegen.h"
 #include "codegen/cuda/gpu_intrinsics.h"
 #include "codegen/kernel_body.h"
@@ -50,8 +51,9 @@ llvm::Value* rounded_square_of_root(llvm::IRBuilder<>& b, llvm::Value* sum, llvm
 
 } // namespace
 
-void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, bool l2,
+void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, GpuGradTotalForm form,
                             const GpuEmulationHooks* emulation) {
+  const bool norm = form.norm != GpuGradTotalForm::Norm::none, l2 = form.norm == GpuGradTotalForm::Norm::l2;
   llvm::LLVMContext& ctx = module.getContext();
   llvm::IRBuilder<> b(ctx);
   llvm::Type* f64 = b.getDoubleTy();
@@ -70,35 +72,6 @@ void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, boo
     return b.CreateLoad(type, b.CreateConstGEP1_64(i64, base, index));
   };
   const auto address = [&](llvm::Value* value) { return b.CreateIntToPtr(value, global); };
-  llvm::Value* thread = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, emulation), i64);
-  llvm::Value* threads = b.getInt64(kGpuGradTotalThreads);
-  llvm::Value* identity = llvm::ConstantFP::get(f64, l2 ? 0.0 : -std::numeric_limits<double>::infinity());
-  llvm::AllocaInst* acc = b.CreateAlloca(f64);
-  b.CreateStore(identity, acc);
-  constexpr int64_t kHeaderWords = sizeof(GpuGradTotalHeader) / 8, kBucketWords = sizeof(GpuGradTotalBucket) / 8;
-  emit_loop(b, b.getInt64(0), word(descriptor, 0, i64), b.getInt64(1), "bucket", [&](llvm::Value* k) {
-    llvm::Value* entry =
-        b.CreateGEP(i64, descriptor, b.CreateAdd(b.getInt64(kHeaderWords), b.CreateMul(k, b.getInt64(kBucketWords))));
-    llvm::Value* carry = address(word(entry, 0, i64));
-    llvm::Value* n_carry = word(entry, 2, i64);
-    llvm::Value* column = word(entry, 3, i64);
-    llvm::Value* rounding = word(entry, 4, i64);
-    emit_loop(b, thread, word(entry, 1, i64), threads, "tensor", [&](llvm::Value* t) {
-      llvm::Value* v = b.CreateLoad(f64, b.CreateGEP(f64, carry, b.CreateAdd(b.CreateMul(t, n_carry), column)));
-      if (l2)
-        v = rounded_square_of_root(b, v, rounding);
-      b.CreateStore(combine(b, l2, b.CreateLoad(f64, acc), v), acc);
-    });
-  });
-  // The threads' values through a tree of halving strides in shared memory: the same order at every launch.
-  auto* array = llvm::ArrayType::get(f64, kGpuGradTotalThreads);
-  auto* shared =
-      new llvm::GlobalVariable(module, array, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(array),
-                               symbol + ".threads", nullptr, llvm::GlobalValue::NotThreadLocal, emulation ? 0 : 3);
-  shared->setAlignment(llvm::Align(8));
-  const auto slot = [&](llvm::Value* index) { return b.CreateGEP(array, shared, {b.getInt64(0), index}); };
-  b.CreateStore(b.CreateLoad(f64, acc), slot(thread));
-  gpu_barrier(b, emulation);
   const auto when = [&](llvm::Value* condition, const std::string& name, const std::function<void()>& body) {
     auto* then = llvm::BasicBlock::Create(ctx, name, fn);
     auto* after = llvm::BasicBlock::Create(ctx, name + ".end", fn);
@@ -108,27 +81,84 @@ void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, boo
     b.CreateBr(after);
     b.SetInsertPoint(after);
   };
+  llvm::Value* thread = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, emulation), i64);
+  llvm::Value* threads = b.getInt64(kGpuGradTotalThreads);
+  llvm::Value* zero = llvm::ConstantFP::get(f64, 0.0);
+  llvm::Value* identity = llvm::ConstantFP::get(f64, l2 ? 0.0 : -std::numeric_limits<double>::infinity());
+  // Per thread: the norm's partial, and how many of its tensors' check values are not 0.
+  llvm::AllocaInst* acc = b.CreateAlloca(f64);
+  llvm::AllocaInst* found = b.CreateAlloca(f64);
+  b.CreateStore(identity, acc);
+  b.CreateStore(zero, found);
+  constexpr int64_t kHeaderWords = sizeof(GpuGradTotalHeader) / 8, kBucketWords = sizeof(GpuGradTotalBucket) / 8;
+  emit_loop(b, b.getInt64(0), word(descriptor, 0, i64), b.getInt64(1), "bucket", [&](llvm::Value* k) {
+    llvm::Value* entry =
+        b.CreateGEP(i64, descriptor, b.CreateAdd(b.getInt64(kHeaderWords), b.CreateMul(k, b.getInt64(kBucketWords))));
+    llvm::Value* carry = address(word(entry, 0, i64));
+    llvm::Value* n_carry = word(entry, 2, i64);
+    llvm::Value* norm_column = word(entry, 3, i64);
+    llvm::Value* rounding = word(entry, 4, i64);
+    llvm::Value* nonfinite_column = word(entry, 5, i64);
+    emit_loop(b, thread, word(entry, 1, i64), threads, "tensor", [&](llvm::Value* t) {
+      llvm::Value* row = b.CreateMul(t, n_carry);
+      if (norm) {
+        llvm::Value* v = b.CreateLoad(f64, b.CreateGEP(f64, carry, b.CreateAdd(row, norm_column)));
+        if (l2)
+          v = rounded_square_of_root(b, v, rounding);
+        b.CreateStore(combine(b, l2, b.CreateLoad(f64, acc), v), acc);
+      }
+      if (form.checks) { // not 0: NaN, from an inf or NaN among the tensor's grads
+        llvm::Value* v = b.CreateLoad(f64, b.CreateGEP(f64, carry, b.CreateAdd(row, nonfinite_column)));
+        llvm::Value* one = b.CreateUIToFP(b.CreateFCmpUNE(v, zero), f64);
+        b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, found), one), found);
+      }
+    });
+  });
+  // The threads' values through a tree of halving strides in shared memory: the same order at every launch.
+  auto* array = llvm::ArrayType::get(f64, kGpuGradTotalThreads);
+  const auto shared_array = [&](const std::string& name) {
+    auto* shared =
+        new llvm::GlobalVariable(module, array, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(array),
+                                 symbol + name, nullptr, llvm::GlobalValue::NotThreadLocal, emulation ? 0 : 3);
+    shared->setAlignment(llvm::Align(8));
+    return shared;
+  };
+  llvm::GlobalVariable* norms = shared_array(".norms");
+  llvm::GlobalVariable* founds = shared_array(".found");
+  const auto slot = [&](llvm::GlobalVariable* shared, llvm::Value* index) {
+    return b.CreateGEP(array, shared, {b.getInt64(0), index});
+  };
+  b.CreateStore(b.CreateLoad(f64, acc), slot(norms, thread));
+  b.CreateStore(b.CreateLoad(f64, found), slot(founds, thread));
+  gpu_barrier(b, emulation);
   for (int64_t stride = kGpuGradTotalThreads / 2; stride >= 1; stride /= 2) {
     when(b.CreateICmpULT(thread, b.getInt64(stride)), "tree", [&] {
-      llvm::Value* other = b.CreateLoad(f64, slot(b.CreateAdd(thread, b.getInt64(stride))));
-      b.CreateStore(combine(b, l2, b.CreateLoad(f64, slot(thread)), other), slot(thread));
+      llvm::Value* other = b.CreateAdd(thread, b.getInt64(stride));
+      b.CreateStore(combine(b, l2, b.CreateLoad(f64, slot(norms, thread)), b.CreateLoad(f64, slot(norms, other))),
+                    slot(norms, thread));
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(f64, slot(founds, thread)), b.CreateLoad(f64, slot(founds, other))),
+                    slot(founds, thread));
     });
     gpu_barrier(b, emulation);
   }
   when(b.CreateICmpEQ(thread, b.getInt64(0)), "write", [&] {
-    llvm::Value* partial = b.CreateLoad(f64, slot(b.getInt64(0)));
-    llvm::Value* total =
-        l2 ? b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, partial)
-           : b.CreateSelect(b.CreateFCmpOEQ(partial, identity), llvm::ConstantFP::get(f64, 0.0), partial); // none
-    llvm::Value* coefficient =
-        b.CreateFDiv(word(descriptor, 3, f64), b.CreateFAdd(total, llvm::ConstantFP::get(f64, 1e-6)));
-    llvm::Value* one = llvm::ConstantFP::get(f64, 1.0);
-    // torch's clamp(max=1): NaN stays NaN.
-    coefficient = b.CreateSelect(b.CreateFCmpOGT(coefficient, one), one, coefficient);
-    b.CreateStore(total, address(word(descriptor, 1, i64)));
-    b.CreateStore(coefficient, address(word(descriptor, 2, i64)));
-    llvm::Value* copy = word(descriptor, 4, i64);
-    when(b.CreateICmpNE(copy, b.getInt64(0)), "copy", [&] { b.CreateStore(total, address(copy)); });
+    if (norm) {
+      llvm::Value* partial = b.CreateLoad(f64, slot(norms, b.getInt64(0)));
+      llvm::Value* total = l2 ? b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, partial)
+                              : b.CreateSelect(b.CreateFCmpOEQ(partial, identity), zero, partial); // no tensor: 0
+      llvm::Value* coefficient =
+          b.CreateFDiv(word(descriptor, 3, f64), b.CreateFAdd(total, llvm::ConstantFP::get(f64, 1e-6)));
+      llvm::Value* one = llvm::ConstantFP::get(f64, 1.0);
+      // torch's clamp(max=1): NaN stays NaN.
+      coefficient = b.CreateSelect(b.CreateFCmpOGT(coefficient, one), one, coefficient);
+      b.CreateStore(total, address(word(descriptor, 1, i64)));
+      b.CreateStore(coefficient, address(word(descriptor, 2, i64)));
+      llvm::Value* copy = word(descriptor, 4, i64);
+      when(b.CreateICmpNE(copy, b.getInt64(0)), "copy", [&] { b.CreateStore(total, address(copy)); });
+    }
+    if (form.checks) // found_inf is 0 before the step (the caller zeroes it): only a finding writes it
+      when(b.CreateFCmpOGT(b.CreateLoad(f64, slot(founds, b.getInt64(0))), zero), "found",
+           [&] { b.CreateStore(llvm::ConstantFP::get(b.getFloatTy(), 1.0), address(word(descriptor, 5, i64))); });
   });
   b.CreateRetVoid();
 }

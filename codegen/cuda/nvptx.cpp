@@ -97,13 +97,15 @@ GpuKernelCode compile_gpu_kernel(const KernelPlan& plan, int sm) {
   return code;
 }
 
-GpuKernelCode compile_gpu_grad_total(bool l2, int sm) {
+GpuKernelCode compile_gpu_grad_total(GpuGradTotalForm form, int sm) {
   check_sm(sm);
   auto start = std::chrono::steady_clock::now();
   auto tm = nvptx_target_machine(sm);
   llvm::LLVMContext ctx;
-  const std::string entry = l2 ? "optjit_grad_total_l2" : "optjit_grad_total_max";
-  auto module = build_gpu_module(entry, ctx, *tm, [&](llvm::Module& m) { emit_grad_total_kernel(m, entry, l2); });
+  const char* norms[] = {"", "_l2", "_max"};
+  const std::string entry =
+      std::string("optjit_grad_total") + norms[static_cast<int>(form.norm)] + (form.checks ? "_checked" : "");
+  auto module = build_gpu_module(entry, ctx, *tm, [&](llvm::Module& m) { emit_grad_total_kernel(m, entry, form); });
   GpuKernelCode code{emit_ptx(*module, *tm, sm), entry, sm, 0};
   code.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return code;

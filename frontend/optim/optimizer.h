@@ -173,8 +173,10 @@ public:
   // and no wait): a step with a non-zero found_inf writes every slot's old value back, so it changes nothing, as
   // torch's fused kernels return; the host does not decide, so state the step creates for first-time params stays
   // (zeros and step 0, as torch's fused step leaves it) and the step is not counted as skipped. Where the kernels
-  // cannot read it on its device (kernels_would_skip), and with fused clipping (whose norm the host waits for
-  // anyway, and which must not see the inf grads of a skipped step), the host reads it and skips, as ByCaller.
+  // cannot read it on its device (kernels_would_skip), and with fused clipping whose norm must be read on the host
+  // (error_if_nonfinite, which must not see the inf grads of a skipped step; a reducer), the host reads it and skips,
+  // as ByCaller. An InStep check on a device likewise leaves its finding there for the kernels, where the grad
+  // pass's totals may stay on the device (skips_in_kernels).
   enum class GradsAfterStep { Scaled, Unscaled };
   enum class InfCheck { ByCaller, InStep, InKernels };
   void set_grad_scaling(Tensor grad_scale, Tensor found_inf, GradsAfterStep grads = GradsAfterStep::Scaled,
@@ -262,12 +264,14 @@ public:
   bool has_grad_pass() const { return grad_pass().any(); }
   bool clips_grads() const { return clipping_.has_value(); }
   bool checks_grads_finite() const { return inf_check_ == InfCheck::InStep && found_inf_.defined(); }
-  bool skips_in_kernels() const {
-    return inf_check_ == InfCheck::InKernels && found_inf_.defined() && !clipping_.has_value();
-  }
+  // Whether the update's kernels keep every old value when found_inf is set (the traced structure's
+  // found_inf_in_kernels): InKernels without clipping; and, for a found_inf on a device, InKernels with clipping and
+  // the in-step check, where the grad pass's totals may stay on that device (nothing decided on the host from them).
+  bool skips_in_kernels() const;
   bool take_grad_pass(const GradPassTotals& totals) override;
   bool reduces_grad_pass_over_processes() const override { return grad_norm_reducer_ || inf_check_reducer_; }
   bool grad_totals_may_stay_on_device() const override;
+  Tensor found_inf_to_fill() const override { return checks_grads_finite() ? found_inf_ : Tensor(); }
   double clip_max_norm() const override { return clipping_ ? clipping_->max_norm : 0.0; }
   Tensor grad_norm_copy() const override;
   void take_grad_totals_on_device(const Tensor& total_norm, const Tensor& coefficient) override;

@@ -37,8 +37,20 @@ bool Optimizer::step_skipped() const {
   return found_inf_.defined() && !skips_in_kernels() && found_inf_.item() != 0;
 }
 
+bool Optimizer::skips_in_kernels() const {
+  if (!found_inf_.defined() || inf_check_ == InfCheck::ByCaller)
+    return false;
+  if (!clipping_ && inf_check_ == InfCheck::InKernels)
+    return true;
+  // A clipping step (whose norm of an inf step must not raise) or an in-step check: where nothing about the grad
+  // pass's totals is decided on the host.
+  return found_inf_.device().kind != DeviceKind::cpu && !(clipping_ && clipping_->error_if_nonfinite) &&
+         !reduces_grad_pass_over_processes();
+}
+
 bool Optimizer::kernels_would_skip() const {
-  if (!skips_in_kernels() || found_inf_.device().kind == DeviceKind::cpu)
+  // An in-step check fills found_inf in the step itself (it is 0 before it).
+  if (!skips_in_kernels() || inf_check_ != InfCheck::InKernels || found_inf_.device().kind == DeviceKind::cpu)
     return false;
   found_inf_read_ = found_inf_.item();
   return *found_inf_read_ != 0;
@@ -133,7 +145,8 @@ GradPass Optimizer::grad_pass() const {
 }
 
 bool Optimizer::grad_totals_may_stay_on_device() const {
-  return clipping_ && !clipping_->error_if_nonfinite && !checks_grads_finite() && !reduces_grad_pass_over_processes();
+  return has_grad_pass() && !(clipping_ && clipping_->error_if_nonfinite) && !reduces_grad_pass_over_processes() &&
+         (!checks_grads_finite() || skips_in_kernels());
 }
 
 // A copy on another device or of another kind is not written (grad_norm_copied() says so): the caller reads the norm

@@ -278,16 +278,19 @@ TEST_CASE("cuda ptx: a kernel reading hyperparameters on the device (f32 and f64
   std::filesystem::remove(file);
 }
 
-TEST_CASE("cuda ptx: the grad total kernel (2-norm and infinity norm) assembles for sm_80 and sm_90, without spills") {
+TEST_CASE("cuda ptx: the grad total kernels (2-norm, infinity norm, inf check) assemble for sm_80 and sm_90, without "
+          "spills") {
   if (!std::filesystem::exists(kPtxas)) {
     skip_test(std::string(kPtxas) + " is absent (install the CUDA toolkit's ptxas to run this check)");
     return;
   }
   const std::filesystem::path file = test::temp_path("grad_total.ptx");
-  for (bool l2 : {true, false})
+  using Norm = GpuGradTotalForm::Norm;
+  for (GpuGradTotalForm form :
+       {GpuGradTotalForm{Norm::l2, false}, GpuGradTotalForm{Norm::infinity, true}, GpuGradTotalForm{Norm::none, true}})
     for (int sm : {80, 90}) {
-      INFO("sm_" << sm << (l2 ? " 2-norm" : " infinity norm"));
-      const GpuKernelCode code = compile_gpu_grad_total(l2, sm);
+      INFO("sm_" << sm << ", norm " << static_cast<int>(form.norm) << (form.checks ? ", checked" : ""));
+      const GpuKernelCode code = compile_gpu_grad_total(form, sm);
       CHECK(code.ptx.find(".entry " + code.entry) != std::string::npos);
       CHECK(code.ptx.find("bar.sync") != std::string::npos); // the tree over the block's threads
       std::ofstream(file) << code.ptx;

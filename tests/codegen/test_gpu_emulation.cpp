@@ -575,9 +575,10 @@ std::vector<std::vector<uint8_t>> state_bytes(const std::vector<Tensor>& params,
 
 } // namespace
 
-TEST_CASE("gpu emulation: the grad total kernel combines every bucket's contributions as GradNormTotal does") {
-  // Three buckets' carry buffers (f64 grads, bf16 grads, f16 grads; f32 in the 4th), the contribution in column 1 of
-  // 2; counts below, at and above the block's thread count.
+TEST_CASE("gpu emulation: the grad total kernels combine every bucket's contributions as GradNormTotal does, and "
+          "write found_inf for a check value that is not 0") {
+  // Buckets' carry buffers (f64 grads, bf16, f16, f32), 3 values per tensor: another carry's (never read), the norm's
+  // contribution, the check value (0, or NaN for an inf or NaN); counts below, at and above the block's threads.
   struct Bucket {
     std::vector<double> carry;
     int64_t n;
@@ -587,17 +588,22 @@ TEST_CASE("gpu emulation: the grad total kernel combines every bucket's contribu
   std::mt19937_64 rng(17);
   std::uniform_real_distribution<double> uniform(0.0, 3.0);
   const auto make = [&](int64_t n, Dtype dtype, GpuGradRounding rounding) {
-    Bucket bucket{std::vector<double>(static_cast<std::size_t>(2 * n)), n, dtype, rounding};
+    Bucket bucket{std::vector<double>(static_cast<std::size_t>(3 * n)), n, dtype, rounding};
     for (int64_t t = 0; t < n; ++t) {
-      bucket.carry[static_cast<std::size_t>(2 * t)] = -1; // another carry's column: never read
-      bucket.carry[static_cast<std::size_t>(2 * t + 1)] = uniform(rng) * uniform(rng);
+      bucket.carry[static_cast<std::size_t>(3 * t)] = -1;
+      bucket.carry[static_cast<std::size_t>(3 * t + 1)] = uniform(rng) * uniform(rng);
+      bucket.carry[static_cast<std::size_t>(3 * t + 2)] = 0;
     }
     return bucket;
   };
-  for (bool l2 : {true, false}) {
-    const std::shared_ptr<EmulatedGpuKernel> kernel = compile_gpu_grad_total_for_host(l2);
+  using Norm = GpuGradTotalForm::Norm;
+  for (GpuGradTotalForm form : {GpuGradTotalForm{Norm::l2, false}, GpuGradTotalForm{Norm::infinity, false},
+                                GpuGradTotalForm{Norm::l2, true}, GpuGradTotalForm{Norm::none, true}}) {
+    const bool l2 = form.norm == Norm::l2;
+    const std::shared_ptr<EmulatedGpuKernel> kernel = compile_gpu_grad_total_for_host(form);
     for (const std::vector<int64_t>& counts : std::vector<std::vector<int64_t>>{{0}, {1, 3}, {256, 1, 700, 255}}) {
-      INFO(std::string(l2 ? "2-norm, " : "infinity norm, ") << counts.size() << " buckets");
+      INFO("norm " << static_cast<int>(form.norm) << (form.checks ? ", checked, " : ", ") << counts.size()
+                   << " buckets");
       const Dtype dtypes[] = {Dtype::f64, Dtype::bf16, Dtype::f16, Dtype::f32};
       const GpuGradRounding roundings[] = {GpuGradRounding::none, GpuGradRounding::bf16, GpuGradRounding::f16,
                                            GpuGradRounding::f32};
@@ -605,25 +611,40 @@ TEST_CASE("gpu emulation: the grad total kernel combines every bucket's contribu
       for (std::size_t k = 0; k < counts.size(); ++k)
         buckets.push_back(make(counts[k], dtypes[k % 4], roundings[k % 4]));
       for (bool with_nan : {false, true}) {
-        if (with_nan && counts.back() > 0)
+        if (with_nan && counts.back() > 0) { // an inf among the last tensor's grads: its norm and check are NaN
+          buckets.back().carry[buckets.back().carry.size() - 2] = std::nan("");
           buckets.back().carry.back() = std::nan("");
+        }
         double total = -1, coefficient = -1, copy = -1;
-        std::vector<uint64_t> words = {counts.size(), reinterpret_cast<uintptr_t>(&total),
-                                       reinterpret_cast<uintptr_t>(&coefficient), std::bit_cast<uint64_t>(0.75),
-                                       with_nan ? reinterpret_cast<uintptr_t>(&copy) : 0};
+        float found_inf = 0;
+        std::vector<uint64_t> words = {counts.size(),
+                                       reinterpret_cast<uintptr_t>(&total),
+                                       reinterpret_cast<uintptr_t>(&coefficient),
+                                       std::bit_cast<uint64_t>(0.75),
+                                       with_nan ? reinterpret_cast<uintptr_t>(&copy) : 0,
+                                       reinterpret_cast<uintptr_t>(&found_inf)};
         GradNormTotal expected(l2 ? 2.0 : std::numeric_limits<double>::infinity());
+        bool any_nonfinite = false;
         for (const Bucket& bucket : buckets) {
-          for (uint64_t w :
-               {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(bucket.carry.data())),
-                static_cast<uint64_t>(bucket.n), uint64_t{2}, uint64_t{1}, static_cast<uint64_t>(bucket.rounding)})
+          for (uint64_t w : {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(bucket.carry.data())),
+                             static_cast<uint64_t>(bucket.n), uint64_t{3}, uint64_t{1},
+                             static_cast<uint64_t>(bucket.rounding), uint64_t{2}})
             words.push_back(w);
-          for (int64_t t = 0; t < bucket.n; ++t)
-            expected.add(bucket.carry[static_cast<std::size_t>(2 * t + 1)], bucket.dtype);
+          for (int64_t t = 0; t < bucket.n; ++t) {
+            expected.add(bucket.carry[static_cast<std::size_t>(3 * t + 1)], bucket.dtype);
+            any_nonfinite = any_nonfinite || bucket.carry[static_cast<std::size_t>(3 * t + 2)] != 0;
+          }
         }
         double totals[2];
         for (EmulatedSchedule schedule : {EmulatedSchedule::Concurrent, EmulatedSchedule::InTurns}) {
           kernel->launch_with(1, kGpuGradTotalThreads, words.data(), schedule);
           totals[schedule == EmulatedSchedule::InTurns] = total;
+        }
+        CHECK(found_inf == (form.checks && any_nonfinite ? 1.0f : 0.0f));
+        if (form.norm == Norm::none) {
+          CHECK(total == -1); // no norm: nothing else written
+          CHECK(coefficient == -1);
+          continue;
         }
         CHECK(std::bit_cast<uint64_t>(totals[0]) == std::bit_cast<uint64_t>(totals[1]));          // a fixed order
         CHECK(std::bit_cast<uint64_t>(copy) == std::bit_cast<uint64_t>(with_nan ? total : -1.0)); // written when asked

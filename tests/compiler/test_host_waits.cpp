@@ -160,3 +160,33 @@ TEST_CASE("host waits: a clipping step on a GPU combines its grad norm on the de
   CHECK(counts.launches == 4);
   CHECK(step.metrics().compiles == 1);
 }
+
+TEST_CASE("host waits: GradScaler's in-step inf check on a GPU, with and without clipping, is decided on the device: "
+          "the grad total writes found_inf there and the update's kernels skip on it") {
+  if (!use_counting_driver())
+    return;
+  for (bool clips : {true, false}) {
+    CAPTURE(clips);
+    auto opt = make_optimizer("adam", {ParamGroupSpec{gpu_params({{1000}, {33, 7}}, Dtype::f32), {}}}, {});
+    if (clips)
+      opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, false});
+    // scaler.step(opt) with a patched optimizer: the step checks its grads itself and fills a found_inf of its own.
+    const Tensor found_inf = Tensor::zeros({}, Dtype::f32).to(Device::cuda(0));
+    opt->set_grad_scaling(Tensor::from_values({}, std::vector<double>{1024}, Dtype::f32).to(Device::cuda(0)), found_inf,
+                          Optimizer::GradsAfterStep::Unscaled, Optimizer::InfCheck::InStep);
+    CompiledStep step = compile(*opt);
+    step();
+    const std::string fused = step.dump(Stage::Fused);
+    CHECK(fused.find("found_inf (f32 on device)") != std::string::npos);
+    CHECK((fused.find("clip_coef (f64 on device)") != std::string::npos) == clips);
+    CHECK(step.kernel_count() == 3); // the grad pass, the grad total, the update
+    (void)take_counts();
+    for (int s = 0; s < 12; ++s)
+      step();
+    const DriverCounts counts = take_counts();
+    CHECK(counts.launches == 12 * step.kernel_count());
+    CHECK(counts.host_waits == 0);
+    CHECK(counts.device_to_host_copies == 0);
+    CHECK(step.metrics().compiles == 1);
+  }
+}

@@ -187,8 +187,8 @@ public:
     return false;
   }
 
-  std::unique_ptr<DeviceGradTotal> grad_total(const Target& target, double norm_type) const override {
-    return make_gpu_grad_total(target, norm_type);
+  std::unique_ptr<DeviceGradTotal> grad_total(const Target& target, const GradPass& pass) const override {
+    return make_gpu_grad_total(target, pass);
   }
 
   std::string code(const PipelineResult& pipeline, const Target& target, Stage stage) const override {

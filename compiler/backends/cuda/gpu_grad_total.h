@@ -8,6 +8,6 @@
 
 namespace optjit {
 
-std::unique_ptr<DeviceGradTotal> make_gpu_grad_total(const Target& target, double norm_type);
+std::unique_ptr<DeviceGradTotal> make_gpu_grad_total(const Target& target, const GradPass& pass);
 
 } // namespace optjit
