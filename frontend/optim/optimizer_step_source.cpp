@@ -80,8 +80,14 @@ std::vector<double> Optimizer::hyper_values(const std::vector<DeviceHyper>& left
   const double scale = grad_scale_.defined() && !scale_left ? grad_scale_.item() : kLeftOnDevice;
   const bool found_inf_left = skips_in_kernels() && left_on_device_operand(0, kFoundInf, left_on_device);
   double found_inf = kLeftOnDevice;
-  if (skips_in_kernels() && !found_inf_left) // the value kernels_would_skip read this step, else read now
-    found_inf = found_inf_read_ ? *found_inf_read_ : found_inf_.item();
+  if (skips_in_kernels() && !found_inf_left) {
+    if (found_inf_read_) // the value kernels_would_skip read this step
+      found_inf = *found_inf_read_;
+    else if (inf_check_ == InfCheck::InStep) // 0 before the step's check, which skips the update on the host if set
+      found_inf = 0;
+    else
+      found_inf = found_inf_.item();
+  }
   const bool coefficient_left = clipping_ && left_on_device_operand(0, kClipCoefficient, left_on_device);
   const bool rounding = any_stochastic_rounding();
   const double counter = // exact: < 2^53

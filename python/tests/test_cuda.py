@@ -260,6 +260,61 @@ def test_cuda_grad_scaler_skip_is_decided_by_the_kernels_of_a_capturable_step():
 
 
 @gpu
+@pytest.mark.parametrize("max_grad_norm", [None, 0.5])
+def test_cuda_grad_scaler_in_step_check_and_clipping_are_decided_on_the_device(max_grad_norm):
+    """scaler.step(opt) on a capturable AdamW patched with fuse_inf_check (and clipping): the step checks its own
+    grads, its grad total kernel writes found_inf and the clip coefficient on the GPU, and the kernels skip the inf
+    steps (the first one included). Params, state and scales follow AdamW(fused=True) under GradScaler.unscale_ and
+    clip_grad_norm_, and the host never counted a skip."""
+
+    def train(patched):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).cuda()
+        params = list(model.parameters())
+        if patched:
+            opt = torch.optim.AdamW(params, lr=0.01, weight_decay=0.1, capturable=True)
+        else:
+            opt = torch.optim.AdamW(params, lr=0.01, weight_decay=0.1, fused=True)
+        compiled = optjit.patch(opt, max_grad_norm=max_grad_norm, fuse_inf_check=True) if patched else None
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0**10, growth_interval=2)
+        data = torch.Generator().manual_seed(1)
+        scales, norms = [], []
+        for s in range(8):
+            x, y = torch.randn(16, 8, generator=data).cuda(), torch.randn(16, 4, generator=data).cuda()
+            opt.zero_grad()
+            scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
+            if s in (0, 3):
+                with torch.no_grad():
+                    params[0].grad[0, 0] = float("inf")
+            if not patched and max_grad_norm is not None:
+                scaler.unscale_(opt)
+                norms.append(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+            scales.append(scaler.get_scale())
+            scaler.step(opt)
+            if patched and max_grad_norm is not None:
+                norms.append(compiled.total_norm)
+            scaler.update()
+        return params, opt, compiled, scales, norms
+
+    params, opt, compiled, scales, norms = train(patched=True)
+    fused_params, fused_opt, _, fused_scales, fused_norms = train(patched=False)
+    assert scales == fused_scales
+    for s, (ours, theirs) in enumerate(zip(norms, fused_norms)):
+        if s not in (0, 3):  # an inf step's norm is inf or NaN in both
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=0)
+    for a, b in zip(params, fused_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert opt.state[a].keys() == fused_opt.state[b].keys()
+        for key, value in opt.state[a].items():
+            expected = fused_opt.state[b][key].cpu().float()
+            torch.testing.assert_close(value.cpu().float(), expected, rtol=1e-5, atol=1e-6)
+    assert compiled.metrics()["skipped_steps"] == 0 and compiled.metrics()["compiles"] == 1
+    dumped = compiled.dump("fused")
+    assert "found_inf (f32 on device)" in dumped
+    assert ("clip_coef (f64 on device)" in dumped) == (max_grad_norm is not None)
+
+
+@gpu
 def test_cuda_tensor_lr_on_the_device_follows_a_scheduler():
     """A capturable Adam whose lr is a CUDA tensor, which StepLR fills in place: read at every step, never recompiled."""
     ours = _cuda_params()
