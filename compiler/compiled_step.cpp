@@ -36,6 +36,7 @@ struct CompiledStep::Impl {
   // grads alone were replaced (the usual case with zero_grad(set_to_none=True)) reuses the last ones.
   uint64_t state_facts_version = 0;
   bool state_facts_read = false;
+  bool any_param_on_gpu = false; // at the last read_facts
 
   void read_facts() {
     // Updated in place, noting whether any fact changed (no copy of the last facts on this per-step path).
@@ -43,10 +44,13 @@ struct CompiledStep::Impl {
                    facts.params.size() != static_cast<std::size_t>(source.param_count()) ||
                    facts.groups.size() != static_cast<std::size_t>(source.group_count());
     facts.params.resize(static_cast<std::size_t>(source.param_count()));
+    any_param_on_gpu = false;
     for (int64_t i = 0; i < source.param_count(); ++i) {
-      const uint32_t fact = param_fact(*source.flat_param(i).impl());
+      const TensorImpl& param = *source.flat_param(i).impl();
+      const uint32_t fact = param_fact(param);
       changed = changed || facts.params[static_cast<std::size_t>(i)] != fact;
       facts.params[static_cast<std::size_t>(i)] = fact;
+      any_param_on_gpu = any_param_on_gpu || param.device.kind != DeviceKind::cpu;
     }
     facts.groups.resize(static_cast<std::size_t>(source.group_count()));
     for (int g = 0; g < source.group_count(); ++g)
@@ -58,6 +62,7 @@ struct CompiledStep::Impl {
       facts.device_hypers = std::move(hypers);
       changed = true;
     }
+    facts.grad_totals_may_stay_on_device = grad_totals_may_stay_on_device();
     if (changed) {
       facts.state_dtypes = source.state_dtype_facts();
       state_facts_version = source.state_version();
@@ -112,14 +117,21 @@ struct CompiledStep::Impl {
     for (int g = 0; g < source.group_count(); ++g)
       if (source.group_structure_key(g) != current->facts.groups[static_cast<std::size_t>(g)])
         return false;
-    return source.device_hypers() == current->facts.device_hypers;
+    return source.device_hypers() == current->facts.device_hypers &&
+           grad_totals_may_stay_on_device() == current->facts.grad_totals_may_stay_on_device;
   }
+
+  // GuardFacts::grad_totals_may_stay_on_device, with the params read last (any_param_on_gpu).
+  bool grad_totals_may_stay_on_device() const { return any_param_on_gpu && source.grad_totals_may_stay_on_device(); }
 
   void step() {
     const StepSource::Stepping exclusive(source);
     // Before any check: a skipped step reads and changes nothing else. A step whose kernels decide is asked on the
-    // host too when the program that last ran could not read the flag on its device (the first step's too).
-    if (source.step_skipped() || ((!current || !current->reads_hypers_on_device) && source.kernels_would_skip())) {
+    // host too when the program that last ran could not read the flag on its device (the first step's too), or
+    // combines its grad pass's totals on the host (whose norm must not see an inf step's grads).
+    if (source.step_skipped() ||
+        ((!current || !current->reads_hypers_on_device || (current->grad_pass.any() && !current->grad_total)) &&
+         source.kernels_would_skip())) {
       ++metrics.steps;
       ++metrics.skipped_steps;
       return;
@@ -139,15 +151,15 @@ struct CompiledStep::Impl {
       checked_slot_epoch = slot_epoch;
     }
     Program& program = *current;
-    // Where this step's grad totals will be, when they stay on the device: told before the hyperparameters are
-    // read, since the update reads the clip coefficient there. The source may have changed since the compile (an
-    // error_if_nonfinite, a reducer): the host combines them then, and the kernels read the coefficient from a cell.
+    // Where this step's clipping norm and coefficient will be, when they stay on the device: told before the
+    // hyperparameters are read, since the update reads the coefficient there.
     const bool has_grad_pass = program.grad_pass.any();
-    const bool totals_on_device = program.grad_total && source.grad_totals_may_stay_on_device();
+    const bool totals_on_device = program.grad_total != nullptr; // the facts say the source allows it
+    const bool norm_on_device = totals_on_device && program.grad_pass.clips;
     if (has_grad_pass)
-      source.take_grad_totals_on_device(totals_on_device ? program.grad_total->total() : Tensor(),
-                                        totals_on_device ? program.grad_total->coefficient() : Tensor());
-    const Tensor norm_copy = totals_on_device ? source.grad_norm_copy() : Tensor();
+      source.take_grad_totals_on_device(norm_on_device ? program.grad_total->total() : Tensor(),
+                                        norm_on_device ? program.grad_total->coefficient() : Tensor());
+    const Tensor norm_copy = norm_on_device ? source.grad_norm_copy() : Tensor();
     // Hyperparameters in tensors on the device stay there when the kernels read them there (no copy, no wait).
     const std::vector<DeviceHyper>& on_device = program.hypers_left_on_device;
     std::vector<double> hyper = source.hyper_values(on_device);
@@ -227,8 +239,8 @@ int CompiledStep::kernel_count() {
       if (bp.grad_pass_pipeline)
         count += backend_for(bp.target).kernel_count(*bp.grad_pass_pipeline);
     }
-  if (count > 0 && program.grad_total && impl.source.grad_totals_may_stay_on_device())
-    ++count; // the grad total's
+  if (program.grad_total)
+    ++count; // the grad total's, launched whether or not any bucket is
   return count;
 }
 

@@ -57,6 +57,10 @@ std::string explain_guard_failure(const GuardFacts& before, const GuardFacts& no
   if (before.device_hypers != now.device_hypers)
     return "hyperparameters held in tensors on a device changed from " + describe_all(before.device_hypers) + " to " +
            describe_all(now.device_hypers);
+  if (before.grad_totals_may_stay_on_device != now.grad_totals_may_stay_on_device)
+    return now.grad_totals_may_stay_on_device
+               ? "the grad pass's totals may now stay on the device (no error_if_nonfinite, no reducer)"
+               : "the grad pass's totals are now needed on the host (error_if_nonfinite, a reducer)";
   return "no difference";
 }
 

@@ -28,6 +28,9 @@ struct GuardFacts {
   std::vector<uint64_t> state_dtypes;     // per parameter, its state entries' storage dtypes (StepSource's packing)
   std::vector<std::string> groups;        // per group, the structure key ("amsgrad=1,maximize=0,...")
   std::vector<DeviceHyper> device_hypers; // StepSource::device_hypers()
+  // Some param is on a GPU, and StepSource::grad_totals_may_stay_on_device() holds (the program's grad pass may then
+  // leave its totals there: Program::grad_total). False on the CPU, where nothing depends on it.
+  bool grad_totals_may_stay_on_device = false;
 
   bool operator==(const GuardFacts&) const = default;
 };

@@ -172,7 +172,7 @@ bool mark_hypers_on_device(const std::string& name, const std::vector<DeviceHype
 std::optional<Device> grad_totals_device(const StepSource& source, const CompileOptions& options,
                                          const Program& program) {
   const GradPass& pass = program.grad_pass;
-  if (!pass.any() || (pass.clips && pass.coefficient.empty()) || !source.grad_totals_may_stay_on_device() ||
+  if (!pass.any() || (pass.clips && pass.coefficient.empty()) || !program.facts.grad_totals_may_stay_on_device ||
       program.buckets.empty() || program.buckets.front().target.device.kind != DeviceKind::cuda)
     return std::nullopt;
   const Device device = program.buckets.front().target.device;

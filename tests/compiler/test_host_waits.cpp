@@ -152,13 +152,20 @@ TEST_CASE("host waits: a clipping step on a GPU combines its grad norm on the de
   CHECK(counts.device_to_host_copies == 0);
   (void)opt->total_grad_norm(); // asked for: one copy back
   CHECK(take_counts().device_to_host_copies == 1);
-  // error_if_nonfinite needs the norm on the host: the same program combines it there, a copy back per step.
+  // error_if_nonfinite needs the norm on the host: another program combines it there, a copy back per step.
   opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, true});
   step();
   counts = take_counts();
   CHECK(counts.device_to_host_copies > 0);
   CHECK(counts.launches == 4);
-  CHECK(step.metrics().compiles == 1);
+  CHECK(step.metrics().compiles == 2);
+  // And back: the first program again, from the guard cache, with its norm on the device.
+  opt->set_grad_clipping(Optimizer::GradClipping{1.0, 2.0, false});
+  step();
+  counts = take_counts();
+  CHECK(counts.device_to_host_copies == 0);
+  CHECK(counts.launches == 5);
+  CHECK(step.metrics().compiles == 2);
 }
 
 TEST_CASE("host waits: GradScaler's in-step inf check on a GPU, with and without clipping, is decided on the device: "

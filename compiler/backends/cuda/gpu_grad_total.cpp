@@ -68,6 +68,7 @@ public:
   }
 
   void launch(double max_norm, const Tensor& norm_copy, const Tensor& found_inf) override {
+    OPTJIT_ASSERT(staging_ != nullptr, "a grad total launched before it was bound");
     OPTJIT_ASSERT(found_inf.defined() == form_.checks, "an inf check's found_inf, and only with the check");
     const GpuGradTotalHeader header{static_cast<int64_t>(buckets_.size()),
                                     reinterpret_cast<uint64_t>(total_.data()),
