@@ -64,16 +64,20 @@ llvm::Type* KernelBody::vector_type_of(llvm::Type* element, int lanes) {
   return llvm::FixedVectorType::get(element, static_cast<unsigned>(lanes));
 }
 
-// `if (condition) body();`
-void KernelBody::emit_if(IRBuilder<>& b, Value* condition, const std::string& name, const std::function<void()>& body) {
+void emit_if(IRBuilder<>& b, Value* condition, const std::string& name, const std::function<void()>& body) {
   llvm::Function* fn = b.GetInsertBlock()->getParent();
-  auto* then = llvm::BasicBlock::Create(ctx_, name, fn);
-  auto* after = llvm::BasicBlock::Create(ctx_, name + ".after", fn);
+  auto* then = llvm::BasicBlock::Create(b.getContext(), name, fn);
+  auto* after = llvm::BasicBlock::Create(b.getContext(), name + ".after", fn);
   b.CreateCondBr(condition, then, after);
   b.SetInsertPoint(then);
   body();
   b.CreateBr(after);
   b.SetInsertPoint(after);
+}
+
+// `if (condition) body();`
+void KernelBody::emit_if(IRBuilder<>& b, Value* condition, const std::string& name, const std::function<void()>& body) {
+  emission::emit_if(b, condition, name, body);
 }
 
 // `if (condition) *address = value;`

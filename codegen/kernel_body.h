@@ -28,6 +28,9 @@ int index_in(const std::vector<std::string>& names, const std::string& name);
 void emit_loop(IRBuilder<>& b, Value* begin, Value* end, Value* step, const std::string& name,
                const std::function<void(Value*)>& body);
 
+// Emits `if (condition) body();`; returns with the builder after it.
+void emit_if(IRBuilder<>& b, Value* condition, const std::string& name, const std::function<void()>& body);
+
 // Asserts that the emitted module verifies.
 void verify_module(const llvm::Module& module);
 

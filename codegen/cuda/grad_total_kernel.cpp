@@ -72,15 +72,6 @@ void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, Gpu
     return b.CreateLoad(type, b.CreateConstGEP1_64(i64, base, index));
   };
   const auto address = [&](llvm::Value* value) { return b.CreateIntToPtr(value, global); };
-  const auto when = [&](llvm::Value* condition, const std::string& name, const std::function<void()>& body) {
-    auto* then = llvm::BasicBlock::Create(ctx, name, fn);
-    auto* after = llvm::BasicBlock::Create(ctx, name + ".end", fn);
-    b.CreateCondBr(condition, then, after);
-    b.SetInsertPoint(then);
-    body();
-    b.CreateBr(after);
-    b.SetInsertPoint(after);
-  };
   llvm::Value* thread = b.CreateZExt(gpu_register(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, emulation), i64);
   llvm::Value* threads = b.getInt64(kGpuGradTotalThreads);
   llvm::Value* zero = llvm::ConstantFP::get(f64, 0.0);
@@ -132,7 +123,7 @@ void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, Gpu
   b.CreateStore(b.CreateLoad(f64, found), slot(founds, thread));
   gpu_barrier(b, emulation);
   for (int64_t stride = kGpuGradTotalThreads / 2; stride >= 1; stride /= 2) {
-    when(b.CreateICmpULT(thread, b.getInt64(stride)), "tree", [&] {
+    emit_if(b, b.CreateICmpULT(thread, b.getInt64(stride)), "tree", [&] {
       llvm::Value* other = b.CreateAdd(thread, b.getInt64(stride));
       b.CreateStore(combine(b, l2, b.CreateLoad(f64, slot(norms, thread)), b.CreateLoad(f64, slot(norms, other))),
                     slot(norms, thread));
@@ -141,7 +132,7 @@ void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, Gpu
     });
     gpu_barrier(b, emulation);
   }
-  when(b.CreateICmpEQ(thread, b.getInt64(0)), "write", [&] {
+  emit_if(b, b.CreateICmpEQ(thread, b.getInt64(0)), "write", [&] {
     if (norm) {
       llvm::Value* partial = b.CreateLoad(f64, slot(norms, b.getInt64(0)));
       llvm::Value* total = l2 ? b.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, partial)
@@ -154,11 +145,11 @@ void emit_grad_total_kernel(llvm::Module& module, const std::string& symbol, Gpu
       b.CreateStore(total, address(word(descriptor, 1, i64)));
       b.CreateStore(coefficient, address(word(descriptor, 2, i64)));
       llvm::Value* copy = word(descriptor, 4, i64);
-      when(b.CreateICmpNE(copy, b.getInt64(0)), "copy", [&] { b.CreateStore(total, address(copy)); });
+      emit_if(b, b.CreateICmpNE(copy, b.getInt64(0)), "copy", [&] { b.CreateStore(total, address(copy)); });
     }
     if (form.checks) // found_inf is 0 before the step (the caller zeroes it): only a finding writes it
-      when(b.CreateFCmpOGT(b.CreateLoad(f64, slot(founds, b.getInt64(0))), zero), "found",
-           [&] { b.CreateStore(llvm::ConstantFP::get(b.getFloatTy(), 1.0), address(word(descriptor, 5, i64))); });
+      emit_if(b, b.CreateFCmpOGT(b.CreateLoad(f64, slot(founds, b.getInt64(0))), zero), "found",
+              [&] { b.CreateStore(llvm::ConstantFP::get(b.getFloatTy(), 1.0), address(word(descriptor, 5, i64))); });
   });
   b.CreateRetVoid();
 }
