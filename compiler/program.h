@@ -55,9 +55,9 @@ struct Program {
   // The hyperparameters the kernels read on the device, which a step leaves there (StepSource::hyper_values'
   // `left_on_device`): facts.device_hypers when reads_hypers_on_device, and the clip coefficient with grad_total.
   std::vector<DeviceHyper> hypers_left_on_device;
-  // The grad pass's totals made on the device, where they may stay there (a clipping step on one GPU whose source
-  // decides nothing from them on the host): the update reads the clip coefficient there, and the host never waits
-  // for the norm. Null where the host combines the carried values.
+  // The grad pass's totals made on the device, where they may stay there (a step on one GPU whose source decides
+  // nothing from them on the host): the update reads the clip coefficient and found_inf there, and the host never
+  // waits for the norm or the in-step check. Null where the host combines the carried values.
   std::unique_ptr<DeviceGradTotal> grad_total;
   // What the step described beside its buckets (StepDescription): its grad pass, and what layout staging reads.
   GradPass grad_pass;

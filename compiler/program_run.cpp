@@ -80,6 +80,17 @@ void launch_in_phases(Program& program, const CompileOptions& options, const std
   metrics.graph_captures += captured;
 }
 
+// Every launched bucket's grad pass with this step's hyperparameters.
+void launch_grad_passes(Program& program, const std::vector<double>& hyper,
+                        const std::vector<const void*>& hyper_addresses) {
+  for (BucketProgram& bp : program.buckets)
+    if (bp.launched) {
+      bp.grad_pass_code->set_hyper_addresses(hyper_addresses);
+      bp.grad_pass_code->set_hyper(hyper);
+      bp.grad_pass_code->launch();
+    }
+}
+
 } // namespace
 
 void launch_program(Program& program, const CompileOptions& options, const std::string& name, StepMetrics& metrics) {
@@ -101,12 +112,10 @@ StepSource::GradPassTotals run_grad_pass(Program& program, const std::vector<dou
   const GradPass& pass = program.grad_pass;
   GradNormTotal norm(pass.norm_type);
   StepSource::GradPassTotals totals;
+  launch_grad_passes(program, hyper, hyper_addresses);
   for (BucketProgram& bp : program.buckets) {
     if (!bp.launched)
       continue;
-    bp.grad_pass_code->set_hyper_addresses(hyper_addresses);
-    bp.grad_pass_code->set_hyper(hyper);
-    bp.grad_pass_code->launch();
     if (pass.clips)
       for (double contribution : bp.grad_pass_code->carried(kGradNormCarry))
         norm.add(contribution, bp.bucket.dtype);
@@ -135,12 +144,7 @@ void run_grad_pass_on_device(Program& program, const std::vector<double>& hyper,
                              const std::vector<const void*>& hyper_addresses, double max_norm, const Tensor& norm_copy,
                              const Tensor& found_inf) {
   OPTJIT_ASSERT(program.grad_total != nullptr, "grad totals on the device without a DeviceGradTotal");
-  for (BucketProgram& bp : program.buckets)
-    if (bp.launched) {
-      bp.grad_pass_code->set_hyper_addresses(hyper_addresses);
-      bp.grad_pass_code->set_hyper(hyper);
-      bp.grad_pass_code->launch();
-    }
+  launch_grad_passes(program, hyper, hyper_addresses);
   program.grad_total->launch(max_norm, norm_copy, found_inf);
 }
 

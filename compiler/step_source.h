@@ -193,8 +193,8 @@ public:
   virtual bool take_grad_pass(const GradPassTotals& totals) = 0;
   // Whether this step's grad pass may leave its totals where its kernels ran, never read on the host
   // (DeviceGradTotal): the step decides nothing from them on the host (no error_if_nonfinite, no reducer of its own;
-  // an in-step inf check only where the update's kernels skip on found_inf themselves). Asked at each compile and
-  // each step (a change falls back to the host's combine).
+  // an in-step inf check only where the update's kernels skip on found_inf themselves). Read each step as a guard
+  // fact (GuardFacts::grad_totals_may_stay_on_device): a change compiles the other program or finds it cached.
   virtual bool grad_totals_may_stay_on_device() const { return false; }
   // When they stay there, each step: first take_grad_totals_on_device gets the f64 1-element tensors on the device
   // that this step's total norm and clip coefficient will be in, before any hyperparameter is read. The total the

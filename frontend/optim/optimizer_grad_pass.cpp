@@ -37,15 +37,19 @@ bool Optimizer::step_skipped() const {
   return found_inf_.defined() && !skips_in_kernels() && found_inf_.item() != 0;
 }
 
+// Whether nothing about the grad pass's totals is decided on the host: no error_if_nonfinite (the norm of an inf
+// step must not raise), no reducer of the optimizer's own over processes.
+static bool grad_totals_decide_nothing_on_host(const Optimizer& opt) {
+  return !(opt.grad_clipping() && opt.grad_clipping()->error_if_nonfinite) && !opt.reduces_grad_pass_over_processes();
+}
+
 bool Optimizer::skips_in_kernels() const {
   if (!found_inf_.defined() || inf_check_ == InfCheck::ByCaller)
     return false;
   if (!clipping_ && inf_check_ == InfCheck::InKernels)
     return true;
-  // A clipping step (whose norm of an inf step must not raise) or an in-step check: where nothing about the grad
-  // pass's totals is decided on the host.
-  return found_inf_.device().kind != DeviceKind::cpu && !(clipping_ && clipping_->error_if_nonfinite) &&
-         !reduces_grad_pass_over_processes();
+  // A clipping step or an in-step check: where their totals may stay on found_inf's device.
+  return found_inf_.device().kind != DeviceKind::cpu && grad_totals_decide_nothing_on_host(*this);
 }
 
 bool Optimizer::kernels_would_skip() const {
@@ -145,8 +149,7 @@ GradPass Optimizer::grad_pass() const {
 }
 
 bool Optimizer::grad_totals_may_stay_on_device() const {
-  return has_grad_pass() && !(clipping_ && clipping_->error_if_nonfinite) && !reduces_grad_pass_over_processes() &&
-         (!checks_grads_finite() || skips_in_kernels());
+  return has_grad_pass() && grad_totals_decide_nothing_on_host(*this) && (!checks_grads_finite() || skips_in_kernels());
 }
 
 // A copy on another device or of another kind is not written (grad_norm_copied() says so): the caller reads the norm

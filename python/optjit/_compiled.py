@@ -235,9 +235,10 @@ class CompiledStep:
             stepped, created = self._run(opt, cxx, grad_scale, found_inf, check_in_step)
         ran, self._total_norm, self._norm_params = stepped
         self._total_norm_tensor = None  # made when asked for, from the params that had grads in this step
-        # A tensor: the norm stayed on the device, and the step wrote it into the copy given; the next step gets one.
+        # A clipping step on a GPU: the next step gets a tensor there to write its norm to (the step returns it when
+        # the norm stayed on the device, a float otherwise).
         if self._clipping[0] is not None and self._norm_params and self._norm_params[0].is_cuda:
-            self._norm_device = self._norm_params[0].device  # a float this time: the next step tries a copy
+            self._norm_device = self._norm_params[0].device
         else:
             self._norm_device = None
         for group in _rounding_groups(opt):
@@ -279,8 +280,8 @@ class CompiledStep:
             if cxx.stochastic_rounding_steps() != steps:  # a step rebuilt, another compile, a resume
                 cxx.set_stochastic_rounding_steps(steps)
         created = []
-        # A step whose norm stayed on the device (a clipping step on a GPU) writes it into a new tensor there too,
-        # what total_norm returns: no copy back, no wait. Made once a step has shown it stays there.
+        # A step whose norm stays on the device (a clipping step on a GPU) writes it into a new tensor there too,
+        # what total_norm returns: no copy back, no wait. Given from the second clipping step on a GPU.
         if self._norm_device is not None:
             cxx.set_grad_norm_copy(torch.empty((), dtype=torch.float64, device=self._norm_device))
         elif self._norm_copy_set:

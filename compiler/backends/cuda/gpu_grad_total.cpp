@@ -49,8 +49,8 @@ public:
   void bind(const std::vector<const Executable*>& grad_passes, const std::vector<Dtype>& grad_dtypes) override {
     OPTJIT_ASSERT(grad_passes.size() == grad_dtypes.size(), "a grad dtype per grad pass");
     buckets_.clear();
+    const bool norm = form_.norm != GpuGradTotalForm::Norm::none;
     for (std::size_t b = 0; b < grad_passes.size(); ++b) {
-      const bool norm = form_.norm != GpuGradTotalForm::Norm::none;
       const Executable::CarryOnDevice carry =
           grad_passes[b]->carried_on_device(norm ? kGradNormCarry : kGradNonfiniteCarry);
       OPTJIT_ASSERT(carry.buffer != 0 || carry.n_tensors == 0, "a grad pass that keeps no carry on the device");
